@@ -1,0 +1,90 @@
+//! Process-unique identifiers the broker invents: message ids for messages sent without
+//! one, and seeds for lock tokens. Not cryptographic; unique within and (with the time
+//! seed) across process starts.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+static COUNTER: AtomicU64 = AtomicU64::new(1);
+static SEED: OnceLock<u64> = OnceLock::new();
+
+fn seed() -> u64 {
+    *SEED.get_or_init(|| {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|elapsed| elapsed.as_nanos() as u64)
+            .unwrap_or(0);
+        mix(nanos ^ (std::process::id() as u64).rotate_left(32))
+    })
+}
+
+/// splitmix64 finaliser.
+pub fn mix(mut value: u64) -> u64 {
+    value = value.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    value = (value ^ (value >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    value = (value ^ (value >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    value ^ (value >> 31)
+}
+
+/// A fresh 64-bit value, different on every call and every process start.
+pub fn unique_u64() -> u64 {
+    mix(seed() ^ COUNTER.fetch_add(1, Ordering::Relaxed).wrapping_mul(0x2545_f491_4f6c_dd1d))
+}
+
+/// 16 fresh bytes shaped as a version-4 GUID.
+pub fn unique_guid_bytes() -> [u8; 16] {
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&unique_u64().to_be_bytes());
+    bytes[8..].copy_from_slice(&unique_u64().to_be_bytes());
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    bytes
+}
+
+/// Formats RFC-order GUID bytes as `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
+pub fn format_guid(bytes: &[u8; 16]) -> String {
+    let mut text = String::with_capacity(36);
+    for (index, byte) in bytes.iter().enumerate() {
+        if matches!(index, 4 | 6 | 8 | 10) {
+            text.push('-');
+        }
+        text.push_str(&format!("{byte:02x}"));
+    }
+    text
+}
+
+/// Converts between RFC 4122 order and .NET `Guid.ToByteArray()` order (the same swap
+/// both ways): the first three groups are byte-reversed.
+pub fn swap_guid_byte_order(bytes: &[u8; 16]) -> [u8; 16] {
+    let mut swapped = *bytes;
+    swapped[0..4].reverse();
+    swapped[4..6].reverse();
+    swapped[6..8].reverse();
+    swapped
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guid_byte_order_matches_the_captured_example() {
+        // wire contract §4.4: tag 9f54b160 8d3f adcc a813 01cca7b60a70 is lock token
+        // 60b1549f-3f8d-ccad-a813-01cca7b60a70.
+        let tag = [
+            0x9f, 0x54, 0xb1, 0x60, 0x8d, 0x3f, 0xad, 0xcc, 0xa8, 0x13, 0x01, 0xcc, 0xa7, 0xb6,
+            0x0a, 0x70,
+        ];
+        assert_eq!(
+            format_guid(&swap_guid_byte_order(&tag)),
+            "60b1549f-3f8d-ccad-a813-01cca7b60a70"
+        );
+    }
+
+    #[test]
+    fn unique_values_do_not_repeat() {
+        let values: std::collections::HashSet<u64> = (0..10_000).map(|_| unique_u64()).collect();
+        assert_eq!(values.len(), 10_000);
+    }
+}

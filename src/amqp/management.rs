@@ -1,0 +1,206 @@
+//! The `$management` node: request parsing and response encoding for the operations the
+//! SDKs call (wire contract §6). Each request becomes a plan the connection carries out
+//! against the entity; the entity's reply is turned back into a response here.
+
+use bytes::{Bytes, BytesMut};
+use serde_amqp::Value;
+
+use super::codec::Writer;
+use super::errors::{self, Failure};
+use super::request::{self, Request, StatusKeys};
+use crate::broker::entity::Reply;
+use crate::broker::types::{EntityError, LockToken, PropertyChanges, PropertyValue, Settlement};
+
+/// What the connection should do for a request.
+#[derive(Debug)]
+pub enum Plan {
+    /// Extend these locks.
+    RenewLocks(Vec<LockToken>),
+    /// Settle these locks.
+    Settle(Vec<LockToken>, Settlement),
+}
+
+/// Which response shape a pending request expects.
+#[derive(Debug, Clone, Copy)]
+pub enum ResponseKind {
+    /// `expirations` array of timestamps.
+    Expirations,
+    /// Empty 200.
+    Empty,
+}
+
+/// A request waiting for its entity's reply.
+#[derive(Debug)]
+pub struct PendingResponse {
+    /// Session the request came on.
+    pub channel: u16,
+    /// Where the response goes (`reply-to`).
+    pub reply_to: Option<String>,
+    /// The management node's entity path.
+    pub path: String,
+    /// The request's encoded message-id.
+    pub correlation: Option<Bytes>,
+    /// The response shape.
+    pub kind: ResponseKind,
+}
+
+fn body_entry<'a>(body: &'a Value, key: &str) -> Option<&'a Value> {
+    let Value::Map(map) = body else { return None };
+    map.iter().find_map(|(name, value)| match name {
+        Value::String(text) if text == key => Some(value),
+        Value::Symbol(symbol) if symbol.0 == key => Some(value),
+        _ => None,
+    })
+}
+
+fn body_text(body: &Value, key: &str) -> Option<String> {
+    match body_entry(body, key)? {
+        Value::String(text) => Some(text.clone()),
+        Value::Symbol(symbol) => Some(symbol.0.clone()),
+        _ => None,
+    }
+}
+
+fn values(value: &Value) -> Vec<&Value> {
+    match value {
+        Value::Array(array) => array.iter().collect(),
+        Value::List(list) => list.iter().collect(),
+        other => vec![other],
+    }
+}
+
+fn lock_tokens(body: &Value) -> Result<Vec<LockToken>, Failure> {
+    let entry = body_entry(body, "lock-tokens").ok_or_else(|| argument("lock-tokens is required"))?;
+    values(entry)
+        .into_iter()
+        .map(|value| match value {
+            Value::Uuid(uuid) => Ok(LockToken(*uuid.as_inner())),
+            _ => Err(argument("lock-tokens must be uuids")),
+        })
+        .collect()
+}
+
+fn argument(description: &str) -> Failure {
+    Failure::new(errors::ARGUMENT_ERROR, description, 400)
+}
+
+/// Converts an AMQP value into a property value (for properties-to-modify).
+pub fn property_value(value: &Value) -> PropertyValue {
+    match value {
+        Value::Null => PropertyValue::Null,
+        Value::Bool(flag) => PropertyValue::Bool(*flag),
+        Value::Ubyte(number) => PropertyValue::Long(*number as i64),
+        Value::Ushort(number) => PropertyValue::Long(*number as i64),
+        Value::Uint(number) => PropertyValue::Long(*number as i64),
+        Value::Ulong(number) => PropertyValue::Long(*number as i64),
+        Value::Byte(number) => PropertyValue::Long(*number as i64),
+        Value::Short(number) => PropertyValue::Long(*number as i64),
+        Value::Int(number) => PropertyValue::Long(*number as i64),
+        Value::Long(number) => PropertyValue::Long(*number),
+        Value::Float(number) => PropertyValue::Double(f32::from(*number) as f64),
+        Value::Double(number) => PropertyValue::Double(f64::from(*number)),
+        Value::Timestamp(time) => PropertyValue::Timestamp(time.milliseconds()),
+        Value::Uuid(uuid) => PropertyValue::Uuid(*uuid.as_inner()),
+        Value::Binary(bytes) => PropertyValue::Binary(bytes.to_vec()),
+        Value::String(text) => PropertyValue::String(text.clone()),
+        Value::Symbol(symbol) => PropertyValue::String(symbol.0.clone()),
+        other => PropertyValue::String(format!("{other:?}")),
+    }
+}
+
+/// Converts a map of properties (string or symbol keys) into property changes.
+pub fn property_changes(value: Option<&Value>) -> PropertyChanges {
+    let Some(Value::Map(map)) = value else {
+        return Vec::new();
+    };
+    map.iter()
+        .filter_map(|(key, value)| {
+            let name = match key {
+                Value::String(text) => text.clone(),
+                Value::Symbol(symbol) => symbol.0.clone(),
+                _ => return None,
+            };
+            Some((name, property_value(value)))
+        })
+        .collect()
+}
+
+/// Turns a request into a plan, or a failure to answer at once.
+pub fn plan(request: &Request) -> Result<Plan, Failure> {
+    let operation = request.property_text("operation").unwrap_or("");
+    let body = &request.body;
+    match operation {
+        "com.microsoft:renew-lock" => Ok(Plan::RenewLocks(lock_tokens(body)?)),
+        "com.microsoft:update-disposition" => {
+            let tokens = lock_tokens(body)?;
+            let properties = property_changes(body_entry(body, "properties-to-modify"));
+            let status = body_text(body, "disposition-status").unwrap_or_default();
+            let settlement = match status.as_str() {
+                "completed" => Settlement::Complete,
+                "abandoned" => Settlement::Abandon { properties },
+                "defered" | "deferred" => Settlement::Defer { properties },
+                "suspended" => Settlement::DeadLetter {
+                    reason: body_text(body, "deadletter-reason").filter(|text| !text.is_empty()),
+                    description: body_text(body, "deadletter-description")
+                        .filter(|text| !text.is_empty()),
+                    properties,
+                },
+                other => return Err(argument(&format!("unknown disposition-status '{other}'"))),
+            };
+            Ok(Plan::Settle(tokens, settlement))
+        }
+        "" => Err(argument("the request has no 'operation' application property")),
+        other => Err(Failure::new(
+            errors::NOT_IMPLEMENTED,
+            format!("The management operation '{other}' is not supported by this broker yet."),
+            501,
+        )),
+    }
+}
+
+/// Encodes a failure response.
+pub fn failure_response(correlation: Option<&Bytes>, failure: &Failure) -> Bytes {
+    request::response(
+        correlation,
+        StatusKeys::Management,
+        failure.status_code,
+        &failure.description,
+        Some(failure.condition),
+        None,
+    )
+}
+
+/// Encodes the response to an entity reply.
+pub fn reply_response(pending: &PendingResponse, result: Result<Reply, EntityError>) -> Bytes {
+    let correlation = pending.correlation.as_ref();
+    let reply = match result {
+        Ok(reply) => reply,
+        Err(error) => return failure_response(correlation, &errors::entity_failure(&error)),
+    };
+    let mut body = BytesMut::new();
+    match (pending.kind, reply) {
+        (ResponseKind::Expirations, Reply::Expirations(expirations)) => {
+            let mut writer = Writer::new(&mut body);
+            let mut map = writer.start_map();
+            writer.string("expirations");
+            // array32 of timestamps
+            let mut array = BytesMut::new();
+            for expiration in &expirations {
+                array.extend_from_slice(&expiration.0.to_be_bytes());
+            }
+            writer.raw(&[0xf0]);
+            writer.raw(&((array.len() + 5) as u32).to_be_bytes());
+            writer.raw(&(expirations.len() as u32).to_be_bytes());
+            writer.raw(&[0x83]);
+            writer.raw(&array);
+            map.count += 2;
+            writer.finish_compound(map);
+        }
+        _ => {
+            let mut writer = Writer::new(&mut body);
+            let map = writer.start_map();
+            writer.finish_compound(map);
+        }
+    }
+    request::response(correlation, StatusKeys::Management, 200, "OK", None, Some(&body))
+}

@@ -1,0 +1,352 @@
+//! Message ⇄ broker adapter: splits a client's encoded message into sections without
+//! re-encoding the body, and builds the bytes of a delivery (a fresh header and message
+//! annotations with the broker's `x-opt-*` values, then the client's sections as sent).
+
+use bytes::{Bytes, BytesMut};
+use fe2o3_amqp_types::messaging::{Header, MessageId, Properties};
+
+use super::codec::{self, CodecError, Writer};
+use super::ids;
+use crate::broker::entity::Record;
+use crate::broker::message::{HeaderFields, Message, SystemProperties};
+use crate::broker::types::{LockToken, MessageState, PropertyValue, Timestamp};
+
+/// Message format of a Service Bus batch: every `data` section is a whole message.
+pub const BATCH_MESSAGE_FORMAT: u32 = 0x8001_3700;
+
+const HEADER: u64 = 0x70;
+const DELIVERY_ANNOTATIONS: u64 = 0x71;
+const MESSAGE_ANNOTATIONS: u64 = 0x72;
+const PROPERTIES: u64 = 0x73;
+const APPLICATION_PROPERTIES: u64 = 0x74;
+const DATA: u64 = 0x75;
+const FOOTER: u64 = 0x78;
+
+/// Annotation keys the broker owns: values sent by clients are dropped and replaced.
+const BROKER_ANNOTATIONS: [&str; 5] = [
+    "x-opt-sequence-number",
+    "x-opt-enqueued-time",
+    "x-opt-locked-until",
+    "x-opt-message-state",
+    "x-opt-lock-token",
+];
+
+/// Why a transfer's payload is not an acceptable message.
+#[derive(Debug, thiserror::Error)]
+pub enum MessageError {
+    /// The bytes are not AMQP.
+    #[error("malformed message: {0}")]
+    Codec(#[from] CodecError),
+    /// A section that must be described is not.
+    #[error("malformed message: section at offset {0} is not a described type")]
+    NotASection(usize),
+    /// A section failed to decode.
+    #[error("malformed message {section}: {reason}")]
+    Section {
+        /// Which section.
+        section: &'static str,
+        /// The decoder's complaint.
+        reason: String,
+    },
+    /// A batch held no messages.
+    #[error("the batch message holds no messages")]
+    EmptyBatch,
+}
+
+fn section_error(section: &'static str, error: impl std::fmt::Display) -> MessageError {
+    MessageError::Section {
+        section,
+        reason: error.to_string(),
+    }
+}
+
+/// Parses the messages of one transfer: a single message, or the messages inside a
+/// batch envelope.
+pub fn parse_transfer(payload: Bytes, message_format: u32) -> Result<Vec<Message>, MessageError> {
+    if message_format != BATCH_MESSAGE_FORMAT {
+        return Ok(vec![parse_message(payload)?]);
+    }
+    let mut messages = Vec::new();
+    let mut at = 0;
+    while at < payload.len() {
+        let length = codec::value_length(&payload, at)?;
+        if codec::section_code(&payload, at) == Some(DATA) {
+            let value_at = at + descriptor_length(&payload, at)?;
+            let (offset, size) = binary_extent(&payload, value_at)?;
+            messages.push(parse_message(payload.slice(offset..offset + size))?);
+        }
+        at += length;
+    }
+    if messages.is_empty() {
+        return Err(MessageError::EmptyBatch);
+    }
+    Ok(messages)
+}
+
+fn descriptor_length(bytes: &[u8], section_at: usize) -> Result<usize, MessageError> {
+    Ok(1 + codec::value_length(bytes, section_at + 1)?)
+}
+
+/// Offset and length of the content of a binary value.
+fn binary_extent(bytes: &[u8], at: usize) -> Result<(usize, usize), MessageError> {
+    let length = codec::value_length(bytes, at)?;
+    match bytes[at] {
+        0xa0 => Ok((at + 2, length - 2)),
+        0xb0 => Ok((at + 5, length - 5)),
+        _ => Err(section_error("data section", "content is not binary")),
+    }
+}
+
+fn message_id_text(id: &MessageId) -> String {
+    match id {
+        MessageId::String(text) => text.clone(),
+        MessageId::Ulong(number) => number.to_string(),
+        MessageId::Uuid(uuid) => ids::format_guid(uuid.as_inner()),
+        MessageId::Binary(bytes) => bytes.iter().map(|byte| format!("{byte:02x}")).collect(),
+    }
+}
+
+/// Parses one encoded message. Assigns a message-id when the sender set none (the JS
+/// SDK's batch items carry none, and its lock renewal needs one).
+pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
+    let mut message = Message::default();
+    let mut body_ranges: Vec<std::ops::Range<usize>> = Vec::new();
+    let mut properties: Option<Properties> = None;
+    let mut at = 0;
+    while at < bytes.len() {
+        let length = codec::value_length(&bytes, at)?;
+        let code = codec::section_code(&bytes, at).ok_or(MessageError::NotASection(at))?;
+        let section = at..at + length;
+        match code {
+            HEADER => {
+                let header: Header = serde_amqp::from_slice(&bytes[section.clone()])
+                    .map_err(|error| section_error("header", error))?;
+                message.header = HeaderFields {
+                    durable: header.durable,
+                    priority: header.priority.0,
+                    time_to_live: header
+                        .ttl
+                        .map(|ttl| std::time::Duration::from_millis(ttl as u64)),
+                };
+            }
+            DELIVERY_ANNOTATIONS => {}
+            MESSAGE_ANNOTATIONS => {
+                parse_annotations(&bytes, at, &mut message)?;
+            }
+            PROPERTIES => {
+                let decoded: Properties = serde_amqp::from_slice(&bytes[section.clone()])
+                    .map_err(|error| section_error("properties", error))?;
+                message.properties_section = bytes.slice(section.clone());
+                properties = Some(decoded);
+            }
+            APPLICATION_PROPERTIES => {
+                message.application_properties_section = bytes.slice(section.clone());
+            }
+            DATA..=FOOTER => body_ranges.push(section),
+            _ => return Err(section_error("section", format!("unknown section 0x{code:x}"))),
+        }
+        at += length;
+    }
+    message.body = join_ranges(&bytes, &body_ranges);
+    let mut properties = properties.unwrap_or_default();
+    if properties.message_id.is_none() {
+        properties.message_id = Some(MessageId::String(ids::format_guid(
+            &ids::unique_guid_bytes(),
+        )));
+        let encoded =
+            serde_amqp::to_vec(&properties).map_err(|error| section_error("properties", error))?;
+        message.properties_section = Bytes::from(encoded);
+    }
+    message.system = SystemProperties {
+        message_id: properties.message_id.as_ref().map(message_id_text),
+        correlation_id: properties.correlation_id.as_ref().map(message_id_text),
+        to: properties.to.clone(),
+        reply_to: properties.reply_to.clone(),
+        subject: properties.subject.clone(),
+        session_id: properties.group_id.clone(),
+        reply_to_session_id: properties.reply_to_group_id.clone(),
+        content_type: properties.content_type.as_ref().map(|symbol| symbol.0.clone()),
+    };
+    Ok(message)
+}
+
+fn join_ranges(bytes: &Bytes, ranges: &[std::ops::Range<usize>]) -> Bytes {
+    match ranges {
+        [] => Bytes::new(),
+        [only] => bytes.slice(only.clone()),
+        [first, .., last] if ranges.windows(2).all(|pair| pair[0].end == pair[1].start) => {
+            bytes.slice(first.start..last.end)
+        }
+        _ => {
+            let mut joined = BytesMut::new();
+            for range in ranges {
+                joined.extend_from_slice(&bytes[range.clone()]);
+            }
+            joined.freeze()
+        }
+    }
+}
+
+fn read_timestamp(bytes: &[u8], range: std::ops::Range<usize>) -> Option<i64> {
+    let value = bytes.get(range)?;
+    if value.len() == 9 && matches!(value[0], 0x83 | 0x81) {
+        let mut raw = [0u8; 8];
+        raw.copy_from_slice(&value[1..]);
+        return Some(i64::from_be_bytes(raw));
+    }
+    None
+}
+
+/// Keeps the client's annotations except the broker-owned keys, and picks out the
+/// scheduled enqueue time.
+fn parse_annotations(bytes: &Bytes, at: usize, message: &mut Message) -> Result<(), MessageError> {
+    let value_at = at + descriptor_length(bytes, at)?;
+    let elements = codec::compound_elements(bytes, value_at)?;
+    let mut kept = BytesMut::new();
+    let mut count = 0;
+    for pair in elements.chunks(2) {
+        let [key, value] = pair else {
+            return Err(section_error("message-annotations", "odd number of map elements"));
+        };
+        let name = codec::read_text(bytes, key.clone()).unwrap_or("");
+        if BROKER_ANNOTATIONS.contains(&name) {
+            continue;
+        }
+        if name == "x-opt-scheduled-enqueue-time" {
+            message.scheduled_enqueue_time = read_timestamp(bytes, value.clone()).map(Timestamp);
+        }
+        if name == "x-opt-enqueue-sequence-number" {
+            message.original_sequence_number = read_timestamp(bytes, value.clone());
+        }
+        kept.extend_from_slice(&bytes[key.start..value.end]);
+        count += 2;
+    }
+    message.annotation_entries = kept.freeze();
+    message.annotation_element_count = count;
+    Ok(())
+}
+
+/// The broker-side view of a delivery to encode.
+pub struct DeliveryView<'a> {
+    /// The record being delivered or peeked.
+    pub record: &'a Record,
+    /// The lock, for peek-lock deliveries.
+    pub lock: Option<(LockToken, Timestamp)>,
+}
+
+/// Encodes a message for delivery: header, annotations, then the client's sections.
+pub fn encode_delivery(view: DeliveryView<'_>, output: &mut BytesMut) {
+    let record = view.record;
+    let message = &record.message;
+    let mut writer = Writer::new(output);
+
+    writer.descriptor(HEADER as u8);
+    let mut header = writer.start_list();
+    writer.boolean(message.header.durable);
+    writer.ubyte(message.header.priority);
+    match record.time_to_live {
+        Some(ttl) => writer.uint(ttl.as_millis().min(u32::MAX as u128) as u32),
+        None => writer.null(),
+    }
+    writer.boolean(record.delivery_count == 0);
+    writer.uint(record.delivery_count);
+    header.count = 5;
+    writer.finish_compound(header);
+
+    writer.descriptor(MESSAGE_ANNOTATIONS as u8);
+    let mut annotations = writer.start_map();
+    writer.symbol("x-opt-sequence-number");
+    writer.long(record.sequence_number.0);
+    writer.symbol("x-opt-enqueued-time");
+    writer.timestamp(record.enqueued_time.0);
+    annotations.count += 4;
+    if let Some((_, until)) = view.lock {
+        writer.symbol("x-opt-locked-until");
+        writer.timestamp(until.0);
+        annotations.count += 2;
+    }
+    if record.state != MessageState::Active {
+        writer.symbol("x-opt-message-state");
+        writer.int(record.state as i32);
+        annotations.count += 2;
+    }
+    writer.raw(&message.annotation_entries);
+    annotations.count += message.annotation_element_count;
+    writer.finish_compound(annotations);
+
+    writer.raw(&message.properties_section);
+    if record.property_changes.is_empty() {
+        writer.raw(&message.application_properties_section);
+    } else {
+        write_changed_application_properties(&mut writer, message, &record.property_changes);
+    }
+    writer.raw(&message.body);
+}
+
+fn write_property_value(writer: &mut Writer<'_>, value: &PropertyValue) {
+    match value {
+        PropertyValue::Null => writer.null(),
+        PropertyValue::Bool(flag) => writer.boolean(*flag),
+        PropertyValue::Long(number) => writer.long(*number),
+        PropertyValue::Double(number) => {
+            writer.raw(&[0x82]);
+            writer.raw(&number.to_be_bytes());
+        }
+        PropertyValue::String(text) => writer.string(text),
+        PropertyValue::Timestamp(millis) => writer.timestamp(*millis),
+        PropertyValue::Uuid(bytes) => writer.uuid(bytes),
+        PropertyValue::Binary(bytes) => writer.binary(bytes),
+    }
+}
+
+/// Rewrites application properties with the broker's changes merged in (changed keys
+/// replace the sender's values).
+fn write_changed_application_properties(
+    writer: &mut Writer<'_>,
+    message: &Message,
+    changes: &[(String, PropertyValue)],
+) {
+    let original = &message.application_properties_section;
+    writer.descriptor(APPLICATION_PROPERTIES as u8);
+    let mut map = writer.start_map();
+    if !original.is_empty() {
+        let value_at = descriptor_length(original, 0).unwrap_or(original.len());
+        if let Ok(elements) = codec::compound_elements(original, value_at) {
+            for pair in elements.chunks(2) {
+                let [key, value] = pair else { break };
+                let name = codec::read_text(original, key.clone()).unwrap_or("");
+                if changes.iter().any(|(changed, _)| changed == name) {
+                    continue;
+                }
+                writer.raw(&original[key.start..value.end]);
+                map.count += 2;
+            }
+        }
+    }
+    // Later changes to the same key win.
+    for (index, (name, value)) in changes.iter().enumerate() {
+        if changes[index + 1..].iter().any(|(later, _)| later == name) {
+            continue;
+        }
+        writer.string(name);
+        write_property_value(writer, value);
+        map.count += 2;
+    }
+    writer.finish_compound(map);
+}
+
+/// Decodes an application-properties section into name → value for the given keys.
+pub fn application_property_text(message: &Message, key: &str) -> Option<String> {
+    let section = &message.application_properties_section;
+    if section.is_empty() {
+        return None;
+    }
+    let value_at = descriptor_length(section, 0).ok()?;
+    let elements = codec::compound_elements(section, value_at).ok()?;
+    elements.chunks(2).find_map(|pair| match pair {
+        [name, value] if codec::read_text(section, name.clone()) == Some(key) => {
+            codec::read_text(section, value.clone()).map(str::to_string)
+        }
+        _ => None,
+    })
+}

@@ -1,0 +1,13 @@
+//! Protocol adapters between AMQP and the broker core: address parsing, message ⇄ broker
+//! message, the one error→condition table, `$cbs`, `$management`, SAS tokens. Nothing here
+//! owns sockets or entity state.
+
+pub mod address;
+pub mod cbs;
+pub mod codec;
+pub mod errors;
+pub mod ids;
+pub mod management;
+pub mod message;
+pub mod request;
+pub mod sas;

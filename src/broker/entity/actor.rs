@@ -1,0 +1,145 @@
+//! The actor shell around [`EntityState`]: receives commands, reads the clock, runs the
+//! pure core, and carries out its effects. One timer is kept armed to the core's earliest
+//! deadline (lock expiry, message expiry, scheduled activation); there is no polling.
+
+use std::collections::HashMap;
+
+use tokio::sync::mpsc;
+
+use super::settings::EntitySettings;
+use super::state::{Effect, EntityState};
+use super::{Command, EntityHandle, Notification, NotificationSender, Reply};
+use crate::broker::types::ReceiverId;
+use crate::clock::Clock;
+
+/// Commands an entity may have queued before senders wait.
+const COMMAND_CAPACITY: usize = 1024;
+
+/// Starts the actor for one entity and returns its handle.
+pub fn spawn(settings: EntitySettings, clock: Clock, token_seed: u64) -> EntityHandle {
+    let (commands, inbox) = mpsc::channel(COMMAND_CAPACITY);
+    let handle = EntityHandle {
+        path: settings.path.as_str().into(),
+        commands,
+    };
+    let actor = Actor {
+        state: EntityState::new(settings, token_seed),
+        clock,
+        sinks: HashMap::new(),
+    };
+    tokio::spawn(actor.run(inbox));
+    handle
+}
+
+/// The task state.
+struct Actor {
+    /// The pure core.
+    state: EntityState,
+    /// Wall-clock source.
+    clock: Clock,
+    /// Where each receiver's deliveries go.
+    sinks: HashMap<ReceiverId, NotificationSender>,
+}
+
+impl Actor {
+    async fn run(mut self, mut inbox: mpsc::Receiver<Command>) {
+        loop {
+            let deadline = self.state.next_deadline();
+            let timer = async {
+                match deadline {
+                    Some(at) => tokio::time::sleep_until(self.clock.instant_at(at)).await,
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                command = inbox.recv() => {
+                    let Some(command) = command else { break };
+                    self.handle(command);
+                    // Take whatever else is queued before flushing effects.
+                    while let Ok(command) = inbox.try_recv() {
+                        self.handle(command);
+                    }
+                }
+                () = timer => {
+                    let now = self.clock.now();
+                    self.state.advance(now);
+                }
+            }
+            self.carry_out_effects();
+        }
+    }
+
+    fn handle(&mut self, command: Command) {
+        let now = self.clock.now();
+        match command {
+            Command::Send { messages, reply } => {
+                let result = self.state.enqueue(now, messages);
+                if let Some(reply) = reply {
+                    reply.send(result.map(Reply::SequenceNumbers));
+                }
+            }
+            Command::AttachReceiver {
+                receiver,
+                sub_queue,
+                mode,
+                sink,
+            } => {
+                self.sinks.insert(receiver, sink);
+                self.state.attach_receiver(now, receiver, sub_queue, mode);
+            }
+            Command::DetachReceiver { receiver } => {
+                self.sinks.remove(&receiver);
+                self.state.detach_receiver(receiver);
+            }
+            Command::Credit {
+                receiver,
+                credit_limit,
+                drain,
+            } => self.state.set_credit(now, receiver, credit_limit, drain),
+            Command::Settle {
+                token,
+                settlement,
+                reply,
+            } => {
+                let result = self.state.settle(now, token, settlement);
+                if let Some(reply) = reply {
+                    reply.send(result.map(|()| Reply::Done));
+                }
+            }
+            Command::RenewLocks { tokens, reply } => {
+                let result: Result<Vec<_>, _> = tokens
+                    .into_iter()
+                    .map(|token| self.state.renew_lock(now, token))
+                    .collect();
+                reply.send(result.map(Reply::Expirations));
+            }
+        }
+    }
+
+    fn carry_out_effects(&mut self) {
+        for effect in self.state.take_effects() {
+            match effect {
+                Effect::Deliver(delivery) => {
+                    let Some(receiver) = delivery.receiver else {
+                        continue;
+                    };
+                    if let Some(sink) = self.sinks.get(&receiver) {
+                        let _ = sink.send(Notification::Deliver(delivery));
+                    }
+                }
+                Effect::Drained {
+                    receiver,
+                    delivery_count,
+                } => {
+                    if let Some(sink) = self.sinks.get(&receiver) {
+                        let _ = sink.send(Notification::Drained {
+                            receiver,
+                            delivery_count,
+                        });
+                    }
+                }
+                Effect::DeadLettered { .. } => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! One queue or subscription: a pure state machine ([`state`]) driven by an actor task
+//! ([`actor`]) that owns it, reached through a cheap, cloneable [`EntityHandle`].
+//!
+//! Await order (deadlock freedom): connection tasks await `EntityHandle::send` (a bounded
+//! channel) — backpressure flows from entity to connection. The entity never awaits a
+//! connection: everything it tells a connection (deliveries, replies) goes through that
+//! connection's unbounded [`NotificationSender`], whose volume is bounded by link credit
+//! and by the requests the connection made.
+
+pub mod actor;
+pub mod settings;
+pub mod state;
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use super::message::Message;
+use super::types::{
+    EntityError, LockToken, ReceiveMode, ReceiverId, SequenceNumber, Settlement, SubQueue,
+    Timestamp,
+};
+pub use state::{Delivery, Record};
+
+/// Identifies a request a connection is waiting on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RequestId(pub u64);
+
+/// What an entity tells a connection.
+#[derive(Debug)]
+pub enum Notification {
+    /// A message for one of the connection's receivers.
+    Deliver(Delivery),
+    /// A receiver's drain completed; its delivery count is now `delivery_count`.
+    Drained {
+        /// The drained receiver.
+        receiver: ReceiverId,
+        /// Link delivery-count after the drain.
+        delivery_count: u32,
+    },
+    /// The answer to a request.
+    Reply {
+        /// Which request.
+        request: RequestId,
+        /// Its outcome.
+        result: Result<Reply, EntityError>,
+    },
+}
+
+/// Successful answers.
+#[derive(Debug)]
+pub enum Reply {
+    /// The operation succeeded with nothing to report.
+    Done,
+    /// Sequence numbers assigned (send, schedule).
+    SequenceNumbers(Vec<SequenceNumber>),
+    /// New lock expirations (renew-lock).
+    Expirations(Vec<Timestamp>),
+    /// Messages (peek, receive-by-sequence-number).
+    Messages(Vec<Delivery>),
+}
+
+/// Where an entity sends notifications for one connection.
+pub type NotificationSender = mpsc::UnboundedSender<Notification>;
+
+/// Who is waiting for a reply.
+#[derive(Debug, Clone)]
+pub struct ReplyTo {
+    /// The waiting connection.
+    pub sink: NotificationSender,
+    /// Its request id.
+    pub request: RequestId,
+}
+
+impl ReplyTo {
+    /// Sends the outcome; a gone connection is ignored.
+    pub fn send(&self, result: Result<Reply, EntityError>) {
+        let _ = self.sink.send(Notification::Reply {
+            request: self.request,
+            result,
+        });
+    }
+}
+
+/// Requests to an entity actor.
+#[derive(Debug)]
+pub enum Command {
+    /// Enqueue messages (one transfer, possibly a batch).
+    Send {
+        /// The messages, in order.
+        messages: Vec<Arc<Message>>,
+        /// Who waits for the outcome (`None` for pre-settled transfers).
+        reply: Option<ReplyTo>,
+    },
+    /// Attach a receiving link.
+    AttachReceiver {
+        /// The link's id.
+        receiver: ReceiverId,
+        /// Which sub-queue it reads.
+        sub_queue: SubQueue,
+        /// Peek-lock or receive-and-delete.
+        mode: ReceiveMode,
+        /// Where deliveries go.
+        sink: NotificationSender,
+    },
+    /// Detach a receiving link.
+    DetachReceiver {
+        /// The link's id.
+        receiver: ReceiverId,
+    },
+    /// Update a receiver's credit.
+    Credit {
+        /// The link's id.
+        receiver: ReceiverId,
+        /// Deliveries allowed until the link delivery-count reaches this value.
+        credit_limit: u32,
+        /// Consume remaining credit after dispatch and report `Drained`.
+        drain: bool,
+    },
+    /// Settle a locked message.
+    Settle {
+        /// The lock.
+        token: LockToken,
+        /// What to do with the message.
+        settlement: Settlement,
+        /// Who waits for the outcome (`None` when the client settled first).
+        reply: Option<ReplyTo>,
+    },
+    /// Renew locks.
+    RenewLocks {
+        /// The locks.
+        tokens: Vec<LockToken>,
+        /// Who waits.
+        reply: ReplyTo,
+    },
+}
+
+/// A cheap handle to an entity actor.
+#[derive(Debug, Clone)]
+pub struct EntityHandle {
+    /// The entity path as configured.
+    pub path: Arc<str>,
+    /// The actor's bounded command channel.
+    commands: mpsc::Sender<Command>,
+}
+
+impl EntityHandle {
+    /// Sends a command; fails with `NotFound` when the entity is gone.
+    pub async fn send(&self, command: Command) -> Result<(), EntityError> {
+        self.commands
+            .send(command)
+            .await
+            .map_err(|_| EntityError::NotFound(self.path.to_string()))
+    }
+}

@@ -1,0 +1,37 @@
+//! The rules an entity runs with, derived from its validated configuration.
+
+use std::time::Duration;
+
+/// Settings of one queue or subscription (topics fan out and hold no messages).
+#[derive(Debug, Clone)]
+pub struct EntitySettings {
+    /// The entity path as configured (`orders`, `events/Subscriptions/all`).
+    pub path: String,
+    /// How long a peek-lock lasts (rule LCK-1).
+    pub lock_duration: Duration,
+    /// Deliveries before a message is dead-lettered (rule LCK-2); at least 1.
+    pub max_delivery_count: u32,
+    /// Default and ceiling for message TTL (rule TTL-2); `None` is unlimited.
+    pub default_message_time_to_live: Option<Duration>,
+    /// Expired messages go to the DLQ instead of being dropped (rule TTL-6).
+    pub dead_lettering_on_message_expiration: bool,
+    /// Quota over all stored messages, in bytes.
+    pub max_size_bytes: u64,
+    /// Messages must carry a session id (rule SES-1).
+    pub requires_session: bool,
+}
+
+impl EntitySettings {
+    /// Settings with Service Bus defaults, for tests and programmatic use.
+    pub fn with_defaults(path: &str) -> EntitySettings {
+        EntitySettings {
+            path: path.to_string(),
+            lock_duration: Duration::from_secs(60),
+            max_delivery_count: 10,
+            default_message_time_to_live: None,
+            dead_lettering_on_message_expiration: false,
+            max_size_bytes: 1024 * 1024 * 1024,
+            requires_session: false,
+        }
+    }
+}

@@ -1,0 +1,744 @@
+//! The pure core of a queue or subscription: its message log and every rule that changes it.
+//!
+//! Owns sequence numbers, enqueued times, locks, delivery counts, TTL expiry, scheduled
+//! activation, the dead-letter sub-queue and credit-based dispatch to receivers. Every
+//! operation takes `now` (wall-clock milliseconds) as an argument and first advances the
+//! state to it, so deadlines are honoured even when the shell's timer fires late. It never
+//! reads a clock, awaits, or performs I/O: deliveries and other consequences are queued as
+//! [`Effect`]s that the actor shell drains with [`EntityState::take_effects`].
+//!
+//! Invariants: a sequence number is assigned once and never reused; a record is in exactly
+//! one store (main or dead-letter); `available` holds exactly the active, unlocked records
+//! of its store; a lock token maps to exactly one locked record.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::settings::EntitySettings;
+use crate::broker::message::Message;
+use crate::broker::types::{
+    EntityError, LockToken, MessageState, PropertyChanges, PropertyValue, ReceiveMode,
+    ReceiverId, SequenceNumber, Settlement, SubQueue, Timestamp,
+};
+
+/// Reason recorded when the delivery count reaches the maximum (rule LCK-2).
+pub const MAX_DELIVERY_COUNT_EXCEEDED: &str = "MaxDeliveryCountExceeded";
+/// Reason recorded when an expired message is dead-lettered (rule TTL-6).
+pub const TTL_EXPIRED: &str = "TTLExpiredException";
+
+/// A message's state inside one entity (one copy: subscriptions each hold their own).
+#[derive(Debug, Clone)]
+pub struct Record {
+    /// The shared, immutable message.
+    pub message: Arc<Message>,
+    /// Assigned at enqueue (or activation for scheduled messages).
+    pub sequence_number: SequenceNumber,
+    /// Stamped by the broker at enqueue (rule SEQ-3).
+    pub enqueued_time: Timestamp,
+    /// Effective TTL: the message's own, lowered to the entity default (rule TTL-2).
+    pub time_to_live: Option<Duration>,
+    /// Absolute expiry (rule TTL-1); `None` never expires.
+    pub expires_at: Option<Timestamp>,
+    /// Failed deliveries so far (`header.delivery-count`).
+    pub delivery_count: u32,
+    /// Active, deferred or scheduled.
+    pub state: MessageState,
+    /// The current peek-lock, if any.
+    pub lock: Option<Lock>,
+    /// Application properties the broker merged in (dead-letter reason, properties-to-modify).
+    pub property_changes: PropertyChanges,
+}
+
+/// A peek-lock held on a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lock {
+    /// The token the receiver settles with.
+    pub token: LockToken,
+    /// When the lock lapses.
+    pub until: Timestamp,
+}
+
+/// A message handed to a receiver (or returned by a peek), with the broker's metadata.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    /// The receiving link, or `None` for management replies.
+    pub receiver: Option<ReceiverId>,
+    /// A snapshot of the record at delivery time.
+    pub record: Record,
+}
+
+/// A consequence of an operation that the shell carries out.
+#[derive(Debug, Clone)]
+pub enum Effect {
+    /// Send this message to its receiver.
+    Deliver(Delivery),
+    /// A drain request was honoured: the receiver's delivery count advanced to this value.
+    Drained {
+        /// The draining receiver.
+        receiver: ReceiverId,
+        /// The link delivery-count after consuming all credit.
+        delivery_count: u32,
+    },
+    /// A message entered the dead-letter sub-queue.
+    DeadLettered {
+        /// Its sequence number.
+        sequence_number: SequenceNumber,
+        /// The recorded reason.
+        reason: Option<String>,
+    },
+}
+
+/// Messages of one sub-queue.
+#[derive(Debug, Default)]
+struct Store {
+    /// Every record of this sub-queue by sequence number.
+    records: BTreeMap<SequenceNumber, Record>,
+    /// Active, unlocked records in delivery order.
+    available: BTreeSet<SequenceNumber>,
+}
+
+/// What a timer deadline is for; ordered so the deadline set is a priority queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Deadline {
+    /// A peek-lock lapses.
+    Lock(LockToken),
+    /// A main-queue message reaches its expiry.
+    Expiry(SequenceNumber),
+    /// A scheduled message becomes active.
+    Activation(SequenceNumber),
+}
+
+/// A receiver's credit, in link delivery-count arithmetic (wrapping u32).
+#[derive(Debug)]
+struct ReceiverState {
+    /// The sub-queue it takes from.
+    sub_queue: SubQueue,
+    /// Peek-lock or receive-and-delete.
+    mode: ReceiveMode,
+    /// Deliveries so far (the link's delivery-count).
+    delivered: u32,
+    /// The receiver may take deliveries while `delivered` is before this value.
+    credit_limit: u32,
+    /// A drain was requested and is answered after the next dispatch.
+    drain: bool,
+}
+
+impl ReceiverState {
+    fn has_credit(&self) -> bool {
+        (self.credit_limit.wrapping_sub(self.delivered) as i32) > 0
+    }
+}
+
+/// The state of one queue or subscription.
+#[derive(Debug)]
+pub struct EntityState {
+    /// The rules this entity runs with.
+    settings: EntitySettings,
+    /// The next sequence number to assign (rule SEQ-1: from 1, gapless).
+    next_sequence_number: i64,
+    /// Messages of the entity itself.
+    main: Store,
+    /// The dead-letter sub-queue (rule DLQ-1).
+    dead_letter: Store,
+    /// Lock token → where the locked record is.
+    locks: HashMap<LockToken, (SubQueue, SequenceNumber)>,
+    /// Pending deadlines, earliest first. Entries may be stale; they are checked on firing.
+    deadlines: BTreeSet<(Timestamp, Deadline)>,
+    /// Attached receivers.
+    receivers: HashMap<ReceiverId, ReceiverState>,
+    /// Round-robin order of receivers for fair dispatch.
+    receiver_order: VecDeque<ReceiverId>,
+    /// Bytes stored across both sub-queues, counted against `max_size_bytes`.
+    stored_bytes: u64,
+    /// Mixed into lock tokens so tokens differ across entities and restarts.
+    token_seed: u64,
+    /// Lock tokens issued so far.
+    tokens_issued: u64,
+    /// Effects not yet taken by the shell.
+    effects: Vec<Effect>,
+}
+
+fn mix(mut value: u64) -> u64 {
+    // splitmix64 finaliser: spreads a counter over all bits.
+    value = value.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    value = (value ^ (value >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    value = (value ^ (value >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    value ^ (value >> 31)
+}
+
+impl EntityState {
+    /// An empty entity. `token_seed` should differ per entity and per process start.
+    pub fn new(settings: EntitySettings, token_seed: u64) -> EntityState {
+        EntityState {
+            settings,
+            next_sequence_number: 1,
+            main: Store::default(),
+            dead_letter: Store::default(),
+            locks: HashMap::new(),
+            deadlines: BTreeSet::new(),
+            receivers: HashMap::new(),
+            receiver_order: VecDeque::new(),
+            stored_bytes: 0,
+            token_seed,
+            tokens_issued: 0,
+            effects: Vec::new(),
+        }
+    }
+
+    /// The settings this entity runs with.
+    pub fn settings(&self) -> &EntitySettings {
+        &self.settings
+    }
+
+    /// Effects produced since the last call, in order.
+    pub fn take_effects(&mut self) -> Vec<Effect> {
+        std::mem::take(&mut self.effects)
+    }
+
+    /// The earliest pending deadline, for the shell's single timer.
+    pub fn next_deadline(&self) -> Option<Timestamp> {
+        self.deadlines.first().map(|(at, _)| *at)
+    }
+
+    /// Number of records in a sub-queue (all states), for tests and diagnostics.
+    pub fn message_count(&self, sub_queue: SubQueue) -> usize {
+        self.store(sub_queue).records.len()
+    }
+
+    /// Looks up a record by sequence number.
+    pub fn record(&self, sub_queue: SubQueue, sequence_number: SequenceNumber) -> Option<&Record> {
+        self.store(sub_queue).records.get(&sequence_number)
+    }
+
+    fn store(&self, sub_queue: SubQueue) -> &Store {
+        match sub_queue {
+            SubQueue::Main => &self.main,
+            SubQueue::DeadLetter | SubQueue::TransferDeadLetter => &self.dead_letter,
+        }
+    }
+
+    fn store_mut(&mut self, sub_queue: SubQueue) -> &mut Store {
+        match sub_queue {
+            SubQueue::Main => &mut self.main,
+            SubQueue::DeadLetter | SubQueue::TransferDeadLetter => &mut self.dead_letter,
+        }
+    }
+
+    /// Processes every deadline due at `now`: lock expiry, message expiry, activation.
+    pub fn advance(&mut self, now: Timestamp) {
+        while let Some(&(at, deadline)) = self.deadlines.first() {
+            if at > now {
+                break;
+            }
+            self.deadlines.pop_first();
+            match deadline {
+                Deadline::Lock(token) => self.expire_lock(now, token),
+                Deadline::Expiry(sequence_number) => self.expire_if_due(now, sequence_number),
+                Deadline::Activation(sequence_number) => self.activate(now, sequence_number),
+            }
+        }
+        self.dispatch(now);
+    }
+
+    /// Accepts messages from a sender (rules SEQ-1, SEQ-3, TTL-1, TTL-2, SCH-1).
+    /// All or none are accepted.
+    pub fn enqueue(
+        &mut self,
+        now: Timestamp,
+        messages: Vec<Arc<Message>>,
+    ) -> Result<Vec<SequenceNumber>, EntityError> {
+        self.advance(now);
+        let incoming: u64 = messages.iter().map(|message| message.size() as u64).sum();
+        if self.stored_bytes + incoming > self.settings.max_size_bytes {
+            return Err(EntityError::QuotaExceeded {
+                entity: self.settings.path.clone(),
+                size: self.stored_bytes,
+                limit: self.settings.max_size_bytes,
+            });
+        }
+        if self.settings.requires_session
+            && messages
+                .iter()
+                .any(|message| message.system.session_id.is_none())
+        {
+            return Err(EntityError::NotAllowed(format!(
+                "The SessionId was not set on a message, and it cannot be sent to the entity '{}'. Entities that have session support enabled can only receive messages that have the SessionId set to a valid value.",
+                self.settings.path
+            )));
+        }
+        let mut sequence_numbers = Vec::with_capacity(messages.len());
+        for message in messages {
+            self.stored_bytes += message.size() as u64;
+            let sequence_number = match message.scheduled_enqueue_time {
+                Some(at) if at > now => self.insert_scheduled(now, message, at),
+                _ => self.append(now, message, 0, Vec::new()),
+            };
+            sequence_numbers.push(sequence_number);
+        }
+        self.dispatch(now);
+        Ok(sequence_numbers)
+    }
+
+    fn allocate_sequence_number(&mut self) -> SequenceNumber {
+        let sequence_number = SequenceNumber(self.next_sequence_number);
+        self.next_sequence_number += 1;
+        sequence_number
+    }
+
+    fn effective_time_to_live(&self, message: &Message) -> Option<Duration> {
+        match (
+            message.header.time_to_live,
+            self.settings.default_message_time_to_live,
+        ) {
+            (Some(own), Some(ceiling)) => Some(own.min(ceiling)),
+            (own, ceiling) => own.or(ceiling),
+        }
+    }
+
+    /// Appends an active message at the tail of the main queue.
+    fn append(
+        &mut self,
+        now: Timestamp,
+        message: Arc<Message>,
+        delivery_count: u32,
+        property_changes: PropertyChanges,
+    ) -> SequenceNumber {
+        let sequence_number = self.allocate_sequence_number();
+        let time_to_live = self.effective_time_to_live(&message);
+        let expires_at = time_to_live.map(|ttl| now.plus(ttl));
+        if let Some(at) = expires_at {
+            self.deadlines.insert((at, Deadline::Expiry(sequence_number)));
+        }
+        self.main.records.insert(
+            sequence_number,
+            Record {
+                message,
+                sequence_number,
+                enqueued_time: now,
+                time_to_live,
+                expires_at,
+                delivery_count,
+                state: MessageState::Active,
+                lock: None,
+                property_changes,
+            },
+        );
+        self.main.available.insert(sequence_number);
+        sequence_number
+    }
+
+    fn insert_scheduled(
+        &mut self,
+        now: Timestamp,
+        message: Arc<Message>,
+        at: Timestamp,
+    ) -> SequenceNumber {
+        let sequence_number = self.allocate_sequence_number();
+        let time_to_live = self.effective_time_to_live(&message);
+        self.deadlines
+            .insert((at, Deadline::Activation(sequence_number)));
+        self.main.records.insert(
+            sequence_number,
+            Record {
+                message,
+                sequence_number,
+                enqueued_time: now,
+                time_to_live,
+                expires_at: None,
+                delivery_count: 0,
+                state: MessageState::Scheduled,
+                lock: None,
+                property_changes: Vec::new(),
+            },
+        );
+        sequence_number
+    }
+
+    /// A scheduled message materialises with a new sequence number (rules SCH-3, TTL-10).
+    fn activate(&mut self, now: Timestamp, sequence_number: SequenceNumber) {
+        let scheduled = matches!(
+            self.main.records.get(&sequence_number),
+            Some(record) if record.state == MessageState::Scheduled
+        );
+        if !scheduled {
+            return;
+        }
+        if let Some(record) = self.main.records.remove(&sequence_number) {
+            self.append(now, record.message, 0, record.property_changes);
+        }
+    }
+
+    /// Cancels scheduled messages (rule SCH-4). Unknown or already activated numbers are
+    /// ignored: activation wins a race with cancellation.
+    pub fn cancel_scheduled(&mut self, now: Timestamp, sequence_numbers: &[SequenceNumber]) {
+        self.advance(now);
+        for sequence_number in sequence_numbers {
+            let scheduled = matches!(
+                self.main.records.get(sequence_number),
+                Some(record) if record.state == MessageState::Scheduled
+            );
+            if scheduled {
+                if let Some(record) = self.main.records.remove(sequence_number) {
+                    self.stored_bytes -= record.message.size() as u64;
+                }
+            }
+        }
+    }
+
+    /// Attaches a receiver with no credit.
+    pub fn attach_receiver(
+        &mut self,
+        now: Timestamp,
+        receiver: ReceiverId,
+        sub_queue: SubQueue,
+        mode: ReceiveMode,
+    ) {
+        self.advance(now);
+        self.receivers.insert(
+            receiver,
+            ReceiverState {
+                sub_queue,
+                mode,
+                delivered: 0,
+                credit_limit: 0,
+                drain: false,
+            },
+        );
+        self.receiver_order.push_back(receiver);
+    }
+
+    /// Detaches a receiver. Its locks stay valid until they expire, as in Service Bus,
+    /// so messages can still be settled through `$management`.
+    pub fn detach_receiver(&mut self, receiver: ReceiverId) {
+        self.receivers.remove(&receiver);
+        self.receiver_order.retain(|id| *id != receiver);
+    }
+
+    /// Sets a receiver's credit: it may take deliveries until its delivery count reaches
+    /// `credit_limit` (= the client's delivery-count + link-credit). With `drain`, whatever
+    /// credit is left after dispatch is consumed and [`Effect::Drained`] is emitted.
+    pub fn set_credit(
+        &mut self,
+        now: Timestamp,
+        receiver: ReceiverId,
+        credit_limit: u32,
+        drain: bool,
+    ) {
+        self.advance(now);
+        if let Some(state) = self.receivers.get_mut(&receiver) {
+            state.credit_limit = credit_limit;
+            state.drain = drain;
+        }
+        self.dispatch(now);
+    }
+
+    /// Hands available messages to receivers with credit, round-robin, in sequence order.
+    fn dispatch(&mut self, now: Timestamp) {
+        loop {
+            let mut delivered_any = false;
+            for _ in 0..self.receiver_order.len() {
+                let Some(receiver) = self.receiver_order.pop_front() else {
+                    break;
+                };
+                self.receiver_order.push_back(receiver);
+                let Some(state) = self.receivers.get(&receiver) else {
+                    continue;
+                };
+                if !state.has_credit() {
+                    continue;
+                }
+                let (sub_queue, mode) = (state.sub_queue, state.mode);
+                if self.deliver_next(now, receiver, sub_queue, mode) {
+                    delivered_any = true;
+                }
+            }
+            if !delivered_any {
+                break;
+            }
+        }
+        for (receiver, state) in self.receivers.iter_mut() {
+            if state.drain {
+                state.drain = false;
+                state.delivered = state.credit_limit;
+                self.effects.push(Effect::Drained {
+                    receiver: *receiver,
+                    delivery_count: state.delivered,
+                });
+            }
+        }
+    }
+
+    /// Delivers the first available, unexpired message of `sub_queue` to `receiver`.
+    fn deliver_next(
+        &mut self,
+        now: Timestamp,
+        receiver: ReceiverId,
+        sub_queue: SubQueue,
+        mode: ReceiveMode,
+    ) -> bool {
+        loop {
+            let Some(sequence_number) = self.store_mut(sub_queue).available.pop_first() else {
+                return false;
+            };
+            let expired = sub_queue == SubQueue::Main
+                && matches!(
+                    self.main.records.get(&sequence_number),
+                    Some(Record { expires_at: Some(at), .. }) if *at <= now
+                );
+            if expired {
+                // Rule TTL-4: an expired message is never delivered.
+                self.expire(now, sequence_number);
+                continue;
+            }
+            let lock = match mode {
+                ReceiveMode::PeekLock => Some(self.new_lock(now)),
+                ReceiveMode::ReceiveAndDelete => None,
+            };
+            let record = match mode {
+                ReceiveMode::PeekLock => {
+                    let Some(record) = self.store_mut(sub_queue).records.get_mut(&sequence_number)
+                    else {
+                        continue;
+                    };
+                    record.lock = lock;
+                    record.clone()
+                }
+                ReceiveMode::ReceiveAndDelete => {
+                    let Some(record) = self.store_mut(sub_queue).records.remove(&sequence_number)
+                    else {
+                        continue;
+                    };
+                    self.stored_bytes -= record.message.size() as u64;
+                    record
+                }
+            };
+            if let Some(lock) = lock {
+                self.locks.insert(lock.token, (sub_queue, sequence_number));
+                self.deadlines
+                    .insert((lock.until, Deadline::Lock(lock.token)));
+            }
+            if let Some(state) = self.receivers.get_mut(&receiver) {
+                state.delivered = state.delivered.wrapping_add(1);
+            }
+            self.effects.push(Effect::Deliver(Delivery {
+                receiver: Some(receiver),
+                record,
+            }));
+            return true;
+        }
+    }
+
+    fn new_lock(&mut self, now: Timestamp) -> Lock {
+        self.tokens_issued += 1;
+        let high = mix(self.token_seed ^ self.tokens_issued.rotate_left(17));
+        let mut bytes = [0u8; 16];
+        bytes[..8].copy_from_slice(&high.to_be_bytes());
+        bytes[8..].copy_from_slice(&self.tokens_issued.to_be_bytes());
+        // Mark it as a version-4 style GUID so tools display it as one.
+        bytes[6] = (bytes[6] & 0x0f) | 0x40;
+        bytes[8] = (bytes[8] & 0x3f) | 0x80;
+        Lock {
+            token: LockToken(bytes),
+            until: now.plus(self.settings.lock_duration),
+        }
+    }
+
+    /// Finds the locked record for `token`, if the lock is still held at `now`.
+    fn locked(&self, now: Timestamp, token: LockToken) -> Option<(SubQueue, SequenceNumber)> {
+        let &(sub_queue, sequence_number) = self.locks.get(&token)?;
+        let record = self.store(sub_queue).records.get(&sequence_number)?;
+        match record.lock {
+            Some(lock) if lock.token == token && lock.until > now => {
+                Some((sub_queue, sequence_number))
+            }
+            _ => None,
+        }
+    }
+
+    /// Settles a locked message (rules LCK-1..4, DLQ-4). An unknown or expired lock is
+    /// `LockLost` (rule LCK-3).
+    pub fn settle(
+        &mut self,
+        now: Timestamp,
+        token: LockToken,
+        settlement: Settlement,
+    ) -> Result<(), EntityError> {
+        self.advance(now);
+        let (sub_queue, sequence_number) =
+            self.locked(now, token).ok_or(EntityError::LockLost)?;
+        self.locks.remove(&token);
+        let Some(record) = self.store_mut(sub_queue).records.get_mut(&sequence_number) else {
+            return Err(EntityError::LockLost);
+        };
+        record.lock = None;
+        match settlement {
+            Settlement::Complete => {
+                if let Some(record) = self.store_mut(sub_queue).records.remove(&sequence_number) {
+                    self.stored_bytes -= record.message.size() as u64;
+                }
+            }
+            Settlement::Release => self.make_available(now, sub_queue, sequence_number),
+            Settlement::Abandon { properties } => {
+                record.property_changes.extend(properties);
+                self.count_failed_delivery(now, sub_queue, sequence_number);
+            }
+            Settlement::Defer { properties } => {
+                record.property_changes.extend(properties);
+                record.state = MessageState::Deferred;
+            }
+            Settlement::DeadLetter {
+                reason,
+                description,
+                properties,
+            } => {
+                record.property_changes.extend(properties);
+                self.dead_letter(sub_queue, sequence_number, reason, description);
+            }
+        }
+        self.dispatch(now);
+        Ok(())
+    }
+
+    /// Extends a lock by the lock duration (rule LCK-1) and returns the new expiry.
+    pub fn renew_lock(&mut self, now: Timestamp, token: LockToken) -> Result<Timestamp, EntityError> {
+        self.advance(now);
+        let (sub_queue, sequence_number) =
+            self.locked(now, token).ok_or(EntityError::LockLost)?;
+        let until = now.plus(self.settings.lock_duration);
+        if let Some(record) = self.store_mut(sub_queue).records.get_mut(&sequence_number) {
+            record.lock = Some(Lock { token, until });
+        }
+        self.deadlines.insert((until, Deadline::Lock(token)));
+        Ok(until)
+    }
+
+    fn expire_lock(&mut self, now: Timestamp, token: LockToken) {
+        let Some(&(sub_queue, sequence_number)) = self.locks.get(&token) else {
+            return;
+        };
+        let lapsed = matches!(
+            self.store(sub_queue).records.get(&sequence_number),
+            Some(Record { lock: Some(lock), .. }) if lock.token == token && lock.until <= now
+        );
+        if !lapsed {
+            return; // renewed: a later deadline is pending
+        }
+        self.locks.remove(&token);
+        if let Some(record) = self.store_mut(sub_queue).records.get_mut(&sequence_number) {
+            record.lock = None;
+        }
+        // Rule LCK-2: lock expiry counts as a failed delivery.
+        self.count_failed_delivery(now, sub_queue, sequence_number);
+    }
+
+    /// Abandon or lock expiry: count the attempt, dead-letter at the maximum, else return
+    /// the message (expiring it first if its TTL passed while locked, rule TTL-5).
+    fn count_failed_delivery(
+        &mut self,
+        now: Timestamp,
+        sub_queue: SubQueue,
+        sequence_number: SequenceNumber,
+    ) {
+        let max = self.settings.max_delivery_count;
+        let Some(record) = self.store_mut(sub_queue).records.get_mut(&sequence_number) else {
+            return;
+        };
+        record.delivery_count += 1;
+        if record.delivery_count >= max && sub_queue == SubQueue::Main {
+            let description = format!(
+                "Message could not be consumed after {max} delivery attempts."
+            );
+            self.dead_letter(
+                sub_queue,
+                sequence_number,
+                Some(MAX_DELIVERY_COUNT_EXCEEDED.to_string()),
+                Some(description),
+            );
+        } else {
+            self.make_available(now, sub_queue, sequence_number);
+        }
+    }
+
+    fn make_available(&mut self, now: Timestamp, sub_queue: SubQueue, sequence_number: SequenceNumber) {
+        let expired = sub_queue == SubQueue::Main
+            && matches!(
+                self.main.records.get(&sequence_number),
+                Some(Record { expires_at: Some(at), .. }) if *at <= now
+            );
+        if expired {
+            self.expire(now, sequence_number);
+        } else {
+            self.store_mut(sub_queue).available.insert(sequence_number);
+        }
+    }
+
+    fn expire_if_due(&mut self, now: Timestamp, sequence_number: SequenceNumber) {
+        let due = matches!(
+            self.main.records.get(&sequence_number),
+            Some(record) if record.state == MessageState::Active
+                && record.lock.is_none()
+                && matches!(record.expires_at, Some(at) if at <= now)
+        );
+        if due {
+            self.main.available.remove(&sequence_number);
+            self.expire(now, sequence_number);
+        }
+    }
+
+    /// Removes an expired main-queue message: dead-letter or drop (rule TTL-6).
+    fn expire(&mut self, _now: Timestamp, sequence_number: SequenceNumber) {
+        if self.settings.dead_lettering_on_message_expiration {
+            self.dead_letter(
+                SubQueue::Main,
+                sequence_number,
+                Some(TTL_EXPIRED.to_string()),
+                Some("The message expired and was dead lettered.".to_string()),
+            );
+        } else if let Some(record) = self.main.records.remove(&sequence_number) {
+            self.main.available.remove(&sequence_number);
+            self.stored_bytes -= record.message.size() as u64;
+        }
+    }
+
+    /// Moves a main-queue record into the dead-letter sub-queue, keeping its sequence
+    /// number; dead-lettered messages never expire (rule TTL-8). A record already in the
+    /// dead-letter queue just becomes available again.
+    fn dead_letter(
+        &mut self,
+        sub_queue: SubQueue,
+        sequence_number: SequenceNumber,
+        reason: Option<String>,
+        description: Option<String>,
+    ) {
+        if sub_queue != SubQueue::Main {
+            self.dead_letter.available.insert(sequence_number);
+            return;
+        }
+        self.main.available.remove(&sequence_number);
+        let Some(mut record) = self.main.records.remove(&sequence_number) else {
+            return;
+        };
+        record.lock = None;
+        record.state = MessageState::Active;
+        record.expires_at = None;
+        if let Some(reason) = &reason {
+            record.property_changes.push((
+                "DeadLetterReason".to_string(),
+                PropertyValue::String(reason.clone()),
+            ));
+        }
+        if let Some(description) = description {
+            record.property_changes.push((
+                "DeadLetterErrorDescription".to_string(),
+                PropertyValue::String(description),
+            ));
+        }
+        self.dead_letter.records.insert(sequence_number, record);
+        self.dead_letter.available.insert(sequence_number);
+        self.effects.push(Effect::DeadLettered {
+            sequence_number,
+            reason,
+        });
+    }
+}

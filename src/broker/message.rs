@@ -1,0 +1,77 @@
+//! The broker's view of a message: the client's encoded sections kept as bytes, plus the
+//! few fields the rules need, parsed once at ingress. A `Message` is immutable and shared
+//! (`Arc`) by every copy (subscriptions, dead-letter moves); per-copy state lives in the
+//! entity's records.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::types::Timestamp;
+
+/// Sender-chosen header fields kept for redelivery (the broker sets `delivery-count`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HeaderFields {
+    /// `header.durable`.
+    pub durable: bool,
+    /// `header.priority` (AMQP default 4).
+    pub priority: u8,
+    /// `header.ttl`: the message's own time to live (rule TTL-1).
+    pub time_to_live: Option<Duration>,
+}
+
+/// System properties the broker reads (filters, sessions, duplicate detection).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SystemProperties {
+    /// `properties.message-id` as text (assigned at ingress if the sender set none).
+    pub message_id: Option<String>,
+    /// `properties.correlation-id` as text.
+    pub correlation_id: Option<String>,
+    /// `properties.to`.
+    pub to: Option<String>,
+    /// `properties.reply-to`.
+    pub reply_to: Option<String>,
+    /// `properties.subject` (the Service Bus label).
+    pub subject: Option<String>,
+    /// `properties.group-id` (the Service Bus session id).
+    pub session_id: Option<String>,
+    /// `properties.reply-to-group-id`.
+    pub reply_to_session_id: Option<String>,
+    /// `properties.content-type`.
+    pub content_type: Option<String>,
+}
+
+/// One message as accepted from a client.
+#[derive(Debug, Clone, Default)]
+pub struct Message {
+    /// Header fields to reproduce on delivery.
+    pub header: HeaderFields,
+    /// The client's message annotations as encoded map entries (keys and values, without
+    /// the map constructor), broker-owned `x-opt-*` keys removed.
+    pub annotation_entries: Bytes,
+    /// Number of encoded elements in `annotation_entries` (keys plus values).
+    pub annotation_element_count: u32,
+    /// The encoded properties section, descriptor included (empty if none).
+    pub properties_section: Bytes,
+    /// The encoded application-properties section, descriptor included (empty if none).
+    pub application_properties_section: Bytes,
+    /// Body sections and footer, exactly as sent.
+    pub body: Bytes,
+    /// Parsed system properties.
+    pub system: SystemProperties,
+    /// `x-opt-scheduled-enqueue-time`, when the sender scheduled the message (rule SCH-1).
+    pub scheduled_enqueue_time: Option<Timestamp>,
+    /// `x-opt-enqueue-sequence-number` carried from a source entity when forwarded.
+    pub original_sequence_number: Option<i64>,
+}
+
+impl Message {
+    /// Encoded size in bytes, counted against entity quotas.
+    pub fn size(&self) -> usize {
+        self.annotation_entries.len()
+            + self.properties_section.len()
+            + self.application_properties_section.len()
+            + self.body.len()
+            + 16
+    }
+}

@@ -1,0 +1,7 @@
+//! The broker core: entities, their message logs and rules. No sockets, no AMQP frames.
+
+pub mod entity;
+pub mod message;
+pub mod registry;
+pub mod topic;
+pub mod types;

@@ -1,0 +1,185 @@
+//! Command-line interface (clap derive).
+//!
+//! `ferrobus [--config FILE] [--listen ADDR] [--log-level LEVEL]` runs the broker;
+//! `ferrobus --check-config FILE` validates a file, prints its summary and exits 0 or 1.
+//! This module only parses arguments and locates the config file; loading it, applying
+//! `--listen` and initialising logging are `main.rs`'s job.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+
+/// Where the broker looks for its configuration when `--config` is not given, relative to
+/// the working directory.
+pub const DEFAULT_CONFIG_PATH: &str = "config/ferrobus.toml";
+
+/// Log filter used when `--log-level` is not given.
+pub const DEFAULT_LOG_LEVEL: &str = "info";
+
+/// Parsed command line.
+#[derive(Debug, Clone, PartialEq, Eq, Parser)]
+#[command(
+    name = "ferrobus",
+    version,
+    about = "A standalone AMQP 1.0 broker with Azure Service Bus semantics"
+)]
+pub struct Cli {
+    /// Configuration file [default: config/ferrobus.toml if it exists, else the built-in
+    /// sample namespace].
+    #[arg(long, value_name = "FILE", conflicts_with = "check_config")]
+    pub config: Option<PathBuf>,
+
+    /// Address to listen on, overriding `server.listen` (e.g. 0.0.0.0:5672).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+
+    /// Log level (trace, debug, info, warn, error) or a tracing EnvFilter directive such as
+    /// "ferrobus=debug,info" [default: info].
+    #[arg(long, value_name = "LEVEL", value_parser = parse_log_level)]
+    pub log_level: Option<String>,
+
+    /// Validate FILE, print a summary of its entities, and exit (0 if valid, 1 if not).
+    #[arg(long, value_name = "FILE")]
+    pub check_config: Option<PathBuf>,
+}
+
+impl Cli {
+    /// The log filter to install: `--log-level`, or [`DEFAULT_LOG_LEVEL`].
+    pub fn log_filter(&self) -> &str {
+        self.log_level.as_deref().unwrap_or(DEFAULT_LOG_LEVEL)
+    }
+}
+
+/// Accepts a level name (any case, normalised to lower case) or something shaped like an
+/// EnvFilter directive; the directive's full grammar is checked when logging starts.
+fn parse_log_level(text: &str) -> Result<String, String> {
+    let trimmed = text.trim();
+    let lower = trimmed.to_ascii_lowercase();
+    if matches!(
+        lower.as_str(),
+        "trace" | "debug" | "info" | "warn" | "error" | "off"
+    ) {
+        return Ok(lower);
+    }
+    if trimmed.is_empty() || trimmed.chars().any(char::is_whitespace) {
+        return Err(format!(
+            "{text:?} is not a log level (expected trace, debug, info, warn, error, or a directive like \"ferrobus=debug\")"
+        ));
+    }
+    Ok(trimmed.to_string())
+}
+
+/// The config file to load: the explicit `--config` path (even if missing, so the error
+/// names it); else [`DEFAULT_CONFIG_PATH`] if it exists in the working directory; else
+/// `None`, meaning [`crate::config::Config::builtin_default`].
+pub fn resolve_config_path(cli_config: Option<&Path>) -> Option<PathBuf> {
+    resolve_config_path_in(cli_config, Path::new(""))
+}
+
+/// [`resolve_config_path`] with the working directory given (for tests).
+fn resolve_config_path_in(cli_config: Option<&Path>, working_directory: &Path) -> Option<PathBuf> {
+    if let Some(path) = cli_config {
+        return Some(path.to_path_buf());
+    }
+    let candidate = working_directory.join(DEFAULT_CONFIG_PATH);
+    candidate.is_file().then_some(candidate)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn parse(arguments: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("ferrobus").chain(arguments.iter().copied()))
+    }
+
+    #[test]
+    fn definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn no_arguments_means_defaults() -> Result<(), clap::Error> {
+        let cli = parse(&[])?;
+        assert_eq!(cli.config, None);
+        assert_eq!(cli.listen, None);
+        assert_eq!(cli.check_config, None);
+        assert_eq!(cli.log_filter(), "info");
+        Ok(())
+    }
+
+    #[test]
+    fn run_arguments_are_parsed() -> Result<(), clap::Error> {
+        let cli = parse(&[
+            "--config",
+            "my.toml",
+            "--listen",
+            "0.0.0.0:5673",
+            "--log-level",
+            "DEBUG",
+        ])?;
+        assert_eq!(cli.config, Some(PathBuf::from("my.toml")));
+        assert_eq!(cli.listen, Some(SocketAddr::from(([0, 0, 0, 0], 5673))));
+        assert_eq!(cli.log_filter(), "debug");
+        Ok(())
+    }
+
+    #[test]
+    fn log_level_accepts_env_filter_directives() -> Result<(), clap::Error> {
+        let cli = parse(&["--log-level", "ferrobus=trace,warn"])?;
+        assert_eq!(cli.log_filter(), "ferrobus=trace,warn");
+        assert!(parse(&["--log-level", "very loud"]).is_err());
+        assert!(parse(&["--log-level", ""]).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn bad_listen_address_is_rejected() {
+        assert!(parse(&["--listen", "localhost"]).is_err());
+    }
+
+    #[test]
+    fn check_config_takes_a_file_and_excludes_config() -> Result<(), clap::Error> {
+        let cli = parse(&["--check-config", "x.toml"])?;
+        assert_eq!(cli.check_config, Some(PathBuf::from("x.toml")));
+        assert!(parse(&["--check-config", "x.toml", "--config", "y.toml"]).is_err());
+        assert!(parse(&["--check-config"]).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn version_and_help_are_provided() {
+        let version = parse(&["--version"]).err().map(|error| error.kind());
+        assert_eq!(version, Some(clap::error::ErrorKind::DisplayVersion));
+        let help = parse(&["--help"]).err().map(|error| error.kind());
+        assert_eq!(help, Some(clap::error::ErrorKind::DisplayHelp));
+    }
+
+    #[test]
+    fn explicit_config_path_wins_even_if_missing() {
+        let path = Path::new("/nonexistent/ferrobus.toml");
+        assert_eq!(
+            resolve_config_path_in(Some(path), Path::new("/nonexistent")),
+            Some(path.to_path_buf())
+        );
+    }
+
+    #[test]
+    fn default_config_path_is_used_only_if_it_exists() -> std::io::Result<()> {
+        let directory =
+            std::env::temp_dir().join(format!("ferrobus-cli-test-{}", std::process::id()));
+        let empty = directory.join("empty");
+        let with_config = directory.join("with-config");
+        std::fs::create_dir_all(&empty)?;
+        std::fs::create_dir_all(with_config.join("config"))?;
+        std::fs::write(with_config.join(DEFAULT_CONFIG_PATH), "")?;
+        assert_eq!(resolve_config_path_in(None, &empty), None);
+        assert_eq!(
+            resolve_config_path_in(None, &with_config),
+            Some(with_config.join(DEFAULT_CONFIG_PATH))
+        );
+        std::fs::remove_dir_all(&directory)
+    }
+}

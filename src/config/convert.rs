@@ -1,0 +1,309 @@
+//! Raw file values → typed configuration: defaults, durations, rights, filters.
+//!
+//! Only conversions that need the raw text happen here (a duration string, a rights list, a
+//! rule that sets both or neither filter, a property value of the wrong type). Everything
+//! checkable on the typed values lives in `validate.rs`, so hand-built configs get the same
+//! checks. Errors name the key path; the first error wins.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::duration::parse_duration;
+use super::raw::{
+    RawAuth, RawConfig, RawCorrelationFilter, RawKey, RawQueue, RawRule, RawServer,
+    RawSubscription, RawTopic,
+};
+use super::validate::{queue_context, rule_context, subscription_context, topic_context};
+use super::{
+    AuthConfig, Config, ConfigError, CorrelationFilterConfig, FilterConfig, PropertyLiteral,
+    QueueConfig, Rights, RuleConfig, ServerConfig, SharedAccessKey, SubscriptionConfig,
+    TopicConfig,
+};
+
+/// Converts the whole raw file, applying defaults.
+pub(super) fn convert(raw: RawConfig) -> Result<Config, ConfigError> {
+    let queues = raw
+        .queues
+        .into_iter()
+        .enumerate()
+        .map(|(index, queue)| convert_queue(index, queue))
+        .collect::<Result<_, _>>()?;
+    let topics = raw
+        .topics
+        .into_iter()
+        .enumerate()
+        .map(|(index, topic)| convert_topic(index, topic))
+        .collect::<Result<_, _>>()?;
+    Ok(Config {
+        server: convert_server(raw.server)?,
+        auth: convert_auth(raw.auth)?,
+        queues,
+        topics,
+    })
+}
+
+/// Parses an optional duration key, naming `context` and `key` on error.
+fn duration(
+    context: &str,
+    key: &str,
+    value: Option<String>,
+) -> Result<Option<Duration>, ConfigError> {
+    value
+        .map(|text| {
+            parse_duration(&text)
+                .map_err(|reason| ConfigError::invalid(context, format!("{key}: {reason}")))
+        })
+        .transpose()
+}
+
+fn convert_server(raw: RawServer) -> Result<ServerConfig, ConfigError> {
+    let defaults = ServerConfig::default();
+    let listen = match raw.listen {
+        Some(text) => text.trim().parse::<SocketAddr>().map_err(|_| {
+            ConfigError::invalid(
+                "server",
+                format!("listen {text:?} is not a socket address (expected IP:port, e.g. \"127.0.0.1:5672\")"),
+            )
+        })?,
+        None => defaults.listen,
+    };
+    Ok(ServerConfig {
+        listen,
+        idle_timeout: duration("server", "idle_timeout", raw.idle_timeout)?
+            .unwrap_or(defaults.idle_timeout),
+        max_frame_size: raw.max_frame_size.unwrap_or(defaults.max_frame_size),
+        max_connections: raw.max_connections.unwrap_or(defaults.max_connections),
+    })
+}
+
+fn convert_auth(raw: RawAuth) -> Result<AuthConfig, ConfigError> {
+    let keys = raw
+        .keys
+        .into_iter()
+        .enumerate()
+        .map(|(index, key)| convert_key(index, key))
+        .collect::<Result<_, _>>()?;
+    Ok(AuthConfig { keys })
+}
+
+fn convert_key(index: usize, raw: RawKey) -> Result<SharedAccessKey, ConfigError> {
+    let context = format!("auth.keys[{index}] {:?}", raw.name);
+    if raw.rights.is_empty() {
+        return Err(ConfigError::invalid(
+            &context,
+            "rights must list at least one of \"Manage\", \"Send\", \"Listen\"",
+        ));
+    }
+    let mut rights = Rights::default();
+    for right in &raw.rights {
+        match right.trim().to_ascii_lowercase().as_str() {
+            "manage" => rights = Rights::ALL,
+            "send" => rights.send = true,
+            "listen" => rights.listen = true,
+            _ => {
+                return Err(ConfigError::invalid(
+                    &context,
+                    format!(
+                    "rights: unknown right {right:?} (expected \"Manage\", \"Send\" or \"Listen\")"
+                ),
+                ))
+            }
+        }
+    }
+    Ok(SharedAccessKey {
+        name: raw.name,
+        key: raw.key,
+        rights,
+    })
+}
+
+fn convert_queue(index: usize, raw: RawQueue) -> Result<QueueConfig, ConfigError> {
+    let context = queue_context(index, &raw.name);
+    let defaults = QueueConfig::new(raw.name);
+    Ok(QueueConfig {
+        lock_duration: duration(&context, "lock_duration", raw.lock_duration)?
+            .unwrap_or(defaults.lock_duration),
+        max_delivery_count: raw
+            .max_delivery_count
+            .unwrap_or(defaults.max_delivery_count),
+        default_message_time_to_live: duration(
+            &context,
+            "default_message_time_to_live",
+            raw.default_message_time_to_live,
+        )?,
+        dead_lettering_on_message_expiration: raw
+            .dead_lettering_on_message_expiration
+            .unwrap_or(defaults.dead_lettering_on_message_expiration),
+        requires_session: raw.requires_session.unwrap_or(defaults.requires_session),
+        requires_duplicate_detection: raw
+            .requires_duplicate_detection
+            .unwrap_or(defaults.requires_duplicate_detection),
+        duplicate_detection_history_time_window: duration(
+            &context,
+            "duplicate_detection_history_time_window",
+            raw.duplicate_detection_history_time_window,
+        )?
+        .unwrap_or(defaults.duplicate_detection_history_time_window),
+        auto_delete_on_idle: duration(&context, "auto_delete_on_idle", raw.auto_delete_on_idle)?,
+        forward_to: raw.forward_to,
+        forward_dead_lettered_messages_to: raw.forward_dead_lettered_messages_to,
+        max_size_in_megabytes: raw
+            .max_size_in_megabytes
+            .unwrap_or(defaults.max_size_in_megabytes),
+        max_message_size_in_kilobytes: raw
+            .max_message_size_in_kilobytes
+            .unwrap_or(defaults.max_message_size_in_kilobytes),
+        ..defaults
+    })
+}
+
+fn convert_topic(index: usize, raw: RawTopic) -> Result<TopicConfig, ConfigError> {
+    let context = topic_context(index, &raw.name);
+    let subscriptions = raw
+        .subscriptions
+        .into_iter()
+        .enumerate()
+        .map(|(subscription_index, subscription)| {
+            convert_subscription(&context, subscription_index, subscription)
+        })
+        .collect::<Result<_, _>>()?;
+    let defaults = TopicConfig::new(raw.name);
+    Ok(TopicConfig {
+        default_message_time_to_live: duration(
+            &context,
+            "default_message_time_to_live",
+            raw.default_message_time_to_live,
+        )?,
+        requires_duplicate_detection: raw
+            .requires_duplicate_detection
+            .unwrap_or(defaults.requires_duplicate_detection),
+        duplicate_detection_history_time_window: duration(
+            &context,
+            "duplicate_detection_history_time_window",
+            raw.duplicate_detection_history_time_window,
+        )?
+        .unwrap_or(defaults.duplicate_detection_history_time_window),
+        auto_delete_on_idle: duration(&context, "auto_delete_on_idle", raw.auto_delete_on_idle)?,
+        max_size_in_megabytes: raw
+            .max_size_in_megabytes
+            .unwrap_or(defaults.max_size_in_megabytes),
+        max_message_size_in_kilobytes: raw
+            .max_message_size_in_kilobytes
+            .unwrap_or(defaults.max_message_size_in_kilobytes),
+        subscriptions,
+        ..defaults
+    })
+}
+
+fn convert_subscription(
+    topic_context: &str,
+    index: usize,
+    raw: RawSubscription,
+) -> Result<SubscriptionConfig, ConfigError> {
+    let context = subscription_context(topic_context, index, &raw.name);
+    let mut rules = raw
+        .rules
+        .into_iter()
+        .enumerate()
+        .map(|(rule_index, rule)| convert_rule(&context, rule_index, rule))
+        .collect::<Result<Vec<_>, _>>()?;
+    let defaults = SubscriptionConfig::new(raw.name);
+    if rules.is_empty() {
+        rules = defaults.rules.clone();
+    }
+    Ok(SubscriptionConfig {
+        lock_duration: duration(&context, "lock_duration", raw.lock_duration)?
+            .unwrap_or(defaults.lock_duration),
+        max_delivery_count: raw
+            .max_delivery_count
+            .unwrap_or(defaults.max_delivery_count),
+        default_message_time_to_live: duration(
+            &context,
+            "default_message_time_to_live",
+            raw.default_message_time_to_live,
+        )?,
+        dead_lettering_on_message_expiration: raw
+            .dead_lettering_on_message_expiration
+            .unwrap_or(defaults.dead_lettering_on_message_expiration),
+        dead_lettering_on_filter_evaluation_exceptions: raw
+            .dead_lettering_on_filter_evaluation_exceptions
+            .unwrap_or(defaults.dead_lettering_on_filter_evaluation_exceptions),
+        requires_session: raw.requires_session.unwrap_or(defaults.requires_session),
+        forward_to: raw.forward_to,
+        forward_dead_lettered_messages_to: raw.forward_dead_lettered_messages_to,
+        auto_delete_on_idle: duration(&context, "auto_delete_on_idle", raw.auto_delete_on_idle)?,
+        rules,
+        ..defaults
+    })
+}
+
+fn convert_rule(
+    subscription_context: &str,
+    index: usize,
+    raw: RawRule,
+) -> Result<RuleConfig, ConfigError> {
+    let context = rule_context(subscription_context, index, &raw.name);
+    let filter = match (raw.sql_filter, raw.correlation_filter) {
+        (Some(sql), None) => FilterConfig::Sql(sql),
+        (None, Some(correlation)) => {
+            FilterConfig::Correlation(convert_correlation(&context, correlation)?)
+        }
+        (Some(_), Some(_)) => {
+            return Err(ConfigError::invalid(
+                &context,
+                "sets both sql_filter and correlation_filter; set exactly one",
+            ))
+        }
+        (None, None) => {
+            return Err(ConfigError::invalid(
+                &context,
+                "sets neither sql_filter nor correlation_filter; set exactly one",
+            ))
+        }
+    };
+    Ok(RuleConfig {
+        name: raw.name,
+        filter,
+        action: raw.sql_action,
+    })
+}
+
+fn convert_correlation(
+    context: &str,
+    raw: RawCorrelationFilter,
+) -> Result<CorrelationFilterConfig, ConfigError> {
+    let properties = raw
+        .properties
+        .0
+        .into_iter()
+        .map(|(name, value)| {
+            let literal = match value {
+                toml::Value::String(text) => PropertyLiteral::String(text),
+                toml::Value::Integer(number) => PropertyLiteral::Integer(number),
+                toml::Value::Float(number) => PropertyLiteral::Float(number),
+                toml::Value::Boolean(flag) => PropertyLiteral::Bool(flag),
+                other => {
+                    return Err(ConfigError::invalid(
+                        context,
+                        format!(
+                            "correlation_filter.properties.{name}: must be a string, integer, float or bool, not {}",
+                            other.type_str()
+                        ),
+                    ))
+                }
+            };
+            Ok((name, literal))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(CorrelationFilterConfig {
+        correlation_id: raw.correlation_id,
+        message_id: raw.message_id,
+        to: raw.to,
+        reply_to: raw.reply_to,
+        subject: raw.subject,
+        session_id: raw.session_id,
+        reply_to_session_id: raw.reply_to_session_id,
+        content_type: raw.content_type,
+        properties,
+    })
+}

@@ -1,0 +1,265 @@
+//! Broker configuration: the TOML file read raw, then validated into a typed [`Config`].
+//!
+//! The pipeline is `raw.rs` (serde mirror, unknown keys rejected) → `convert.rs` (defaults,
+//! durations, rights, filters) → `validate.rs` (names, uniqueness, forward targets, ranges).
+//! A [`Config`] from [`Config::from_toml_str`] or [`Config::load`] has passed all of it.
+//!
+//! This module owns the file format and its defaults only. It must not touch sockets, the
+//! broker core, or SQL filter grammar (filter and action text are kept verbatim for the SQL
+//! module). Errors name the key path, e.g. `queues[2] "orders": forward_to "nope" is not a
+//! queue or topic`; array indices are zero-based, as in the file's order.
+
+mod convert;
+pub mod duration;
+mod entities;
+pub mod names;
+mod raw;
+mod summary;
+mod validate;
+
+#[cfg(test)]
+mod loading_tests;
+#[cfg(test)]
+mod rejection_tests;
+
+use std::fmt;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use entities::{
+    CorrelationFilterConfig, FilterConfig, PropertyLiteral, QueueConfig, RuleConfig,
+    SubscriptionConfig, TopicConfig, DEFAULT_DUPLICATE_DETECTION_WINDOW, DEFAULT_LOCK_DURATION,
+    DEFAULT_MAX_DELIVERY_COUNT, DEFAULT_MAX_MESSAGE_SIZE_IN_KILOBYTES,
+    DEFAULT_MAX_SIZE_IN_MEGABYTES, MAX_MESSAGE_SIZE_LIMIT_IN_KILOBYTES,
+};
+
+/// Default listen address: loopback only, the AMQP port.
+pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 5672));
+/// Default connection idle timeout advertised in `open`.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+/// Default largest AMQP frame accepted, in bytes.
+pub const DEFAULT_MAX_FRAME_SIZE: u32 = 1_048_576;
+/// Smallest frame size AMQP 1.0 allows (`MIN-MAX-FRAME-SIZE`).
+pub const MINIMUM_MAX_FRAME_SIZE: u32 = 512;
+/// Default limit on concurrent connections.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+
+/// Why a configuration could not be loaded. `Display` is one line.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {}: {source}", path.display())]
+    Io {
+        /// The file that was being read.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// The text is not TOML, or does not have the file's shape (unknown key, wrong type).
+    #[error("{origin}{}: {message}", line.map(|line| format!(":{line}")).unwrap_or_default())]
+    Parse {
+        /// Where the text came from (a path, or a label such as `<builtin>`).
+        origin: String,
+        /// One-based line of the problem, when the TOML parser reports a position.
+        line: Option<usize>,
+        /// What is wrong.
+        message: String,
+    },
+    /// The file is well-formed but breaks a rule; the message names the key path.
+    #[error("invalid configuration: {message}")]
+    Invalid {
+        /// What is wrong, starting with the key path.
+        message: String,
+    },
+}
+
+impl ConfigError {
+    /// An [`ConfigError::Invalid`] whose message is `{context}: {reason}`.
+    pub(crate) fn invalid(context: &str, reason: impl fmt::Display) -> ConfigError {
+        ConfigError::Invalid {
+            message: format!("{context}: {reason}"),
+        }
+    }
+}
+
+/// The whole validated configuration.
+///
+/// `Config::default()` is what an empty file yields: default server settings, no keys, no
+/// entities. [`Config::builtin_default`] is what the broker runs with when no file is found.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Config {
+    /// Network settings.
+    pub server: ServerConfig,
+    /// Shared access keys checked against SAS tokens.
+    pub auth: AuthConfig,
+    /// Queues created at start-up.
+    pub queues: Vec<QueueConfig>,
+    /// Topics (with their subscriptions and rules) created at start-up.
+    pub topics: Vec<TopicConfig>,
+}
+
+/// `[server]`: how the broker listens and what it advertises to peers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerConfig {
+    /// Address the listener binds; `--listen` overrides it.
+    pub listen: SocketAddr,
+    /// Idle timeout advertised in `open`; peers that stay silent longer are disconnected.
+    pub idle_timeout: Duration,
+    /// Largest frame accepted and advertised, in bytes (at least 512).
+    pub max_frame_size: u32,
+    /// Connections accepted at once before new ones are refused (at least 1).
+    pub max_connections: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> ServerConfig {
+        ServerConfig {
+            listen: DEFAULT_LISTEN,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            max_frame_size: DEFAULT_MAX_FRAME_SIZE,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+}
+
+/// `[auth]`: which SAS keys are accepted.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AuthConfig {
+    /// Configured keys, names unique case-insensitively. Empty means any token is accepted
+    /// (the emulator's behaviour).
+    pub keys: Vec<SharedAccessKey>,
+}
+
+/// A named shared access key and the rights a token signed with it grants.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SharedAccessKey {
+    /// Key name, matched against the token's `skn`.
+    pub name: String,
+    /// The secret used to verify token signatures; never printed by `Debug`.
+    pub key: String,
+    /// What tokens signed with this key may do.
+    pub rights: Rights,
+}
+
+impl fmt::Debug for SharedAccessKey {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter
+            .debug_struct("SharedAccessKey")
+            .field("name", &self.name)
+            .field("key", &"<redacted>")
+            .field("rights", &self.rights)
+            .finish()
+    }
+}
+
+/// Service Bus access rights. `Manage` implies `Send` and `Listen`, so a value built from
+/// the file with `manage` set also has `send` and `listen` set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Rights {
+    /// May create, delete and inspect entities (`$management`).
+    pub manage: bool,
+    /// May send messages.
+    pub send: bool,
+    /// May receive and settle messages.
+    pub listen: bool,
+}
+
+impl Rights {
+    /// All three rights.
+    pub const ALL: Rights = Rights {
+        manage: true,
+        send: true,
+        listen: true,
+    };
+}
+
+impl fmt::Display for Rights {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = [
+            (self.manage, "Manage"),
+            (self.send, "Send"),
+            (self.listen, "Listen"),
+        ]
+        .into_iter()
+        .filter_map(|(granted, name)| granted.then_some(name))
+        .collect();
+        if names.is_empty() {
+            formatter.write_str("no rights")
+        } else {
+            formatter.write_str(&names.join(", "))
+        }
+    }
+}
+
+impl Config {
+    /// Parses and validates configuration text; `origin` (a path or label) prefixes parse
+    /// errors.
+    pub fn from_toml_str(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let raw: raw::RawConfig = toml::from_str(text).map_err(|error| ConfigError::Parse {
+            origin: origin.to_string(),
+            line: error.span().map(|span| line_number(text, span.start)),
+            message: error.message().trim().replace('\n', "; "),
+        })?;
+        let config = convert::convert(raw)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Reads, parses and validates the file at `path`.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Config::from_toml_str(&text, &path.display().to_string())
+    }
+
+    /// The configuration used when no file is given or found: the official emulator's
+    /// sample namespace — queue `queue.1`, topic `topic.1` with subscription
+    /// `subscription.1` (rule `$Default`) — on the default server settings, no keys.
+    pub fn builtin_default() -> Config {
+        let mut topic = TopicConfig::new("topic.1");
+        topic
+            .subscriptions
+            .push(SubscriptionConfig::new("subscription.1"));
+        Config {
+            server: ServerConfig::default(),
+            auth: AuthConfig::default(),
+            queues: vec![QueueConfig::new("queue.1")],
+            topics: vec![topic],
+        }
+    }
+
+    /// Checks every rule that does not concern the file's syntax: names, uniqueness, forward
+    /// targets and ranges. Loading calls this; call it on a hand-built `Config` too.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        validate::validate(self)
+    }
+
+    /// Number of entities: queues + topics + subscriptions.
+    pub fn entity_count(&self) -> usize {
+        let subscriptions: usize = self
+            .topics
+            .iter()
+            .map(|topic| topic.subscriptions.len())
+            .sum();
+        self.queues.len() + self.topics.len() + subscriptions
+    }
+
+    /// A multi-line, human-readable list of the server settings and every entity with its
+    /// key settings (for `--check-config`).
+    pub fn summary(&self) -> String {
+        summary::summary(self)
+    }
+}
+
+/// One-based line containing byte `offset` of `text`.
+fn line_number(text: &str, offset: usize) -> usize {
+    let end = offset.min(text.len());
+    text.as_bytes()[..end]
+        .iter()
+        .filter(|byte| **byte == b'\n')
+        .count()
+        + 1
+}

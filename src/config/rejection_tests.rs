@@ -1,0 +1,341 @@
+//! Rejection tests: each broken rule gives a one-line `ConfigError` naming its key path.
+//!
+//! Checked by message content (the key path and the key), since the message is the contract
+//! users see.
+
+use std::time::Duration;
+
+use super::loading_tests::load;
+use super::*;
+
+/// The one-line message of the error `text` must produce.
+fn error_of(text: &str) -> String {
+    match Config::from_toml_str(text, "test.toml") {
+        Ok(config) => panic!("config should be rejected: {config:#?}"),
+        Err(error) => error.to_string(),
+    }
+}
+
+fn assert_error(text: &str, expected_parts: &[&str]) {
+    let message = error_of(text);
+    assert!(
+        !message.contains('\n'),
+        "message should be one line: {message}"
+    );
+    for part in expected_parts {
+        assert!(
+            message.contains(part),
+            "{message:?} should contain {part:?}"
+        );
+    }
+}
+
+#[test]
+fn unknown_key_names_the_key_and_line() {
+    let text = "[server]\nlisten = \"127.0.0.1:5672\"\n\n[[queues]]\nname = \"q\"\nlock_durration = \"PT1M\"\n";
+    let error = Config::from_toml_str(text, "ferrobus.toml").err();
+    let Some(ConfigError::Parse {
+        origin,
+        line,
+        message,
+    }) = error
+    else {
+        panic!("expected a parse error, got {error:?}");
+    };
+    assert_eq!(origin, "ferrobus.toml");
+    assert_eq!(line, Some(6));
+    assert!(message.contains("lock_durration"), "{message}");
+    assert_error(text, &["test.toml:6:", "lock_durration"]);
+}
+
+#[test]
+fn unknown_keys_are_rejected_in_every_table() {
+    assert_error("colour = 1", &[":1:", "colour"]);
+    assert_error("[server]\nport = 1", &[":2:", "port"]);
+    assert_error("[auth]\nmode = 1", &[":2:", "mode"]);
+    assert_error(
+        "[[auth.keys]]\nname = \"a\"\nkey = \"b\"\nsecret = 1",
+        &[":4:", "secret"],
+    );
+    assert_error(
+        "[[topics]]\nname = \"t\"\nlock_duration = \"1s\"",
+        &[":3:", "lock_duration"],
+    );
+    let subscription = "[[topics]]\nname = \"t\"\n[[topics.subscriptions]]\nname = \"s\"\n";
+    assert_error(
+        &format!("{subscription}max_size_in_megabytes = 1"),
+        &[":5:", "max_size_in_megabytes"],
+    );
+    assert_error(
+        &format!("{subscription}[[topics.subscriptions.rules]]\nname = \"r\"\nfilter = \"x\""),
+        &[":7:", "filter"],
+    );
+    assert_error(
+        &format!("{subscription}[[topics.subscriptions.rules]]\nname = \"r\"\ncorrelation_filter = {{ label = \"x\" }}"),
+        &[":7:", "label"],
+    );
+}
+
+#[test]
+fn syntax_and_type_errors_have_lines() {
+    assert_error("[server\n", &["test.toml:1:"]);
+    assert_error(
+        "[server]\nmax_frame_size = \"big\"",
+        &["test.toml:2:", "u32"],
+    );
+    assert_error(
+        "[[queues]]\nname = \"q\"\nmax_delivery_count = -1",
+        &["test.toml:3:"],
+    );
+    assert_error(
+        "[[queues]]\nlock_duration = \"1s\"",
+        &["test.toml:1:", "name"],
+    );
+}
+
+#[test]
+fn bad_durations_name_the_key_and_quote_the_value() {
+    assert_error(
+        "[server]\nidle_timeout = \"soon\"",
+        &["server: idle_timeout", "\"soon\""],
+    );
+    assert_error(
+        "[[queues]]\nname = \"orders\"\nlock_duration = \"PT1Q\"",
+        &["queues[0] \"orders\": lock_duration", "\"PT1Q\""],
+    );
+    assert_error(
+        "[[topics]]\nname = \"t\"\nauto_delete_on_idle = \"forever\"",
+        &["topics[0] \"t\": auto_delete_on_idle", "\"forever\""],
+    );
+    assert_error(
+        "[[topics]]\nname = \"t\"\n[[topics.subscriptions]]\nname = \"s\"\ndefault_message_time_to_live = \"10\"",
+        &["topics[0] \"t\" subscriptions[0] \"s\": default_message_time_to_live", "\"10\""],
+    );
+}
+
+#[test]
+fn zero_durations_that_make_no_sense_are_rejected() {
+    assert_error(
+        "[[queues]]\nname = \"q\"\nlock_duration = \"0s\"",
+        &["queues[0] \"q\"", "lock_duration must be greater than zero"],
+    );
+    assert_error(
+        "[[queues]]\nname = \"q\"\ndefault_message_time_to_live = \"PT0S\"",
+        &["default_message_time_to_live"],
+    );
+    assert_error(
+        "[[topics]]\nname = \"t\"\nduplicate_detection_history_time_window = \"0ms\"",
+        &["topics[0]", "duplicate_detection_history_time_window"],
+    );
+    assert_error(
+        "[[topics]]\nname = \"t\"\n[[topics.subscriptions]]\nname = \"s\"\nlock_duration = \"0s\"",
+        &["subscriptions[0] \"s\"", "lock_duration"],
+    );
+}
+
+#[test]
+fn server_ranges_are_checked() {
+    assert_error(
+        "[server]\nmax_frame_size = 511",
+        &["server", "max_frame_size 511"],
+    );
+    assert_error(
+        "[server]\nmax_connections = 0",
+        &["server", "max_connections"],
+    );
+    assert_error(
+        "[server]\nlisten = \"localhost:5672\"",
+        &["server", "listen \"localhost:5672\""],
+    );
+}
+
+#[test]
+fn entity_ranges_are_checked() {
+    assert_error(
+        "[[queues]]\nname = \"q\"\nmax_delivery_count = 0",
+        &["queues[0] \"q\"", "max_delivery_count"],
+    );
+    assert_error(
+        "[[queues]]\nname = \"q\"\nmax_size_in_megabytes = 0",
+        &["queues[0] \"q\"", "max_size_in_megabytes"],
+    );
+    assert_error(
+        "[[queues]]\nname = \"q\"\nmax_message_size_in_kilobytes = 102401",
+        &["max_message_size_in_kilobytes 102401"],
+    );
+    assert_error(
+        "[[topics]]\nname = \"t\"\n[[topics.subscriptions]]\nname = \"s\"\nmax_delivery_count = 0",
+        &["subscriptions[0] \"s\"", "max_delivery_count"],
+    );
+}
+
+#[test]
+fn auth_keys_are_checked() {
+    let key = |name: &str, rights: &str| {
+        format!("[[auth.keys]]\nname = \"{name}\"\nkey = \"secret\"\nrights = {rights}\n")
+    };
+    assert_error(
+        &key("admin", "[\"Admin\"]"),
+        &["auth.keys[0] \"admin\"", "unknown right \"Admin\""],
+    );
+    assert_error(&key("admin", "[]"), &["auth.keys[0] \"admin\"", "rights"]);
+    assert_error(
+        "[[auth.keys]]\nname = \"a\"\nkey = \"\"\nrights = [\"Send\"]",
+        &["auth.keys[0] \"a\"", "key is empty"],
+    );
+    assert_error(
+        &format!(
+            "{}{}",
+            key("Root", "[\"Send\"]"),
+            key("root", "[\"Listen\"]")
+        ),
+        &["auth.keys[1] \"root\"", "auth.keys[0]"],
+    );
+}
+
+#[test]
+fn entity_names_are_checked() {
+    assert_error(
+        "[[queues]]\nname = \"bad$name\"",
+        &["queues[0] \"bad$name\"", "'$'"],
+    );
+    assert_error(
+        "[[topics]]\nname = \"-t\"",
+        &["topics[0] \"-t\"", "start and end"],
+    );
+    assert_error(
+        "[[topics]]\nname = \"t\"\n[[topics.subscriptions]]\nname = \"a/b\"",
+        &["topics[0] \"t\" subscriptions[0] \"a/b\"", "'/'"],
+    );
+    let long = "r".repeat(51);
+    assert_error(
+        &format!("[[topics]]\nname = \"t\"\n[[topics.subscriptions]]\nname = \"s\"\n[[topics.subscriptions.rules]]\nname = \"{long}\"\nsql_filter = \"1=1\""),
+        &["rules[0]", "limit is 50"],
+    );
+}
+
+#[test]
+fn names_are_unique_case_insensitively() {
+    assert_error(
+        "[[queues]]\nname = \"Orders\"\n[[queues]]\nname = \"orders\"",
+        &["queues[1] \"orders\"", "queues[0] \"Orders\""],
+    );
+    assert_error(
+        "[[queues]]\nname = \"orders\"\n[[topics]]\nname = \"ORDERS\"",
+        &["topics[0] \"ORDERS\"", "queues[0] \"orders\""],
+    );
+    assert_error(
+        "[[topics]]\nname = \"t\"\n[[topics.subscriptions]]\nname = \"s\"\n[[topics.subscriptions]]\nname = \"S\"",
+        &["subscriptions[1] \"S\"", "subscriptions[0]"],
+    );
+    let rule = "[[topics.subscriptions.rules]]\nname = \"r\"\nsql_filter = \"1=1\"\n";
+    assert_error(
+        &format!(
+            "[[topics]]\nname = \"t\"\n[[topics.subscriptions]]\nname = \"s\"\n{rule}{}",
+            rule.replace("\"r\"", "\"R\"")
+        ),
+        &["rules[1] \"R\"", "rules[0]"],
+    );
+}
+
+#[test]
+fn forward_targets_must_exist_and_not_be_the_entity_itself() {
+    let queues =
+        "[[queues]]\nname = \"a\"\n[[queues]]\nname = \"b\"\n[[queues]]\nname = \"orders\"\n";
+    assert_error(
+        &format!("{queues}forward_to = \"nope\""),
+        &["queues[2] \"orders\": forward_to \"nope\" is not a queue or topic"],
+    );
+    assert_error(
+        &format!("{queues}forward_dead_lettered_messages_to = \"Orders\""),
+        &["queues[2] \"orders\"", "itself"],
+    );
+    let topic = "[[topics]]\nname = \"t\"\n[[topics.subscriptions]]\nname = \"s\"\n";
+    assert_error(
+        &format!("{topic}forward_to = \"missing\""),
+        &["subscriptions[0] \"s\"", "forward_to \"missing\""],
+    );
+    assert_error(
+        &format!("{topic}forward_to = \"T\""),
+        &["subscriptions[0] \"s\"", "forward_to \"T\""],
+    );
+    assert_error(
+        &format!("{topic}forward_dead_lettered_messages_to = \"x\""),
+        &["forward_dead_lettered_messages_to \"x\""],
+    );
+    let config = load(&format!("{queues}forward_to = \"A\"\n{topic}forward_to = \"orders\"\nforward_dead_lettered_messages_to = \"t\""));
+    assert_eq!(config.queues[2].forward_to.as_deref(), Some("A"));
+}
+
+#[test]
+fn rules_need_exactly_one_filter() {
+    let prefix = "[[topics]]\nname = \"t\"\n[[topics.subscriptions]]\nname = \"s\"\n[[topics.subscriptions.rules]]\nname = \"r\"\n";
+    assert_error(
+        prefix,
+        &[
+            "rules[0] \"r\"",
+            "neither sql_filter nor correlation_filter",
+        ],
+    );
+    assert_error(
+        &format!("{prefix}sql_filter = \"1=1\"\ncorrelation_filter = {{ subject = \"x\" }}"),
+        &["rules[0] \"r\"", "both"],
+    );
+    assert_error(
+        &format!("{prefix}correlation_filter = {{}}"),
+        &["rules[0] \"r\"", "correlation_filter sets no field"],
+    );
+    assert_error(
+        &format!("{prefix}correlation_filter = {{ properties = {{}} }}"),
+        &["correlation_filter sets no field"],
+    );
+    assert_error(
+        &format!("{prefix}sql_filter = \"  \""),
+        &["rules[0] \"r\"", "sql_filter is empty"],
+    );
+    assert_error(
+        &format!("{prefix}sql_filter = \"1=1\"\nsql_action = \"\""),
+        &["sql_action is empty"],
+    );
+    assert_error(
+        &format!("{prefix}correlation_filter = {{ properties = {{ tags = [\"a\"] }} }}"),
+        &[
+            "rules[0] \"r\"",
+            "correlation_filter.properties.tags",
+            "array",
+        ],
+    );
+}
+
+#[test]
+fn explicit_default_rule_may_carry_a_filter() {
+    let config = load("[[topics]]\nname = \"t\"\n[[topics.subscriptions]]\nname = \"s\"\n[[topics.subscriptions.rules]]\nname = \"$Default\"\nsql_filter = \"a = 1\"");
+    let rule = &config.topics[0].subscriptions[0].rules[0];
+    assert_eq!(
+        (rule.name.as_str(), &rule.filter),
+        ("$Default", &FilterConfig::Sql("a = 1".to_string()))
+    );
+}
+
+#[test]
+fn hand_built_configs_are_validated_too() {
+    let mut config = Config::builtin_default();
+    config.queues[0].lock_duration = Duration::ZERO;
+    let message = config
+        .validate()
+        .err()
+        .map(|error| error.to_string())
+        .unwrap_or_default();
+    assert!(
+        message.contains("queues[0] \"queue.1\": lock_duration"),
+        "{message}"
+    );
+    config.queues[0].lock_duration = Duration::from_millis(200);
+    config.topics[0].subscriptions[0].rules.clear();
+    let message = config
+        .validate()
+        .err()
+        .map(|error| error.to_string())
+        .unwrap_or_default();
+    assert!(message.contains("has no rules"), "{message}");
+}

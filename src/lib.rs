@@ -1,0 +1,79 @@
+//! ferrobus: a standalone AMQP 1.0 message broker with the semantics of Azure Service Bus.
+//!
+//! # Layout
+//! - [`config`]: the TOML configuration, read raw and validated into typed settings.
+//! - [`cli`]: command-line flags.
+//! - [`clock`]: the wall clock injected into the core.
+//! - [`server`]: the network front end (framing, SASL, connections, sessions, links).
+//! - [`amqp`]: protocol adapters (addresses, message sections, `$cbs`, `$management`,
+//!   the error-condition table).
+//! - [`broker`]: the core: entity actors around a pure state machine, topics, registry.
+//!
+//! Dependency rule: `server → broker`, `server → amqp`, `amqp → broker::types`; `broker`
+//! never imports `server` or AMQP frame types.
+
+pub mod amqp;
+pub mod broker;
+pub mod cli;
+pub mod clock;
+pub mod config;
+pub mod server;
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use amqp::sas::{AccessKey, Rights};
+use broker::registry::Registry;
+use clock::Clock;
+use config::Config;
+use server::{Context, ServerSettings};
+
+/// Runs the broker on an already-bound listener until `shutdown` turns true.
+pub async fn run(listener: TcpListener, config: &Config, shutdown: watch::Receiver<bool>) {
+    let clock = Clock::system();
+    let registry = Arc::new(Registry::start(config, clock));
+    let keys = config
+        .auth
+        .keys
+        .iter()
+        .map(|key| AccessKey {
+            name: key.name.clone(),
+            key: key.key.clone(),
+            rights: Rights {
+                manage: key.rights.manage,
+                send: key.rights.send || key.rights.manage,
+                listen: key.rights.listen || key.rights.manage,
+            },
+        })
+        .collect();
+    let mut max_message_sizes = HashMap::new();
+    for queue in &config.queues {
+        max_message_sizes.insert(
+            queue.name.to_ascii_lowercase(),
+            queue.max_message_size_in_kilobytes * 1024,
+        );
+    }
+    for topic in &config.topics {
+        max_message_sizes.insert(
+            topic.name.to_ascii_lowercase(),
+            topic.max_message_size_in_kilobytes * 1024,
+        );
+    }
+    let context = Arc::new(Context {
+        settings: ServerSettings {
+            idle_timeout: config.server.idle_timeout,
+            max_frame_size: config.server.max_frame_size,
+            max_connections: config.server.max_connections,
+            keys,
+        },
+        registry,
+        clock,
+        next_receiver_id: AtomicU64::new(1),
+        max_message_sizes,
+    });
+    server::serve(listener, context, shutdown).await;
+}

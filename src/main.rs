@@ -1,0 +1,102 @@
+//! The `ferrobus` binary: parse flags, load the configuration, start logging, bind the
+//! listener and run until SIGINT or SIGTERM. Errors become a message and exit code 1.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use ferrobus::cli::{self, Cli};
+use ferrobus::config::Config;
+
+fn load_config(cli: &Cli) -> Result<(Config, String), String> {
+    match cli::resolve_config_path(cli.config.as_deref()) {
+        Some(path) => Config::load(&path)
+            .map(|config| (config, path.display().to_string()))
+            .map_err(|error| error.to_string()),
+        None => Ok((Config::builtin_default(), "built-in default".to_string())),
+    }
+}
+
+async fn wait_for_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let terminate = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut signal) => {
+                    signal.recv().await;
+                }
+                Err(_) => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            _ = interrupt => {}
+            () = terminate => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Some(path) = &cli.check_config {
+        return match Config::load(path) {
+            Ok(config) => {
+                println!("{}: OK", path.display());
+                print!("{}", config.summary());
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("{error}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let filter = std::env::var("RUST_LOG")
+        .ok()
+        .filter(|_| cli.log_level.is_none())
+        .unwrap_or_else(|| format!("ferrobus={}", cli.log_filter()));
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .init();
+    let (config, origin) = match load_config(&cli) {
+        Ok(loaded) => loaded,
+        Err(error) => {
+            eprintln!("ferrobus: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let listen = cli.listen.unwrap_or(config.server.listen);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("ferrobus: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let listener = match tokio::net::TcpListener::bind(listen).await {
+            Ok(listener) => listener,
+            Err(error) => {
+                eprintln!("ferrobus: cannot listen on {listen}: {error}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let address = listener.local_addr().map(|address| address.to_string()).unwrap_or_default();
+        tracing::info!(
+            "ferrobus {} listening on {address} with {} entities (config: {origin})",
+            env!("CARGO_PKG_VERSION"),
+            config.entity_count()
+        );
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let server = tokio::spawn(async move { ferrobus::run(listener, &config, stopped).await });
+        wait_for_signal().await;
+        tracing::info!("shutting down");
+        let _ = stop.send(true);
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), server).await;
+        ExitCode::SUCCESS
+    })
+}

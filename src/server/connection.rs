@@ -1,0 +1,422 @@
+//! One AMQP connection: protocol headers, SASL, `open`/`close`, heartbeats, and the event
+//! loop that interleaves frames from the peer with notifications from entities.
+//!
+//! Frames are processed in arrival order (clients pipeline `open`, `begin` and `attach`).
+//! Everything written during one turn of the loop is flushed with one `write`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use fe2o3_amqp_types::definitions::Error as AmqpError;
+use fe2o3_amqp_types::performatives::{ChannelMax, Close, MaxFrameSize, Open, Performative};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, watch};
+
+use super::frame::{self, FrameError, RawFrame, FRAME_TYPE_AMQP, FRAME_TYPE_SASL};
+use super::sasl::{self, SaslResult};
+use super::session::Session;
+use super::Context;
+use crate::amqp::errors;
+use crate::amqp::sas::{Grant, Rights};
+use crate::broker::entity::{Notification, NotificationSender, RequestId};
+use crate::broker::types::ReceiverId;
+
+/// How long a peer may take to finish the protocol header, SASL and `open`.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why a connection ends.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectionError {
+    /// Socket error.
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    /// Bad framing or an undecodable performative.
+    #[error(transparent)]
+    Frame(#[from] FrameError),
+    /// The peer broke the protocol; we close with this error.
+    #[error("{description}")]
+    Protocol {
+        /// AMQP condition.
+        condition: &'static str,
+        /// What went wrong.
+        description: String,
+    },
+    /// The peer went away or finished.
+    #[error("closed")]
+    Closed,
+}
+
+impl ConnectionError {
+    /// A protocol violation to report in `close`.
+    pub fn protocol(condition: &'static str, description: impl Into<String>) -> Self {
+        ConnectionError::Protocol {
+            condition,
+            description: description.into(),
+        }
+    }
+}
+
+/// Where a request's answer goes.
+#[derive(Debug)]
+pub enum Pending {
+    /// A client transfer waiting for the entity to store it.
+    Enqueue {
+        /// Session (remote channel).
+        channel: u16,
+        /// The transfer's delivery id.
+        delivery_id: u32,
+    },
+    /// A client disposition waiting for the entity to settle.
+    Settle {
+        /// Session (remote channel).
+        channel: u16,
+        /// The delivery id settled.
+        delivery_id: u32,
+        /// The outcome to echo on success.
+        echo: fe2o3_amqp_types::messaging::DeliveryState,
+    },
+    /// A `$management` request waiting for its entity.
+    Management(crate::amqp::management::PendingResponse),
+}
+
+/// Per-connection state.
+pub struct Connection {
+    /// Shared broker context.
+    pub context: Arc<Context>,
+    /// Frames waiting to be flushed.
+    pub output: BytesMut,
+    /// The peer's max-frame-size.
+    pub peer_max_frame_size: u32,
+    /// Sessions by the peer's channel (our channel is the same number).
+    pub sessions: HashMap<u16, Session>,
+    /// Where entities send this connection's notifications.
+    pub notifications: NotificationSender,
+    /// Receiver id → (channel, handle) of the link it belongs to.
+    pub receivers: HashMap<ReceiverId, (u16, u32)>,
+    /// Requests waiting for entity replies.
+    pub pending: HashMap<RequestId, Pending>,
+    /// Next request id.
+    pub next_request_id: u64,
+    /// Rights from SASL PLAIN, covering every entity.
+    pub sasl_rights: Option<Rights>,
+    /// Rights from CBS tokens.
+    pub grants: Vec<Grant>,
+    /// The peer's container id, for logs.
+    pub container_id: String,
+}
+
+impl Connection {
+    /// A fresh request id registered as waiting for `pending`.
+    pub fn register(&mut self, pending: Pending) -> RequestId {
+        self.next_request_id += 1;
+        let request = RequestId(self.next_request_id);
+        self.pending.insert(request, pending);
+        request
+    }
+
+    /// Appends a performative to the output.
+    pub fn write(&mut self, channel: u16, performative: Performative) -> Result<(), ConnectionError> {
+        frame::write_performative(&mut self.output, channel, &performative)?;
+        Ok(())
+    }
+}
+
+async fn read_more(stream: &mut TcpStream, input: &mut BytesMut) -> Result<(), ConnectionError> {
+    if input.capacity() - input.len() < 4096 {
+        input.reserve(64 * 1024);
+    }
+    let read = stream.read_buf(input).await?;
+    if read == 0 {
+        return Err(ConnectionError::Closed);
+    }
+    Ok(())
+}
+
+async fn read_exact_header(stream: &mut TcpStream, input: &mut BytesMut) -> Result<[u8; 8], ConnectionError> {
+    while input.len() < 8 {
+        read_more(stream, input).await?;
+    }
+    let mut header = [0u8; 8];
+    header.copy_from_slice(&input.split_to(8));
+    Ok(header)
+}
+
+async fn read_frame(
+    stream: &mut TcpStream,
+    input: &mut BytesMut,
+    max_size: u32,
+) -> Result<RawFrame, ConnectionError> {
+    loop {
+        if let Some(frame) = frame::take_frame(input, max_size)? {
+            return Ok(frame);
+        }
+        read_more(stream, input).await?;
+    }
+}
+
+/// Runs the handshake: headers, optional SASL, `open`. Returns the peer's `open`.
+async fn handshake(
+    stream: &mut TcpStream,
+    input: &mut BytesMut,
+    output: &mut BytesMut,
+    context: &Context,
+) -> Result<(Open, Option<Rights>), ConnectionError> {
+    let mut header = read_exact_header(stream, input).await?;
+    let mut sasl_rights = None;
+    if header == frame::SASL_HEADER {
+        sasl::write_mechanisms(output)?;
+        stream.write_all(output).await?;
+        output.clear();
+        let init_frame = read_frame(stream, input, 64 * 1024).await?;
+        if init_frame.frame_type != FRAME_TYPE_SASL {
+            return Err(ConnectionError::protocol(errors::DECODE_ERROR, "expected sasl-init"));
+        }
+        let init = sasl::decode_init(&init_frame.body)?;
+        let result = sasl::authenticate(&init, &context.settings.keys);
+        let ok = !matches!(result, SaslResult::Refused);
+        sasl::write_outcome(output, ok)?;
+        stream.write_all(output).await?;
+        output.clear();
+        match result {
+            SaslResult::Refused => {
+                tracing::info!(mechanism = %init.mechanism.0, "SASL authentication refused");
+                return Err(ConnectionError::Closed);
+            }
+            SaslResult::Key(rights) => sasl_rights = Some(rights),
+            SaslResult::Anonymous => {}
+        }
+        header = read_exact_header(stream, input).await?;
+    }
+    if header != frame::AMQP_HEADER {
+        output.extend_from_slice(&frame::SASL_HEADER);
+        stream.write_all(output).await?;
+        return Err(ConnectionError::protocol(errors::DECODE_ERROR, "unsupported protocol header"));
+    }
+    output.extend_from_slice(&frame::AMQP_HEADER);
+    let open_frame = read_frame(stream, input, context.settings.max_frame_size).await?;
+    if open_frame.frame_type != FRAME_TYPE_AMQP {
+        return Err(ConnectionError::protocol(errors::DECODE_ERROR, "expected an AMQP frame"));
+    }
+    let (performative, _) = frame::decode_performative(&open_frame.body)?;
+    let Performative::Open(open) = performative else {
+        return Err(ConnectionError::protocol(errors::DECODE_ERROR, "expected open"));
+    };
+    Ok((open, sasl_rights))
+}
+
+/// Serves one TCP connection to its end. `admitted` is false when `max_connections` is
+/// reached: the connection is opened and closed at once with an error.
+pub async fn run(mut stream: TcpStream, context: Arc<Context>, mut shutdown: watch::Receiver<bool>, admitted: bool) {
+    let mut input = BytesMut::with_capacity(64 * 1024);
+    let mut output = BytesMut::with_capacity(64 * 1024);
+    let handshake = tokio::time::timeout(
+        HANDSHAKE_TIMEOUT,
+        handshake(&mut stream, &mut input, &mut output, &context),
+    )
+    .await;
+    let (open, sasl_rights) = match handshake {
+        Ok(Ok(done)) => done,
+        Ok(Err(error)) => {
+            tracing::debug!(%error, "handshake failed");
+            let _ = stream.write_all(&output).await;
+            return;
+        }
+        Err(_) => {
+            tracing::info!("handshake timed out");
+            return;
+        }
+    };
+    let (notifications, mut inbox) = mpsc::unbounded_channel();
+    let mut connection = Connection {
+        context: context.clone(),
+        output,
+        peer_max_frame_size: open.max_frame_size.0.max(frame::MIN_MAX_FRAME_SIZE),
+        sessions: HashMap::new(),
+        notifications,
+        receivers: HashMap::new(),
+        pending: HashMap::new(),
+        next_request_id: 0,
+        sasl_rights,
+        grants: Vec::new(),
+        container_id: open.container_id.clone(),
+    };
+    tracing::debug!(container_id = %open.container_id, "connection open");
+    let our_open = Open {
+        container_id: "ferrobus".to_string(),
+        hostname: None,
+        max_frame_size: MaxFrameSize(context.settings.max_frame_size),
+        channel_max: ChannelMax(u16::MAX),
+        idle_time_out: Some(context.settings.idle_timeout.as_millis().min(u32::MAX as u128) as u32),
+        outgoing_locales: None,
+        incoming_locales: None,
+        offered_capabilities: None,
+        desired_capabilities: None,
+        properties: None,
+    };
+    if connection.write(0, Performative::Open(our_open)).is_err() {
+        return;
+    }
+    if !admitted {
+        let _ = close_with(
+            &mut connection,
+            Some(errors::amqp_error(
+                errors::RESOURCE_LIMIT_EXCEEDED,
+                &format!(
+                    "The broker's limit of {} connections is reached.",
+                    context.settings.max_connections
+                ),
+            )),
+        );
+        let _ = stream.write_all(&connection.output).await;
+        return;
+    }
+    let result = event_loop(&mut connection, &mut stream, &mut input, &mut inbox, &mut shutdown, &open).await;
+    match result {
+        Err(ConnectionError::Protocol { condition, description }) => {
+            tracing::warn!(condition, %description, "closing connection after protocol error");
+            let _ = close_with(&mut connection, Some(errors::amqp_error(condition, &description)));
+        }
+        Err(ConnectionError::Frame(error)) => {
+            tracing::warn!(%error, "closing connection after framing error");
+            let _ = close_with(
+                &mut connection,
+                Some(errors::amqp_error(errors::FRAMING_ERROR, &error.to_string())),
+            );
+        }
+        Err(ConnectionError::Io(error)) => tracing::debug!(%error, "connection i/o error"),
+        Err(ConnectionError::Closed) | Ok(()) => {}
+    }
+    let _ = stream.write_all(&connection.output).await;
+    connection.detach_all().await;
+}
+
+fn close_with(connection: &mut Connection, error: Option<AmqpError>) -> Result<(), ConnectionError> {
+    connection.write(0, Performative::Close(Close { error }))
+}
+
+async fn event_loop(
+    connection: &mut Connection,
+    stream: &mut TcpStream,
+    input: &mut BytesMut,
+    inbox: &mut mpsc::UnboundedReceiver<Notification>,
+    shutdown: &mut watch::Receiver<bool>,
+    open: &Open,
+) -> Result<(), ConnectionError> {
+    let heartbeat_every = connection.context.settings.idle_timeout / 2;
+    let mut heartbeat = tokio::time::interval(heartbeat_every.max(Duration::from_millis(100)));
+    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The peer's idle timeout: we must hear from it within twice that (lenient, §1.4).
+    let peer_idle = open
+        .idle_time_out
+        .filter(|millis| *millis > 0)
+        .map(|millis| Duration::from_millis(millis as u64 * 2));
+    let mut last_heard = tokio::time::Instant::now();
+    let max_frame_size = connection.context.settings.max_frame_size;
+    loop {
+        stream.write_all(&connection.output).await?;
+        let wrote = !connection.output.is_empty();
+        connection.output.clear();
+        if wrote {
+            heartbeat.reset();
+        }
+        let idle_deadline = async {
+            match peer_idle {
+                Some(limit) => tokio::time::sleep_until(last_heard + limit).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            read = stream.read_buf(input) => {
+                if read? == 0 {
+                    return Err(ConnectionError::Closed);
+                }
+                last_heard = tokio::time::Instant::now();
+                while let Some(frame) = frame::take_frame(input, max_frame_size)? {
+                    if connection.handle_frame(frame).await? {
+                        return Ok(());
+                    }
+                }
+                if input.capacity() - input.len() < 4096 {
+                    input.reserve(64 * 1024);
+                }
+            }
+            notification = inbox.recv() => {
+                if let Some(notification) = notification {
+                    connection.handle_notification(notification).await?;
+                    let mut budget = 256;
+                    while let Ok(notification) = inbox.try_recv() {
+                        connection.handle_notification(notification).await?;
+                        budget -= 1;
+                        if budget == 0 { break; }
+                    }
+                }
+            }
+            _ = heartbeat.tick() => frame::write_heartbeat(&mut connection.output),
+            () = idle_deadline => {
+                return Err(ConnectionError::protocol(
+                    errors::RESOURCE_LIMIT_EXCEEDED,
+                    "local-idle-timeout expired",
+                ));
+            }
+            _ = shutdown.changed() => {
+                close_with(connection, Some(errors::amqp_error(
+                    "amqp:connection:forced",
+                    "The broker is shutting down.",
+                )))?;
+                return Ok(());
+            }
+        }
+    }
+}
+
+impl Connection {
+    /// Handles one frame; returns true when the connection is closed.
+    async fn handle_frame(&mut self, frame: RawFrame) -> Result<bool, ConnectionError> {
+        if frame.frame_type != FRAME_TYPE_AMQP {
+            return Err(ConnectionError::protocol(errors::DECODE_ERROR, "unexpected SASL frame"));
+        }
+        if frame.body.is_empty() {
+            return Ok(false); // heartbeat
+        }
+        let (performative, payload) = frame::decode_performative(&frame.body)?;
+        tracing::trace!(channel = frame.channel, ?performative, "frame received");
+        let channel = frame.channel;
+        match performative {
+            Performative::Open(_) => {
+                return Err(ConnectionError::protocol("amqp:illegal-state", "second open"));
+            }
+            Performative::Close(_) => {
+                self.write(0, Performative::Close(Close { error: None }))?;
+                return Ok(true);
+            }
+            Performative::Begin(begin) => self.begin(channel, begin)?,
+            Performative::End(_) => self.end(channel).await?,
+            Performative::Attach(attach) => self.attach(channel, attach).await?,
+            Performative::Detach(detach) => self.detach(channel, detach).await?,
+            Performative::Flow(flow) => self.flow(channel, flow).await?,
+            Performative::Transfer(transfer) => self.transfer(channel, transfer, payload).await?,
+            Performative::Disposition(disposition) => self.disposition(channel, disposition).await?,
+        }
+        Ok(false)
+    }
+
+    /// Handles one entity notification.
+    async fn handle_notification(&mut self, notification: Notification) -> Result<(), ConnectionError> {
+        match notification {
+            Notification::Deliver(delivery) => self.deliver(delivery).await,
+            Notification::Drained {
+                receiver,
+                delivery_count,
+            } => self.drained(receiver, delivery_count),
+            Notification::Reply { request, result } => {
+                let Some(pending) = self.pending.remove(&request) else {
+                    return Ok(());
+                };
+                self.reply(pending, result)
+            }
+        }
+    }
+}

@@ -1,0 +1,467 @@
+//! Links: `attach` (resolving the address to an entity, `$cbs` or `$management`, checking
+//! rights, refusing unknown entities with a null terminus and `amqp:not-found`) and
+//! `detach`, plus link-level `flow`.
+
+use bytes::BytesMut;
+use fe2o3_amqp_types::definitions::{Error as AmqpError, Handle, ReceiverSettleMode, Role, SenderSettleMode};
+use fe2o3_amqp_types::messaging::TargetArchetype;
+use fe2o3_amqp_types::performatives::{Attach, Detach, Flow, Performative};
+
+use super::connection::{Connection, ConnectionError};
+use super::session::unattached_handle;
+use crate::amqp::address::{self, Node};
+use crate::amqp::errors::{self, Failure};
+use crate::amqp::sas::Right;
+use crate::broker::entity::{Command, EntityHandle};
+use crate::broker::registry::Entity;
+use crate::broker::topic::TopicHandle;
+use crate::broker::types::{ReceiveMode, ReceiverId, SubQueue};
+
+/// Credit granted to client senders, topped up when half is used.
+pub const SENDER_CREDIT: u32 = 1000;
+/// Largest message accepted when an entity sets no limit.
+const DEFAULT_MAX_MESSAGE_SIZE: u64 = 1024 * 1024;
+
+/// Where a client sender's messages go.
+#[derive(Debug, Clone)]
+pub enum SendTarget {
+    /// A queue.
+    Queue(EntityHandle),
+    /// A topic.
+    Topic(TopicHandle),
+}
+
+/// What a link is attached to.
+#[derive(Debug)]
+pub enum LinkKind {
+    /// Client sends messages to an entity.
+    EntitySender {
+        /// Destination.
+        target: SendTarget,
+        /// Largest message accepted, in bytes.
+        max_message_size: u64,
+    },
+    /// Client receives messages from an entity.
+    EntityReceiver {
+        /// Our id for it at the entity.
+        receiver: ReceiverId,
+        /// The entity.
+        entity: EntityHandle,
+        /// Peek-lock or receive-and-delete.
+        mode: ReceiveMode,
+    },
+    /// Client sends `put-token` requests.
+    CbsRequest,
+    /// Client receives `put-token` responses.
+    CbsResponse,
+    /// Client sends `$management` requests for an entity.
+    ManagementRequest {
+        /// Entity path.
+        path: String,
+        /// Which part of the entity.
+        sub_queue: SubQueue,
+    },
+    /// Client receives `$management` responses.
+    ManagementResponse {
+        /// Entity path.
+        path: String,
+    },
+    /// Attach refused; waiting for the client's detach.
+    Refused,
+}
+
+/// A message arriving in several transfer frames.
+#[derive(Debug)]
+pub struct PartialTransfer {
+    /// Delivery id from the first frame.
+    pub delivery_id: u32,
+    /// Whether the sender settled it.
+    pub settled: bool,
+    /// Message format from the first frame.
+    pub message_format: u32,
+    /// Payload so far.
+    pub payload: BytesMut,
+}
+
+/// One attached link.
+#[derive(Debug)]
+pub struct Link {
+    /// Link name.
+    pub name: String,
+    /// What it is attached to.
+    pub kind: LinkKind,
+    /// The client's target address (response routing matches `reply-to` against it).
+    pub target_address: Option<String>,
+    /// Link delivery-count: deliveries we sent (broker-sender links) or received.
+    pub delivery_count: u32,
+    /// Credit the client granted us (response links) or we granted it (sender links).
+    pub credit: u32,
+    /// A message being assembled from several frames.
+    pub partial: Option<PartialTransfer>,
+}
+
+fn source_address(attach: &Attach) -> Option<String> {
+    attach.source.as_ref().and_then(|source| source.address.clone())
+}
+
+fn target_address(attach: &Attach) -> Option<String> {
+    match attach.target.as_deref() {
+        Some(TargetArchetype::Target(target)) => target.address.clone(),
+        _ => None,
+    }
+}
+
+impl Connection {
+    fn authorized(&self, path: &str, right: Right) -> bool {
+        if self.context.settings.keys.is_empty() {
+            return true;
+        }
+        if let Some(rights) = self.sasl_rights {
+            return rights.allows(right);
+        }
+        let now = self.context.clock.now().0 / 1000;
+        self.grants.iter().any(|grant| {
+            grant.rights.allows(right) && crate::amqp::sas::covers(grant, path, now)
+        })
+    }
+
+    pub(super) async fn attach(&mut self, channel: u16, attach: Attach) -> Result<(), ConnectionError> {
+        let handle = attach.handle.0;
+        if self.session(channel)?.links.contains_key(&handle) {
+            return Err(ConnectionError::protocol(
+                "amqp:session:handle-in-use",
+                format!("handle {handle} is already attached"),
+            ));
+        }
+        let client_sends = attach.role == Role::Sender;
+        let address = if client_sends {
+            target_address(&attach)
+        } else {
+            source_address(&attach)
+        };
+        let resolved = self.resolve(&attach, client_sends, address.as_deref().unwrap_or("")).await;
+        let (kind, max_message_size) = match resolved {
+            Ok(resolved) => resolved,
+            Err(failure) => return self.refuse_attach(channel, attach, failure),
+        };
+        let mut reply = attach.clone();
+        reply.role = if client_sends { Role::Receiver } else { Role::Sender };
+        reply.unsettled = None;
+        reply.incomplete_unsettled = false;
+        reply.properties = None;
+        reply.offered_capabilities = None;
+        reply.desired_capabilities = None;
+        if client_sends {
+            reply.rcv_settle_mode = ReceiverSettleMode::First;
+            reply.initial_delivery_count = None;
+            reply.max_message_size = Some(max_message_size);
+        } else {
+            reply.initial_delivery_count = Some(0);
+            reply.max_message_size = Some(0);
+        }
+        if reply.source.is_none() {
+            reply.source = Some(Box::default());
+        }
+        if reply.target.is_none() {
+            reply.target = Some(Box::new(TargetArchetype::Target(Default::default())));
+        }
+        self.write(channel, Performative::Attach(reply))?;
+        let link = Link {
+            name: attach.name.clone(),
+            kind,
+            target_address: target_address(&attach),
+            delivery_count: attach.initial_delivery_count.unwrap_or(0),
+            credit: 0,
+            partial: None,
+        };
+        let grants_credit = client_sends;
+        if let LinkKind::EntityReceiver { receiver, entity, .. } = &link.kind {
+            self.receivers.insert(*receiver, (channel, handle));
+            let _ = entity;
+        }
+        self.session(channel)?.links.insert(handle, link);
+        if grants_credit {
+            self.grant_sender_credit(channel, handle)?;
+        }
+        Ok(())
+    }
+
+    /// Resolves an attach to a link kind and (for client senders) its max message size.
+    async fn resolve(
+        &mut self,
+        attach: &Attach,
+        client_sends: bool,
+        address: &str,
+    ) -> Result<(LinkKind, u64), Failure> {
+        let node = address::parse(address).ok_or_else(|| {
+            Failure::new(errors::NOT_FOUND, "The link address is missing or empty.", 404)
+        })?;
+        match node {
+            Node::Cbs if client_sends => Ok((LinkKind::CbsRequest, DEFAULT_MAX_MESSAGE_SIZE)),
+            Node::Cbs => Ok((LinkKind::CbsResponse, 0)),
+            Node::Management { path, sub_queue } => {
+                if self.context.registry.lookup(&path).is_none() {
+                    return Err(errors::entity_not_found(&path));
+                }
+                if client_sends {
+                    Ok((LinkKind::ManagementRequest { path, sub_queue }, DEFAULT_MAX_MESSAGE_SIZE))
+                } else {
+                    Ok((LinkKind::ManagementResponse { path }, 0))
+                }
+            }
+            Node::Entity { path, sub_queue } => {
+                let entity = self
+                    .context
+                    .registry
+                    .lookup(&path)
+                    .ok_or_else(|| errors::entity_not_found(&path))?;
+                let right = if client_sends { Right::Send } else { Right::Listen };
+                if !self.authorized(&path, right) {
+                    return Err(Failure::new(
+                        errors::UNAUTHORIZED_ACCESS,
+                        format!("Unauthorized access. '{right:?}' claim(s) are required to perform this operation on '{path}'. Put a valid token on $cbs first."),
+                        401,
+                    ));
+                }
+                self.entity_link(attach, client_sends, path, sub_queue, entity).await
+            }
+        }
+    }
+
+    async fn entity_link(
+        &mut self,
+        attach: &Attach,
+        client_sends: bool,
+        path: String,
+        sub_queue: SubQueue,
+        entity: Entity,
+    ) -> Result<(LinkKind, u64), Failure> {
+        if client_sends {
+            if sub_queue != SubQueue::Main {
+                return Err(Failure::new(
+                    errors::NOT_ALLOWED,
+                    format!("Cannot send to the dead-letter sub-queue of '{path}': messages enter it only by dead-lettering."),
+                    400,
+                ));
+            }
+            let max_message_size = self.context.max_message_size(&path);
+            let target = match entity {
+                Entity::Queue(handle) => SendTarget::Queue(handle),
+                Entity::Topic(handle) => SendTarget::Topic(handle),
+                Entity::Subscription(_) => {
+                    return Err(Failure::new(
+                        errors::NOT_ALLOWED,
+                        format!("Cannot send to subscription '{path}': send to its topic."),
+                        400,
+                    ))
+                }
+            };
+            return Ok((LinkKind::EntitySender { target, max_message_size }, max_message_size));
+        }
+        let handle = match entity {
+            Entity::Queue(handle) | Entity::Subscription(handle) => handle,
+            Entity::Topic(_) => {
+                return Err(Failure::new(
+                    errors::NOT_ALLOWED,
+                    format!("Cannot receive from topic '{path}': receive from one of its subscriptions."),
+                    400,
+                ))
+            }
+        };
+        let has_session_filter = attach
+            .source
+            .as_ref()
+            .and_then(|source| source.filter.as_ref())
+            .is_some_and(|filter| filter.keys().any(|key| key.0 == "com.microsoft:session-filter"));
+        if has_session_filter {
+            return Err(Failure::new(
+                errors::NOT_IMPLEMENTED,
+                format!("Session receivers are not supported yet (entity '{path}')."),
+                501,
+            ));
+        }
+        let mode = if attach.snd_settle_mode == SenderSettleMode::Settled {
+            ReceiveMode::ReceiveAndDelete
+        } else {
+            ReceiveMode::PeekLock
+        };
+        let receiver = ReceiverId(
+            self.context
+                .next_receiver_id
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        );
+        handle
+            .send(Command::AttachReceiver {
+                receiver,
+                sub_queue,
+                mode,
+                sink: self.notifications.clone(),
+            })
+            .await
+            .map_err(|error| errors::entity_failure(&error))?;
+        Ok((LinkKind::EntityReceiver { receiver, entity: handle, mode }, 0))
+    }
+
+    fn refuse_attach(&mut self, channel: u16, attach: Attach, failure: Failure) -> Result<(), ConnectionError> {
+        tracing::info!(link = %attach.name, condition = failure.condition, description = %failure.description, "attach refused");
+        let handle = attach.handle.0;
+        let client_sends = attach.role == Role::Sender;
+        let mut reply = attach;
+        reply.role = if client_sends { Role::Receiver } else { Role::Sender };
+        reply.unsettled = None;
+        reply.properties = None;
+        if client_sends {
+            reply.target = None;
+        } else {
+            reply.source = None;
+            reply.initial_delivery_count = Some(0);
+        }
+        let name = reply.name.clone();
+        self.write(channel, Performative::Attach(reply))?;
+        self.write(
+            channel,
+            Performative::Detach(Detach {
+                handle: Handle(handle),
+                closed: true,
+                error: Some(failure.to_error()),
+            }),
+        )?;
+        self.session(channel)?.links.insert(
+            handle,
+            Link {
+                name,
+                kind: LinkKind::Refused,
+                target_address: None,
+                delivery_count: 0,
+                credit: 0,
+                partial: None,
+            },
+        );
+        Ok(())
+    }
+
+    /// Detaches a link at the client's request.
+    pub(super) async fn detach(&mut self, channel: u16, detach: Detach) -> Result<(), ConnectionError> {
+        let handle = detach.handle.0;
+        let link = self.session(channel)?.links.remove(&handle);
+        let Some(link) = link else {
+            return Err(unattached_handle(handle));
+        };
+        let refused = matches!(link.kind, LinkKind::Refused);
+        self.release_link(link).await;
+        if !refused {
+            self.write(
+                channel,
+                Performative::Detach(Detach {
+                    handle: Handle(handle),
+                    closed: true,
+                    error: None,
+                }),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Detaches a link at the broker's initiative with an error.
+    pub(super) async fn detach_with_error(
+        &mut self,
+        channel: u16,
+        handle: u32,
+        error: AmqpError,
+    ) -> Result<(), ConnectionError> {
+        let link = self.session(channel)?.links.remove(&handle);
+        if let Some(mut link) = link {
+            link.kind = match link.kind {
+                LinkKind::EntityReceiver { receiver, entity, .. } => {
+                    let _ = entity.send(Command::DetachReceiver { receiver }).await;
+                    self.receivers.remove(&receiver);
+                    LinkKind::Refused
+                }
+                _ => LinkKind::Refused,
+            };
+            self.session(channel)?.links.insert(handle, link);
+        }
+        self.write(
+            channel,
+            Performative::Detach(Detach {
+                handle: Handle(handle),
+                closed: true,
+                error: Some(error),
+            }),
+        )
+    }
+
+    /// Forgets a link at its entity.
+    pub(super) async fn release_link(&mut self, link: Link) {
+        if let LinkKind::EntityReceiver { receiver, entity, .. } = link.kind {
+            self.receivers.remove(&receiver);
+            let _ = entity.send(Command::DetachReceiver { receiver }).await;
+        }
+    }
+
+    /// Detaches every receiver of the connection at its entity (connection end).
+    pub(super) async fn detach_all(&mut self) {
+        let sessions: Vec<_> = self.sessions.drain().collect();
+        for (_, session) in sessions {
+            for (_, link) in session.links {
+                self.release_link(link).await;
+            }
+        }
+    }
+
+    /// Gives a client sender credit (right after attach, then whenever half is used).
+    pub(super) fn grant_sender_credit(&mut self, channel: u16, handle: u32) -> Result<(), ConnectionError> {
+        let mut flow = self.session_flow(channel)?;
+        let session = self.session(channel)?;
+        let Some(link) = session.links.get_mut(&handle) else {
+            return Ok(());
+        };
+        link.credit = SENDER_CREDIT;
+        flow.handle = Some(Handle(handle));
+        flow.delivery_count = Some(link.delivery_count);
+        flow.link_credit = Some(SENDER_CREDIT);
+        self.write(channel, Performative::Flow(flow))
+    }
+
+    /// Handles a peer `flow`: session window, then link credit.
+    pub(super) async fn flow(&mut self, channel: u16, flow: Flow) -> Result<(), ConnectionError> {
+        self.session_flow_received(channel, &flow)?;
+        let Some(handle) = flow.handle.map(|handle| handle.0) else {
+            if flow.echo {
+                let reply = self.session_flow(channel)?;
+                self.write(channel, Performative::Flow(reply))?;
+            }
+            return Ok(());
+        };
+        let session = self.session(channel)?;
+        let Some(link) = session.links.get_mut(&handle) else {
+            return Err(unattached_handle(handle));
+        };
+        let credit = flow.link_credit.unwrap_or(0);
+        let limit = flow.delivery_count.unwrap_or(0).wrapping_add(credit);
+        match &link.kind {
+            LinkKind::EntityReceiver { receiver, entity, .. } => {
+                let command = Command::Credit {
+                    receiver: *receiver,
+                    credit_limit: limit,
+                    drain: flow.drain,
+                };
+                let entity = entity.clone();
+                if let Err(error) = entity.send(command).await {
+                    let failure = errors::entity_failure(&error);
+                    return self.detach_with_error(channel, handle, failure.to_error()).await;
+                }
+            }
+            LinkKind::CbsResponse | LinkKind::ManagementResponse { .. } => {
+                link.credit = limit.wrapping_sub(link.delivery_count);
+
+            }
+            _ => {
+                if flow.echo {
+                    self.grant_sender_credit(channel, handle)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,90 @@
+//! The network front end: accepts TCP connections and runs one task per connection that
+//! speaks AMQP 1.0 (SASL, connection, sessions, links) and hands work to entity actors.
+//! It owns no message state and must not implement Service Bus rules.
+
+mod connection;
+pub mod frame;
+mod links;
+mod sasl;
+mod session;
+mod transfers;
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+
+use crate::amqp::sas::AccessKey;
+use crate::broker::registry::Registry;
+use crate::clock::Clock;
+
+/// Settings of the network front end.
+#[derive(Debug, Clone)]
+pub struct ServerSettings {
+    /// Advertised in `open`; heartbeats go out at half of it.
+    pub idle_timeout: Duration,
+    /// Largest frame we accept, advertised in `open`.
+    pub max_frame_size: u32,
+    /// Concurrent connections allowed; more are closed with an error.
+    pub max_connections: usize,
+    /// Shared access keys; empty accepts any token (emulator behaviour).
+    pub keys: Vec<AccessKey>,
+}
+
+/// What every connection task shares.
+#[derive(Debug)]
+pub struct Context {
+    /// Front-end settings.
+    pub settings: ServerSettings,
+    /// The entities.
+    pub registry: Arc<Registry>,
+    /// Wall-clock source.
+    pub clock: Clock,
+    /// Source of process-unique receiver ids.
+    pub next_receiver_id: AtomicU64,
+    /// Lowercase entity path → largest message accepted, in bytes.
+    pub max_message_sizes: std::collections::HashMap<String, u64>,
+}
+
+impl Context {
+    /// The largest message an entity accepts (256 KiB when unknown).
+    pub fn max_message_size(&self, path: &str) -> u64 {
+        self.max_message_sizes
+            .get(&path.trim_matches('/').to_ascii_lowercase())
+            .copied()
+            .unwrap_or(256 * 1024)
+    }
+}
+
+/// Serves connections from `listener` until `shutdown` turns true.
+pub async fn serve(listener: TcpListener, context: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
+    let permits = Arc::new(Semaphore::new(context.settings.max_connections));
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = shutdown.changed() => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(error) => {
+                tracing::warn!(%error, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let permit = permits.clone().try_acquire_owned().ok();
+        let context = context.clone();
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            let span = tracing::info_span!("connection", %peer);
+            let _entered = span.enter();
+            drop(_entered);
+            connection::run(stream, context, shutdown, permit.is_some())
+                .await;
+            drop(permit);
+        });
+    }
+}
