@@ -20,8 +20,8 @@ pub mod config;
 pub mod server;
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;

@@ -70,7 +70,10 @@ fn main() -> ExitCode {
         }
     };
     let listen = cli.listen.unwrap_or(config.server.listen);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("ferrobus: cannot start the runtime: {error}");
@@ -85,7 +88,10 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        let address = listener.local_addr().map(|address| address.to_string()).unwrap_or_default();
+        let address = listener
+            .local_addr()
+            .map(|address| address.to_string())
+            .unwrap_or_default();
         tracing::info!(
             "ferrobus {} listening on {address} with {} entities (config: {origin})",
             env!("CARGO_PKG_VERSION"),

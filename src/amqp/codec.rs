@@ -67,7 +67,7 @@ fn value_length_at_depth(bytes: &[u8], start: usize, depth: u32) -> Result<usize
             return Err(CodecError::InvalidFormatCode {
                 code: other,
                 offset: start,
-            })
+            });
         }
     };
     if start + length > bytes.len() {
@@ -227,7 +227,7 @@ pub fn compound_elements(
             return Err(CodecError::InvalidFormatCode {
                 code: other,
                 offset: start,
-            })
+            });
         }
     };
     let end = start + value_length(bytes, start)?;
@@ -263,7 +263,10 @@ mod tests {
         assert_eq!(value_length(&[0x40], 0), Ok(1));
         assert_eq!(value_length(&[0x52, 7], 0), Ok(2));
         assert_eq!(value_length(&[0xa1, 3, b'a', b'b', b'c'], 0), Ok(5));
-        assert_eq!(value_length(&[0x00, 0x53, 0x75, 0xa0, 1, 9, 0xff], 0), Ok(6));
+        assert_eq!(
+            value_length(&[0x00, 0x53, 0x75, 0xa0, 1, 9, 0xff], 0),
+            Ok(6)
+        );
         assert!(matches!(
             value_length(&[0xa1, 9, b'a'], 0),
             Err(CodecError::Truncated { .. })

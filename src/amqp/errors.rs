@@ -81,7 +81,9 @@ pub fn amqp_error(condition: &str, description: &str) -> Error {
 pub fn entity_not_found(path: &str) -> Failure {
     Failure::new(
         NOT_FOUND,
-        format!("The messaging entity '{path}' could not be found. To know more visit https://aka.ms/sbResourceMgrExceptions."),
+        format!(
+            "The messaging entity '{path}' could not be found. To know more visit https://aka.ms/sbResourceMgrExceptions."
+        ),
         404,
     )
 }

@@ -2,8 +2,8 @@
 //! one, and seeds for lock tokens. Not cryptographic; unique within and (with the time
 //! seed) across process starts.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 static COUNTER: AtomicU64 = AtomicU64::new(1);
@@ -29,7 +29,10 @@ pub fn mix(mut value: u64) -> u64 {
 
 /// A fresh 64-bit value, different on every call and every process start.
 pub fn unique_u64() -> u64 {
-    mix(seed() ^ COUNTER.fetch_add(1, Ordering::Relaxed).wrapping_mul(0x2545_f491_4f6c_dd1d))
+    mix(seed()
+        ^ COUNTER
+            .fetch_add(1, Ordering::Relaxed)
+            .wrapping_mul(0x2545_f491_4f6c_dd1d))
 }
 
 /// 16 fresh bytes shaped as a version-4 GUID.

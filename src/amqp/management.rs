@@ -70,7 +70,8 @@ fn values(value: &Value) -> Vec<&Value> {
 }
 
 fn lock_tokens(body: &Value) -> Result<Vec<LockToken>, Failure> {
-    let entry = body_entry(body, "lock-tokens").ok_or_else(|| argument("lock-tokens is required"))?;
+    let entry =
+        body_entry(body, "lock-tokens").ok_or_else(|| argument("lock-tokens is required"))?;
     values(entry)
         .into_iter()
         .map(|value| match value {
@@ -149,7 +150,9 @@ pub fn plan(request: &Request) -> Result<Plan, Failure> {
             };
             Ok(Plan::Settle(tokens, settlement))
         }
-        "" => Err(argument("the request has no 'operation' application property")),
+        "" => Err(argument(
+            "the request has no 'operation' application property",
+        )),
         other => Err(Failure::new(
             errors::NOT_IMPLEMENTED,
             format!("The management operation '{other}' is not supported by this broker yet."),
@@ -202,5 +205,12 @@ pub fn reply_response(pending: &PendingResponse, result: Result<Reply, EntityErr
             writer.finish_compound(map);
         }
     }
-    request::response(correlation, StatusKeys::Management, 200, "OK", None, Some(&body))
+    request::response(
+        correlation,
+        StatusKeys::Management,
+        200,
+        "OK",
+        None,
+        Some(&body),
+    )
 }

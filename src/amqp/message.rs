@@ -143,7 +143,12 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
                 message.application_properties_section = bytes.slice(section.clone());
             }
             DATA..=FOOTER => body_ranges.push(section),
-            _ => return Err(section_error("section", format!("unknown section 0x{code:x}"))),
+            _ => {
+                return Err(section_error(
+                    "section",
+                    format!("unknown section 0x{code:x}"),
+                ));
+            }
         }
         at += length;
     }
@@ -165,7 +170,10 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
         subject: properties.subject.clone(),
         session_id: properties.group_id.clone(),
         reply_to_session_id: properties.reply_to_group_id.clone(),
-        content_type: properties.content_type.as_ref().map(|symbol| symbol.0.clone()),
+        content_type: properties
+            .content_type
+            .as_ref()
+            .map(|symbol| symbol.0.clone()),
     };
     Ok(message)
 }
@@ -206,7 +214,10 @@ fn parse_annotations(bytes: &Bytes, at: usize, message: &mut Message) -> Result<
     let mut count = 0;
     for pair in elements.chunks(2) {
         let [key, value] = pair else {
-            return Err(section_error("message-annotations", "odd number of map elements"));
+            return Err(section_error(
+                "message-annotations",
+                "odd number of map elements",
+            ));
         };
         let name = codec::read_text(bytes, key.clone()).unwrap_or("");
         if BROKER_ANNOTATIONS.contains(&name) {

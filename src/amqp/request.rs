@@ -51,13 +51,14 @@ pub fn parse(payload: &Bytes) -> Result<Request, MessageError> {
         match code {
             0x73 => {
                 let elements = codec::compound_elements(payload, value_at)?;
-                if let Some(id) = elements.first() {
-                    if payload[id.start] != 0x40 {
-                        request.message_id = Some(payload.slice(id.clone()));
-                    }
+                if let Some(id) = elements.first()
+                    && payload[id.start] != 0x40
+                {
+                    request.message_id = Some(payload.slice(id.clone()));
                 }
                 if let Some(reply_to) = elements.get(4) {
-                    request.reply_to = codec::read_text(payload, reply_to.clone()).map(str::to_string);
+                    request.reply_to =
+                        codec::read_text(payload, reply_to.clone()).map(str::to_string);
                 }
             }
             0x74 => {
@@ -68,12 +69,13 @@ pub fn parse(payload: &Bytes) -> Result<Request, MessageError> {
                     })?;
             }
             0x77 => {
-                request.body = serde_amqp::from_slice(&payload[value_at..at + length]).map_err(
-                    |error| MessageError::Section {
-                        section: "amqp-value",
-                        reason: error.to_string(),
-                    },
-                )?;
+                request.body =
+                    serde_amqp::from_slice(&payload[value_at..at + length]).map_err(|error| {
+                        MessageError::Section {
+                            section: "amqp-value",
+                            reason: error.to_string(),
+                        }
+                    })?;
             }
             _ => {}
         }

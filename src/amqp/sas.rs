@@ -103,7 +103,9 @@ pub fn percent_decode(text: &str) -> String {
 pub fn validate(token: &str, keys: &[AccessKey], now_seconds: i64) -> Result<Grant, TokenError> {
     let fields = token
         .strip_prefix("SharedAccessSignature ")
-        .ok_or(TokenError::Malformed("missing 'SharedAccessSignature ' prefix"))?;
+        .ok_or(TokenError::Malformed(
+            "missing 'SharedAccessSignature ' prefix",
+        ))?;
     let (mut resource, mut signature, mut expiry, mut key_name) = (None, None, None, None);
     for pair in fields.split('&') {
         let Some((name, value)) = pair.split_once('=') else {
@@ -129,8 +131,8 @@ pub fn validate(token: &str, keys: &[AccessKey], now_seconds: i64) -> Result<Gra
         .find(|key| key.name == key_name)
         .ok_or_else(|| TokenError::UnknownKey(key_name.clone()))?;
     let signed = format!("{resource}\n{expiry_text}");
-    let mut mac = Hmac::<Sha256>::new_from_slice(key.key.as_bytes())
-        .map_err(|_| TokenError::BadSignature)?;
+    let mut mac =
+        Hmac::<Sha256>::new_from_slice(key.key.as_bytes()).map_err(|_| TokenError::BadSignature)?;
     mac.update(signed.as_bytes());
     let expected = base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes());
     let presented = percent_decode(signature);
@@ -187,19 +189,22 @@ mod tests {
     fn token(resource: &str, expiry: i64, key_text: &str) -> String {
         let mut mac = Hmac::<Sha256>::new_from_slice(key_text.as_bytes()).expect("any length");
         mac.update(format!("{resource}\n{expiry}").as_bytes());
-        let signature = base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes());
+        let signature =
+            base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes());
         let signature = signature
             .replace('+', "%2B")
             .replace('/', "%2F")
             .replace('=', "%3D");
-        format!("SharedAccessSignature sr={resource}&sig={signature}&se={expiry}&skn=RootManageSharedAccessKey")
+        format!(
+            "SharedAccessSignature sr={resource}&sig={signature}&se={expiry}&skn=RootManageSharedAccessKey"
+        )
     }
 
     #[test]
     fn a_correctly_signed_token_grants_its_path() {
         let resource = "sb%3A%2F%2Flocalhost%3A5672%2Fq2";
-        let grant = validate(&token(resource, 2000, "SAS_KEY_VALUE"), &[key()], 1000)
-            .expect("valid token");
+        let grant =
+            validate(&token(resource, 2000, "SAS_KEY_VALUE"), &[key()], 1000).expect("valid token");
         assert_eq!(grant.path_prefix, "q2");
         assert!(covers(&grant, "q2/$management", 1000));
         assert!(covers(&grant, "Q2", 1000));

@@ -1,6 +1,7 @@
 //! The broker core: entities, their message logs and rules. No sockets, no AMQP frames.
 
 pub mod entity;
+pub mod filter;
 pub mod message;
 pub mod registry;
 pub mod topic;

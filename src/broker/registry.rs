@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use super::entity::{actor, settings::EntitySettings, EntityHandle};
+use super::entity::{EntityHandle, actor, settings::EntitySettings};
 use super::topic::{self, TopicHandle};
 use crate::clock::Clock;
 use crate::config::{Config, QueueConfig, SubscriptionConfig, TopicConfig};
@@ -78,9 +78,10 @@ impl Registry {
                 registry.entities.insert(key, Entity::Subscription(handle));
             }
             let handle = topic::spawn(topic_config.name.clone(), subscriptions);
-            registry
-                .entities
-                .insert(topic_config.name.to_ascii_lowercase(), Entity::Topic(handle));
+            registry.entities.insert(
+                topic_config.name.to_ascii_lowercase(),
+                Entity::Topic(handle),
+            );
         }
         registry
     }

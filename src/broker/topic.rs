@@ -63,7 +63,10 @@ pub fn spawn(path: String, subscriptions: Vec<EntityHandle>) -> TopicHandle {
                     outcome = Err(error);
                     continue;
                 }
-                if let Some(Notification::Reply { result: Err(error), .. }) = replies.recv().await {
+                if let Some(Notification::Reply {
+                    result: Err(error), ..
+                }) = replies.recv().await
+                {
                     outcome = Err(error);
                 }
             }

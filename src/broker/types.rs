@@ -125,10 +125,14 @@ impl Settlement {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EntityError {
     /// The lock token is unknown or its lock expired (rule LCK-3).
-    #[error("The lock supplied is invalid. Either the lock expired, or the message has already been removed from the queue.")]
+    #[error(
+        "The lock supplied is invalid. Either the lock expired, or the message has already been removed from the queue."
+    )]
     LockLost,
     /// The entity is at its `max_size_in_megabytes`.
-    #[error("The maximum entity size has been reached or exceeded for '{entity}': {size} bytes of {limit} bytes.")]
+    #[error(
+        "The maximum entity size has been reached or exceeded for '{entity}': {size} bytes of {limit} bytes."
+    )]
     QuotaExceeded {
         entity: String,
         size: u64,

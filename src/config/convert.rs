@@ -104,9 +104,9 @@ fn convert_key(index: usize, raw: RawKey) -> Result<SharedAccessKey, ConfigError
                 return Err(ConfigError::invalid(
                     &context,
                     format!(
-                    "rights: unknown right {right:?} (expected \"Manage\", \"Send\" or \"Listen\")"
-                ),
-                ))
+                        "rights: unknown right {right:?} (expected \"Manage\", \"Send\" or \"Listen\")"
+                    ),
+                ));
             }
         }
     }
@@ -252,13 +252,13 @@ fn convert_rule(
             return Err(ConfigError::invalid(
                 &context,
                 "sets both sql_filter and correlation_filter; set exactly one",
-            ))
+            ));
         }
         (None, None) => {
             return Err(ConfigError::invalid(
                 &context,
                 "sets neither sql_filter nor correlation_filter; set exactly one",
-            ))
+            ));
         }
     };
     Ok(RuleConfig {

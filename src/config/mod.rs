@@ -28,10 +28,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use entities::{
-    CorrelationFilterConfig, FilterConfig, PropertyLiteral, QueueConfig, RuleConfig,
-    SubscriptionConfig, TopicConfig, DEFAULT_DUPLICATE_DETECTION_WINDOW, DEFAULT_LOCK_DURATION,
+    CorrelationFilterConfig, DEFAULT_DUPLICATE_DETECTION_WINDOW, DEFAULT_LOCK_DURATION,
     DEFAULT_MAX_DELIVERY_COUNT, DEFAULT_MAX_MESSAGE_SIZE_IN_KILOBYTES,
-    DEFAULT_MAX_SIZE_IN_MEGABYTES, MAX_MESSAGE_SIZE_LIMIT_IN_KILOBYTES,
+    DEFAULT_MAX_SIZE_IN_MEGABYTES, FilterConfig, MAX_MESSAGE_SIZE_LIMIT_IN_KILOBYTES,
+    PropertyLiteral, QueueConfig, RuleConfig, SubscriptionConfig, TopicConfig,
 };
 
 /// Default listen address: loopback only, the AMQP port.

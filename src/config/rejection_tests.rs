@@ -71,7 +71,9 @@ fn unknown_keys_are_rejected_in_every_table() {
         &[":7:", "filter"],
     );
     assert_error(
-        &format!("{subscription}[[topics.subscriptions.rules]]\nname = \"r\"\ncorrelation_filter = {{ label = \"x\" }}"),
+        &format!(
+            "{subscription}[[topics.subscriptions.rules]]\nname = \"r\"\ncorrelation_filter = {{ label = \"x\" }}"
+        ),
         &[":7:", "label"],
     );
 }
@@ -109,7 +111,10 @@ fn bad_durations_name_the_key_and_quote_the_value() {
     );
     assert_error(
         "[[topics]]\nname = \"t\"\n[[topics.subscriptions]]\nname = \"s\"\ndefault_message_time_to_live = \"10\"",
-        &["topics[0] \"t\" subscriptions[0] \"s\": default_message_time_to_live", "\"10\""],
+        &[
+            "topics[0] \"t\" subscriptions[0] \"s\": default_message_time_to_live",
+            "\"10\"",
+        ],
     );
 }
 
@@ -209,7 +214,9 @@ fn entity_names_are_checked() {
     );
     let long = "r".repeat(51);
     assert_error(
-        &format!("[[topics]]\nname = \"t\"\n[[topics.subscriptions]]\nname = \"s\"\n[[topics.subscriptions.rules]]\nname = \"{long}\"\nsql_filter = \"1=1\""),
+        &format!(
+            "[[topics]]\nname = \"t\"\n[[topics.subscriptions]]\nname = \"s\"\n[[topics.subscriptions.rules]]\nname = \"{long}\"\nsql_filter = \"1=1\""
+        ),
         &["rules[0]", "limit is 50"],
     );
 }
@@ -263,7 +270,9 @@ fn forward_targets_must_exist_and_not_be_the_entity_itself() {
         &format!("{topic}forward_dead_lettered_messages_to = \"x\""),
         &["forward_dead_lettered_messages_to \"x\""],
     );
-    let config = load(&format!("{queues}forward_to = \"A\"\n{topic}forward_to = \"orders\"\nforward_dead_lettered_messages_to = \"t\""));
+    let config = load(&format!(
+        "{queues}forward_to = \"A\"\n{topic}forward_to = \"orders\"\nforward_dead_lettered_messages_to = \"t\""
+    ));
     assert_eq!(config.queues[2].forward_to.as_deref(), Some("A"));
 }
 
@@ -309,7 +318,9 @@ fn rules_need_exactly_one_filter() {
 
 #[test]
 fn explicit_default_rule_may_carry_a_filter() {
-    let config = load("[[topics]]\nname = \"t\"\n[[topics.subscriptions]]\nname = \"s\"\n[[topics.subscriptions.rules]]\nname = \"$Default\"\nsql_filter = \"a = 1\"");
+    let config = load(
+        "[[topics]]\nname = \"t\"\n[[topics.subscriptions]]\nname = \"s\"\n[[topics.subscriptions.rules]]\nname = \"$Default\"\nsql_filter = \"a = 1\"",
+    );
     let rule = &config.topics[0].subscriptions[0].rules[0];
     assert_eq!(
         (rule.name.as_str(), &rule.filter),

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use super::names::{check_entity_name, check_rule_name, check_subscription_name};
 use super::{
-    Config, ConfigError, FilterConfig, QueueConfig, RuleConfig, SubscriptionConfig, TopicConfig,
-    MAX_MESSAGE_SIZE_LIMIT_IN_KILOBYTES, MINIMUM_MAX_FRAME_SIZE,
+    Config, ConfigError, FilterConfig, MAX_MESSAGE_SIZE_LIMIT_IN_KILOBYTES, MINIMUM_MAX_FRAME_SIZE,
+    QueueConfig, RuleConfig, SubscriptionConfig, TopicConfig,
 };
 
 /// `queues[2] "orders"`.
@@ -57,7 +57,9 @@ pub(super) fn validate(config: &Config) -> Result<(), ConfigError> {
         if let Some(previous) = entity_names.insert(name.to_ascii_lowercase(), context.clone()) {
             return Err(ConfigError::invalid(
                 &context,
-                format!("name conflicts with {previous} (queue and topic names are case-insensitive and shared)"),
+                format!(
+                    "name conflicts with {previous} (queue and topic names are case-insensitive and shared)"
+                ),
             ));
         }
     }
@@ -116,7 +118,9 @@ fn validate_auth(config: &Config) -> Result<(), ConfigError> {
         if let Some(previous) = seen.insert(key.name.to_ascii_lowercase(), index) {
             return Err(ConfigError::invalid(
                 &context,
-                format!("key name is already used by auth.keys[{previous}] (names are case-insensitive)"),
+                format!(
+                    "key name is already used by auth.keys[{previous}] (names are case-insensitive)"
+                ),
             ));
         }
     }
@@ -150,7 +154,9 @@ impl ForwardTargets<'_> {
         if target.eq_ignore_ascii_case(own_name) {
             return Err(ConfigError::invalid(
                 context,
-                format!("{key} {target:?} forms a loop (the entity itself, or a subscription's own topic)"),
+                format!(
+                    "{key} {target:?} forms a loop (the entity itself, or a subscription's own topic)"
+                ),
             ));
         }
         Ok(())
@@ -270,7 +276,9 @@ fn validate_topic(
         if let Some(previous) = seen.insert(subscription.name.to_ascii_lowercase(), index) {
             return Err(ConfigError::invalid(
                 &subscription_context,
-                format!("name is already used by subscriptions[{previous}] of this topic (names are case-insensitive)"),
+                format!(
+                    "name is already used by subscriptions[{previous}] of this topic (names are case-insensitive)"
+                ),
             ));
         }
         validate_subscription(&subscription_context, &topic.name, subscription, targets)?;
@@ -324,7 +332,9 @@ fn validate_subscription(
         if let Some(previous) = seen.insert(rule.name.to_ascii_lowercase(), index) {
             return Err(ConfigError::invalid(
                 &rule_context,
-                format!("name is already used by rules[{previous}] of this subscription (names are case-insensitive)"),
+                format!(
+                    "name is already used by rules[{previous}] of this subscription (names are case-insensitive)"
+                ),
             ));
         }
         validate_rule(&rule_context, rule)?;

@@ -15,10 +15,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 
-use super::frame::{self, FrameError, RawFrame, FRAME_TYPE_AMQP, FRAME_TYPE_SASL};
+use super::Context;
+use super::frame::{self, FRAME_TYPE_AMQP, FRAME_TYPE_SASL, FrameError, RawFrame};
 use super::sasl::{self, SaslResult};
 use super::session::Session;
-use super::Context;
 use crate::amqp::errors;
 use crate::amqp::sas::{Grant, Rights};
 use crate::broker::entity::{Notification, NotificationSender, RequestId};
@@ -118,7 +118,11 @@ impl Connection {
     }
 
     /// Appends a performative to the output.
-    pub fn write(&mut self, channel: u16, performative: Performative) -> Result<(), ConnectionError> {
+    pub fn write(
+        &mut self,
+        channel: u16,
+        performative: Performative,
+    ) -> Result<(), ConnectionError> {
         frame::write_performative(&mut self.output, channel, &performative)?;
         Ok(())
     }
@@ -135,7 +139,10 @@ async fn read_more(stream: &mut TcpStream, input: &mut BytesMut) -> Result<(), C
     Ok(())
 }
 
-async fn read_exact_header(stream: &mut TcpStream, input: &mut BytesMut) -> Result<[u8; 8], ConnectionError> {
+async fn read_exact_header(
+    stream: &mut TcpStream,
+    input: &mut BytesMut,
+) -> Result<[u8; 8], ConnectionError> {
     while input.len() < 8 {
         read_more(stream, input).await?;
     }
@@ -172,7 +179,10 @@ async fn handshake(
         output.clear();
         let init_frame = read_frame(stream, input, 64 * 1024).await?;
         if init_frame.frame_type != FRAME_TYPE_SASL {
-            return Err(ConnectionError::protocol(errors::DECODE_ERROR, "expected sasl-init"));
+            return Err(ConnectionError::protocol(
+                errors::DECODE_ERROR,
+                "expected sasl-init",
+            ));
         }
         let init = sasl::decode_init(&init_frame.body)?;
         let result = sasl::authenticate(&init, &context.settings.keys);
@@ -193,23 +203,40 @@ async fn handshake(
     if header != frame::AMQP_HEADER {
         output.extend_from_slice(&frame::SASL_HEADER);
         stream.write_all(output).await?;
-        return Err(ConnectionError::protocol(errors::DECODE_ERROR, "unsupported protocol header"));
+        return Err(ConnectionError::protocol(
+            errors::DECODE_ERROR,
+            "unsupported protocol header",
+        ));
     }
     output.extend_from_slice(&frame::AMQP_HEADER);
+    // Some clients (fe2o3-amqp) wait for our header before sending `open`.
+    stream.write_all(output).await?;
+    output.clear();
     let open_frame = read_frame(stream, input, context.settings.max_frame_size).await?;
     if open_frame.frame_type != FRAME_TYPE_AMQP {
-        return Err(ConnectionError::protocol(errors::DECODE_ERROR, "expected an AMQP frame"));
+        return Err(ConnectionError::protocol(
+            errors::DECODE_ERROR,
+            "expected an AMQP frame",
+        ));
     }
     let (performative, _) = frame::decode_performative(&open_frame.body)?;
     let Performative::Open(open) = performative else {
-        return Err(ConnectionError::protocol(errors::DECODE_ERROR, "expected open"));
+        return Err(ConnectionError::protocol(
+            errors::DECODE_ERROR,
+            "expected open",
+        ));
     };
     Ok((open, sasl_rights))
 }
 
 /// Serves one TCP connection to its end. `admitted` is false when `max_connections` is
 /// reached: the connection is opened and closed at once with an error.
-pub async fn run(mut stream: TcpStream, context: Arc<Context>, mut shutdown: watch::Receiver<bool>, admitted: bool) {
+pub async fn run(
+    mut stream: TcpStream,
+    context: Arc<Context>,
+    mut shutdown: watch::Receiver<bool>,
+    admitted: bool,
+) {
     let mut input = BytesMut::with_capacity(64 * 1024);
     let mut output = BytesMut::with_capacity(64 * 1024);
     let handshake = tokio::time::timeout(
@@ -249,7 +276,13 @@ pub async fn run(mut stream: TcpStream, context: Arc<Context>, mut shutdown: wat
         hostname: None,
         max_frame_size: MaxFrameSize(context.settings.max_frame_size),
         channel_max: ChannelMax(u16::MAX),
-        idle_time_out: Some(context.settings.idle_timeout.as_millis().min(u32::MAX as u128) as u32),
+        idle_time_out: Some(
+            context
+                .settings
+                .idle_timeout
+                .as_millis()
+                .min(u32::MAX as u128) as u32,
+        ),
         outgoing_locales: None,
         incoming_locales: None,
         offered_capabilities: None,
@@ -273,27 +306,48 @@ pub async fn run(mut stream: TcpStream, context: Arc<Context>, mut shutdown: wat
         let _ = stream.write_all(&connection.output).await;
         return;
     }
-    let result = event_loop(&mut connection, &mut stream, &mut input, &mut inbox, &mut shutdown, &open).await;
+    let result = event_loop(
+        &mut connection,
+        &mut stream,
+        &mut input,
+        &mut inbox,
+        &mut shutdown,
+        &open,
+    )
+    .await;
     match result {
-        Err(ConnectionError::Protocol { condition, description }) => {
+        Err(ConnectionError::Protocol {
+            condition,
+            description,
+        }) => {
             tracing::warn!(condition, %description, "closing connection after protocol error");
-            let _ = close_with(&mut connection, Some(errors::amqp_error(condition, &description)));
+            let _ = close_with(
+                &mut connection,
+                Some(errors::amqp_error(condition, &description)),
+            );
         }
         Err(ConnectionError::Frame(error)) => {
             tracing::warn!(%error, "closing connection after framing error");
             let _ = close_with(
                 &mut connection,
-                Some(errors::amqp_error(errors::FRAMING_ERROR, &error.to_string())),
+                Some(errors::amqp_error(
+                    errors::FRAMING_ERROR,
+                    &error.to_string(),
+                )),
             );
         }
         Err(ConnectionError::Io(error)) => tracing::debug!(%error, "connection i/o error"),
         Err(ConnectionError::Closed) | Ok(()) => {}
     }
     let _ = stream.write_all(&connection.output).await;
+    tracing::debug!(container_id = %connection.container_id, "connection closed");
     connection.detach_all().await;
 }
 
-fn close_with(connection: &mut Connection, error: Option<AmqpError>) -> Result<(), ConnectionError> {
+fn close_with(
+    connection: &mut Connection,
+    error: Option<AmqpError>,
+) -> Result<(), ConnectionError> {
     connection.write(0, Performative::Close(Close { error }))
 }
 
@@ -376,7 +430,10 @@ impl Connection {
     /// Handles one frame; returns true when the connection is closed.
     async fn handle_frame(&mut self, frame: RawFrame) -> Result<bool, ConnectionError> {
         if frame.frame_type != FRAME_TYPE_AMQP {
-            return Err(ConnectionError::protocol(errors::DECODE_ERROR, "unexpected SASL frame"));
+            return Err(ConnectionError::protocol(
+                errors::DECODE_ERROR,
+                "unexpected SASL frame",
+            ));
         }
         if frame.body.is_empty() {
             return Ok(false); // heartbeat
@@ -384,9 +441,21 @@ impl Connection {
         let (performative, payload) = frame::decode_performative(&frame.body)?;
         tracing::trace!(channel = frame.channel, ?performative, "frame received");
         let channel = frame.channel;
+        let needs_session = !matches!(
+            performative,
+            Performative::Open(_) | Performative::Close(_) | Performative::Begin(_)
+        );
+        if needs_session && !self.sessions.contains_key(&channel) {
+            // A frame racing our `end` (or for a session we never had): nothing to act on.
+            tracing::debug!(channel, "frame for a channel without a session ignored");
+            return Ok(false);
+        }
         match performative {
             Performative::Open(_) => {
-                return Err(ConnectionError::protocol("amqp:illegal-state", "second open"));
+                return Err(ConnectionError::protocol(
+                    "amqp:illegal-state",
+                    "second open",
+                ));
             }
             Performative::Close(_) => {
                 self.write(0, Performative::Close(Close { error: None }))?;
@@ -398,13 +467,18 @@ impl Connection {
             Performative::Detach(detach) => self.detach(channel, detach).await?,
             Performative::Flow(flow) => self.flow(channel, flow).await?,
             Performative::Transfer(transfer) => self.transfer(channel, transfer, payload).await?,
-            Performative::Disposition(disposition) => self.disposition(channel, disposition).await?,
+            Performative::Disposition(disposition) => {
+                self.disposition(channel, disposition).await?
+            }
         }
         Ok(false)
     }
 
     /// Handles one entity notification.
-    async fn handle_notification(&mut self, notification: Notification) -> Result<(), ConnectionError> {
+    async fn handle_notification(
+        &mut self,
+        notification: Notification,
+    ) -> Result<(), ConnectionError> {
         match notification {
             Notification::Deliver(delivery) => self.deliver(delivery).await,
             Notification::Drained {

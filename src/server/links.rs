@@ -3,7 +3,9 @@
 //! `detach`, plus link-level `flow`.
 
 use bytes::BytesMut;
-use fe2o3_amqp_types::definitions::{Error as AmqpError, Handle, ReceiverSettleMode, Role, SenderSettleMode};
+use fe2o3_amqp_types::definitions::{
+    Error as AmqpError, Handle, ReceiverSettleMode, Role, SenderSettleMode,
+};
 use fe2o3_amqp_types::messaging::TargetArchetype;
 use fe2o3_amqp_types::performatives::{Attach, Detach, Flow, Performative};
 
@@ -47,8 +49,6 @@ pub enum LinkKind {
         receiver: ReceiverId,
         /// The entity.
         entity: EntityHandle,
-        /// Peek-lock or receive-and-delete.
-        mode: ReceiveMode,
     },
     /// Client sends `put-token` requests.
     CbsRequest,
@@ -101,7 +101,10 @@ pub struct Link {
 }
 
 fn source_address(attach: &Attach) -> Option<String> {
-    attach.source.as_ref().and_then(|source| source.address.clone())
+    attach
+        .source
+        .as_ref()
+        .and_then(|source| source.address.clone())
 }
 
 fn target_address(attach: &Attach) -> Option<String> {
@@ -120,12 +123,16 @@ impl Connection {
             return rights.allows(right);
         }
         let now = self.context.clock.now().0 / 1000;
-        self.grants.iter().any(|grant| {
-            grant.rights.allows(right) && crate::amqp::sas::covers(grant, path, now)
-        })
+        self.grants
+            .iter()
+            .any(|grant| grant.rights.allows(right) && crate::amqp::sas::covers(grant, path, now))
     }
 
-    pub(super) async fn attach(&mut self, channel: u16, attach: Attach) -> Result<(), ConnectionError> {
+    pub(super) async fn attach(
+        &mut self,
+        channel: u16,
+        attach: Attach,
+    ) -> Result<(), ConnectionError> {
         let handle = attach.handle.0;
         if self.session(channel)?.links.contains_key(&handle) {
             return Err(ConnectionError::protocol(
@@ -139,13 +146,19 @@ impl Connection {
         } else {
             source_address(&attach)
         };
-        let resolved = self.resolve(&attach, client_sends, address.as_deref().unwrap_or("")).await;
+        let resolved = self
+            .resolve(&attach, client_sends, address.as_deref().unwrap_or(""))
+            .await;
         let (kind, max_message_size) = match resolved {
             Ok(resolved) => resolved,
             Err(failure) => return self.refuse_attach(channel, attach, failure),
         };
         let mut reply = attach.clone();
-        reply.role = if client_sends { Role::Receiver } else { Role::Sender };
+        reply.role = if client_sends {
+            Role::Receiver
+        } else {
+            Role::Sender
+        };
         reply.unsettled = None;
         reply.incomplete_unsettled = false;
         reply.properties = None;
@@ -175,7 +188,10 @@ impl Connection {
             partial: None,
         };
         let grants_credit = client_sends;
-        if let LinkKind::EntityReceiver { receiver, entity, .. } = &link.kind {
+        if let LinkKind::EntityReceiver {
+            receiver, entity, ..
+        } = &link.kind
+        {
             self.receivers.insert(*receiver, (channel, handle));
             let _ = entity;
         }
@@ -194,7 +210,11 @@ impl Connection {
         address: &str,
     ) -> Result<(LinkKind, u64), Failure> {
         let node = address::parse(address).ok_or_else(|| {
-            Failure::new(errors::NOT_FOUND, "The link address is missing or empty.", 404)
+            Failure::new(
+                errors::NOT_FOUND,
+                "The link address is missing or empty.",
+                404,
+            )
         })?;
         match node {
             Node::Cbs if client_sends => Ok((LinkKind::CbsRequest, DEFAULT_MAX_MESSAGE_SIZE)),
@@ -204,7 +224,10 @@ impl Connection {
                     return Err(errors::entity_not_found(&path));
                 }
                 if client_sends {
-                    Ok((LinkKind::ManagementRequest { path, sub_queue }, DEFAULT_MAX_MESSAGE_SIZE))
+                    Ok((
+                        LinkKind::ManagementRequest { path, sub_queue },
+                        DEFAULT_MAX_MESSAGE_SIZE,
+                    ))
                 } else {
                     Ok((LinkKind::ManagementResponse { path }, 0))
                 }
@@ -215,15 +238,22 @@ impl Connection {
                     .registry
                     .lookup(&path)
                     .ok_or_else(|| errors::entity_not_found(&path))?;
-                let right = if client_sends { Right::Send } else { Right::Listen };
+                let right = if client_sends {
+                    Right::Send
+                } else {
+                    Right::Listen
+                };
                 if !self.authorized(&path, right) {
                     return Err(Failure::new(
                         errors::UNAUTHORIZED_ACCESS,
-                        format!("Unauthorized access. '{right:?}' claim(s) are required to perform this operation on '{path}'. Put a valid token on $cbs first."),
+                        format!(
+                            "Unauthorized access. '{right:?}' claim(s) are required to perform this operation on '{path}'. Put a valid token on $cbs first."
+                        ),
                         401,
                     ));
                 }
-                self.entity_link(attach, client_sends, path, sub_queue, entity).await
+                self.entity_link(attach, client_sends, path, sub_queue, entity)
+                    .await
             }
         }
     }
@@ -240,7 +270,9 @@ impl Connection {
             if sub_queue != SubQueue::Main {
                 return Err(Failure::new(
                     errors::NOT_ALLOWED,
-                    format!("Cannot send to the dead-letter sub-queue of '{path}': messages enter it only by dead-lettering."),
+                    format!(
+                        "Cannot send to the dead-letter sub-queue of '{path}': messages enter it only by dead-lettering."
+                    ),
                     400,
                 ));
             }
@@ -253,26 +285,38 @@ impl Connection {
                         errors::NOT_ALLOWED,
                         format!("Cannot send to subscription '{path}': send to its topic."),
                         400,
-                    ))
+                    ));
                 }
             };
-            return Ok((LinkKind::EntitySender { target, max_message_size }, max_message_size));
+            return Ok((
+                LinkKind::EntitySender {
+                    target,
+                    max_message_size,
+                },
+                max_message_size,
+            ));
         }
         let handle = match entity {
             Entity::Queue(handle) | Entity::Subscription(handle) => handle,
             Entity::Topic(_) => {
                 return Err(Failure::new(
                     errors::NOT_ALLOWED,
-                    format!("Cannot receive from topic '{path}': receive from one of its subscriptions."),
+                    format!(
+                        "Cannot receive from topic '{path}': receive from one of its subscriptions."
+                    ),
                     400,
-                ))
+                ));
             }
         };
         let has_session_filter = attach
             .source
             .as_ref()
             .and_then(|source| source.filter.as_ref())
-            .is_some_and(|filter| filter.keys().any(|key| key.0 == "com.microsoft:session-filter"));
+            .is_some_and(|filter| {
+                filter
+                    .keys()
+                    .any(|key| key.0 == "com.microsoft:session-filter")
+            });
         if has_session_filter {
             return Err(Failure::new(
                 errors::NOT_IMPLEMENTED,
@@ -299,15 +343,30 @@ impl Connection {
             })
             .await
             .map_err(|error| errors::entity_failure(&error))?;
-        Ok((LinkKind::EntityReceiver { receiver, entity: handle, mode }, 0))
+        Ok((
+            LinkKind::EntityReceiver {
+                receiver,
+                entity: handle,
+            },
+            0,
+        ))
     }
 
-    fn refuse_attach(&mut self, channel: u16, attach: Attach, failure: Failure) -> Result<(), ConnectionError> {
+    fn refuse_attach(
+        &mut self,
+        channel: u16,
+        attach: Attach,
+        failure: Failure,
+    ) -> Result<(), ConnectionError> {
         tracing::info!(link = %attach.name, condition = failure.condition, description = %failure.description, "attach refused");
         let handle = attach.handle.0;
         let client_sends = attach.role == Role::Sender;
         let mut reply = attach;
-        reply.role = if client_sends { Role::Receiver } else { Role::Sender };
+        reply.role = if client_sends {
+            Role::Receiver
+        } else {
+            Role::Sender
+        };
         reply.unsettled = None;
         reply.properties = None;
         if client_sends {
@@ -341,7 +400,11 @@ impl Connection {
     }
 
     /// Detaches a link at the client's request.
-    pub(super) async fn detach(&mut self, channel: u16, detach: Detach) -> Result<(), ConnectionError> {
+    pub(super) async fn detach(
+        &mut self,
+        channel: u16,
+        detach: Detach,
+    ) -> Result<(), ConnectionError> {
         let handle = detach.handle.0;
         let link = self.session(channel)?.links.remove(&handle);
         let Some(link) = link else {
@@ -372,7 +435,9 @@ impl Connection {
         let link = self.session(channel)?.links.remove(&handle);
         if let Some(mut link) = link {
             link.kind = match link.kind {
-                LinkKind::EntityReceiver { receiver, entity, .. } => {
+                LinkKind::EntityReceiver {
+                    receiver, entity, ..
+                } => {
                     let _ = entity.send(Command::DetachReceiver { receiver }).await;
                     self.receivers.remove(&receiver);
                     LinkKind::Refused
@@ -393,7 +458,10 @@ impl Connection {
 
     /// Forgets a link at its entity.
     pub(super) async fn release_link(&mut self, link: Link) {
-        if let LinkKind::EntityReceiver { receiver, entity, .. } = link.kind {
+        if let LinkKind::EntityReceiver {
+            receiver, entity, ..
+        } = link.kind
+        {
             self.receivers.remove(&receiver);
             let _ = entity.send(Command::DetachReceiver { receiver }).await;
         }
@@ -410,7 +478,11 @@ impl Connection {
     }
 
     /// Gives a client sender credit (right after attach, then whenever half is used).
-    pub(super) fn grant_sender_credit(&mut self, channel: u16, handle: u32) -> Result<(), ConnectionError> {
+    pub(super) fn grant_sender_credit(
+        &mut self,
+        channel: u16,
+        handle: u32,
+    ) -> Result<(), ConnectionError> {
         let mut flow = self.session_flow(channel)?;
         let session = self.session(channel)?;
         let Some(link) = session.links.get_mut(&handle) else {
@@ -440,7 +512,9 @@ impl Connection {
         let credit = flow.link_credit.unwrap_or(0);
         let limit = flow.delivery_count.unwrap_or(0).wrapping_add(credit);
         match &link.kind {
-            LinkKind::EntityReceiver { receiver, entity, .. } => {
+            LinkKind::EntityReceiver {
+                receiver, entity, ..
+            } => {
                 let command = Command::Credit {
                     receiver: *receiver,
                     credit_limit: limit,
@@ -449,12 +523,13 @@ impl Connection {
                 let entity = entity.clone();
                 if let Err(error) = entity.send(command).await {
                     let failure = errors::entity_failure(&error);
-                    return self.detach_with_error(channel, handle, failure.to_error()).await;
+                    return self
+                        .detach_with_error(channel, handle, failure.to_error())
+                        .await;
                 }
             }
             LinkKind::CbsResponse | LinkKind::ManagementResponse { .. } => {
                 link.credit = limit.wrapping_sub(link.delivery_count);
-
             }
             _ => {
                 if flow.echo {

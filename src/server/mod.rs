@@ -9,12 +9,12 @@ mod sasl;
 mod session;
 mod transfers;
 
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{Semaphore, watch};
 
 use crate::amqp::sas::AccessKey;
 use crate::broker::registry::Registry;
@@ -59,7 +59,11 @@ impl Context {
 }
 
 /// Serves connections from `listener` until `shutdown` turns true.
-pub async fn serve(listener: TcpListener, context: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
+pub async fn serve(
+    listener: TcpListener,
+    context: Arc<Context>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let permits = Arc::new(Semaphore::new(context.settings.max_connections));
     loop {
         let accepted = tokio::select! {
@@ -82,8 +86,7 @@ pub async fn serve(listener: TcpListener, context: Arc<Context>, mut shutdown: w
             let span = tracing::info_span!("connection", %peer);
             let _entered = span.enter();
             drop(_entered);
-            connection::run(stream, context, shutdown, permit.is_some())
-                .await;
+            connection::run(stream, context, shutdown, permit.is_some()).await;
             drop(permit);
         });
     }

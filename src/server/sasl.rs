@@ -39,11 +39,21 @@ pub fn authenticate(init: &SaslInit, keys: &[AccessKey]) -> SaslResult {
     match init.mechanism.0.as_str() {
         "ANONYMOUS" => SaslResult::Anonymous,
         "PLAIN" => {
-            let response: &[u8] = init.initial_response.as_deref().map(|bytes| bytes.as_slice()).unwrap_or(&[]);
+            let response: &[u8] = init
+                .initial_response
+                .as_deref()
+                .map(|bytes| bytes.as_slice())
+                .unwrap_or(&[]);
             let mut parts = response.split(|byte| *byte == 0);
             let _authorization = parts.next();
-            let user = parts.next().map(String::from_utf8_lossy).unwrap_or_default();
-            let password = parts.next().map(String::from_utf8_lossy).unwrap_or_default();
+            let user = parts
+                .next()
+                .map(String::from_utf8_lossy)
+                .unwrap_or_default();
+            let password = parts
+                .next()
+                .map(String::from_utf8_lossy)
+                .unwrap_or_default();
             if keys.is_empty() {
                 return SaslResult::Key(Rights {
                     manage: true,
@@ -51,7 +61,10 @@ pub fn authenticate(init: &SaslInit, keys: &[AccessKey]) -> SaslResult {
                     listen: true,
                 });
             }
-            match keys.iter().find(|key| key.name == user && key.key == password) {
+            match keys
+                .iter()
+                .find(|key| key.name == user && key.key == password)
+            {
                 Some(key) => SaslResult::Key(key.rights),
                 None => SaslResult::Refused,
             }

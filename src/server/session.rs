@@ -26,8 +26,6 @@ pub struct Unsettled {
 /// A transfer waiting for the peer's session window to open.
 #[derive(Debug)]
 pub struct QueuedTransfer {
-    /// The link (peer handle).
-    pub handle: u32,
     /// Encoded transfer frames ready to write.
     pub frames: bytes::Bytes,
     /// Window units it consumes.
@@ -140,11 +138,15 @@ impl Connection {
     }
 
     /// Applies the session part of a peer `flow` and releases queued transfers.
-    pub(super) fn session_flow_received(&mut self, channel: u16, flow: &Flow) -> Result<(), ConnectionError> {
+    pub(super) fn session_flow_received(
+        &mut self,
+        channel: u16,
+        flow: &Flow,
+    ) -> Result<(), ConnectionError> {
         let session = self.session(channel)?;
         let next_incoming = flow.next_incoming_id.unwrap_or(1);
-        session.remote_incoming_window = next_incoming as i64 + flow.incoming_window as i64
-            - session.next_outgoing_id as i64;
+        session.remote_incoming_window =
+            next_incoming as i64 + flow.incoming_window as i64 - session.next_outgoing_id as i64;
         self.flush_queued(channel)
     }
 
@@ -168,7 +170,6 @@ impl Connection {
     pub(super) fn send_transfer_frames(
         &mut self,
         channel: u16,
-        handle: u32,
         frames: bytes::Bytes,
         units: u32,
     ) -> Result<(), ConnectionError> {
@@ -178,11 +179,7 @@ impl Connection {
             session.next_outgoing_id = session.next_outgoing_id.wrapping_add(units);
             self.output.extend_from_slice(&frames);
         } else {
-            session.queued.push_back(QueuedTransfer {
-                handle,
-                frames,
-                units,
-            });
+            session.queued.push_back(QueuedTransfer { frames, units });
         }
         Ok(())
     }

@@ -5,17 +5,15 @@
 
 use bytes::{Bytes, BytesMut};
 use fe2o3_amqp_types::definitions::{Handle, Role};
-use fe2o3_amqp_types::messaging::{
-    Accepted, DeliveryState, Modified, Rejected, Released,
-};
+use fe2o3_amqp_types::messaging::{Accepted, DeliveryState, Modified, Rejected, Released};
 use fe2o3_amqp_types::performatives::{Disposition, Performative, Transfer};
 use fe2o3_amqp_types::primitives::Value;
 use std::sync::Arc;
 
 use super::connection::{Connection, ConnectionError, Pending};
 use super::frame;
-use super::links::{LinkKind, PartialTransfer, SendTarget, SENDER_CREDIT};
-use super::session::{unattached_handle, Unsettled};
+use super::links::{LinkKind, PartialTransfer, SENDER_CREDIT, SendTarget};
+use super::session::{Unsettled, unattached_handle};
 use crate::amqp::errors::{self, Failure};
 use crate::amqp::management::{self, PendingResponse, Plan, ResponseKind};
 use crate::amqp::message::{self, DeliveryView};
@@ -44,7 +42,9 @@ fn rejected(failure: &Failure) -> DeliveryState {
 /// Maps a client's outcome to a Service Bus settlement and the outcome to echo (§5.1).
 fn settlement_for(state: Option<&DeliveryState>) -> (Settlement, DeliveryState) {
     match state {
-        Some(DeliveryState::Accepted(_)) => (Settlement::Complete, DeliveryState::Accepted(Accepted {})),
+        Some(DeliveryState::Accepted(_)) => {
+            (Settlement::Complete, DeliveryState::Accepted(Accepted {}))
+        }
         Some(DeliveryState::Modified(modified)) => {
             let properties = management::property_changes(
                 modified
@@ -74,8 +74,15 @@ fn settlement_for(state: Option<&DeliveryState>) -> (Settlement, DeliveryState) 
         Some(DeliveryState::Rejected(rejected)) => {
             let mut properties = Vec::new();
             let mut reason = None;
-            let mut description = rejected.error.as_ref().and_then(|error| error.description.clone());
-            if let Some(info) = rejected.error.as_ref().and_then(|error| error.info.as_ref()) {
+            let mut description = rejected
+                .error
+                .as_ref()
+                .and_then(|error| error.description.clone());
+            if let Some(info) = rejected
+                .error
+                .as_ref()
+                .and_then(|error| error.info.as_ref())
+            {
                 for (key, value) in info.iter() {
                     let value = management::property_value(value);
                     let text = match &value {
@@ -136,14 +143,18 @@ impl Connection {
             return Ok(());
         }
         let limit = match &link.kind {
-            LinkKind::EntitySender { max_message_size, .. } => *max_message_size,
+            LinkKind::EntitySender {
+                max_message_size, ..
+            } => *max_message_size,
             _ => 1024 * 1024,
         };
         if transfer.more {
             if partial.payload.len() as u64 > limit + 64 * 1024 {
                 // Refuse early rather than buffer an unbounded message.
                 let failure = size_exceeded(partial.payload.len() as u64, limit);
-                return self.detach_with_error(channel, handle, failure.to_error()).await;
+                return self
+                    .detach_with_error(channel, handle, failure.to_error())
+                    .await;
             }
             link.partial = Some(partial);
             return Ok(());
@@ -155,9 +166,10 @@ impl Connection {
         let delivery_id = partial.delivery_id;
         let settled = partial.settled;
         let kind = match &link.kind {
-            LinkKind::EntitySender { target, max_message_size } => {
-                Some((target.clone(), *max_message_size))
-            }
+            LinkKind::EntitySender {
+                target,
+                max_message_size,
+            } => Some((target.clone(), *max_message_size)),
             _ => None,
         };
         let link_kind_is_cbs = matches!(link.kind, LinkKind::CbsRequest);
@@ -170,7 +182,15 @@ impl Connection {
         }
         if let Some((target, max_message_size)) = kind {
             return self
-                .enqueue(channel, delivery_id, settled, partial.message_format, payload, target, max_message_size)
+                .enqueue(
+                    channel,
+                    delivery_id,
+                    settled,
+                    partial.message_format,
+                    payload,
+                    target,
+                    max_message_size,
+                )
                 .await;
         }
         if link_kind_is_cbs {
@@ -200,28 +220,53 @@ impl Connection {
             if settled {
                 return Ok(());
             }
-            connection.write(channel, disposition(Role::Receiver, delivery_id, rejected(&failure)))
+            connection.write(
+                channel,
+                disposition(Role::Receiver, delivery_id, rejected(&failure)),
+            )
         };
         if payload.len() as u64 > max_message_size {
             return refuse(self, size_exceeded(payload.len() as u64, max_message_size));
         }
         let messages = match message::parse_transfer(payload, message_format) {
             Ok(messages) => messages,
-            Err(error) => return refuse(self, Failure::new(errors::DECODE_ERROR, error.to_string(), 400)),
+            Err(error) => {
+                return refuse(
+                    self,
+                    Failure::new(errors::DECODE_ERROR, error.to_string(), 400),
+                );
+            }
         };
         let messages: Vec<_> = messages.into_iter().map(Arc::new).collect();
         let reply = if settled {
             None
         } else {
-            let request = self.register(Pending::Enqueue { channel, delivery_id });
+            let request = self.register(Pending::Enqueue {
+                channel,
+                delivery_id,
+            });
             Some(ReplyTo {
                 sink: self.notifications.clone(),
                 request,
             })
         };
         let sent = match &target {
-            SendTarget::Queue(handle) => handle.send(Command::Send { messages, reply: reply.clone() }).await,
-            SendTarget::Topic(handle) => handle.publish(Publish { messages, reply: reply.clone() }).await,
+            SendTarget::Queue(handle) => {
+                handle
+                    .send(Command::Send {
+                        messages,
+                        reply: reply.clone(),
+                    })
+                    .await
+            }
+            SendTarget::Topic(handle) => {
+                handle
+                    .publish(Publish {
+                        messages,
+                        reply: reply.clone(),
+                    })
+                    .await
+            }
         };
         if let (Err(error), Some(reply)) = (sent, reply) {
             self.pending.remove(&reply.request);
@@ -230,16 +275,32 @@ impl Connection {
         Ok(())
     }
 
-    fn cbs_request(&mut self, channel: u16, delivery_id: u32, settled: bool, payload: &Bytes) -> Result<(), ConnectionError> {
+    fn cbs_request(
+        &mut self,
+        channel: u16,
+        delivery_id: u32,
+        settled: bool,
+        payload: &Bytes,
+    ) -> Result<(), ConnectionError> {
         let request = match request::parse(payload) {
             Ok(request) => request,
             Err(error) => {
                 let failure = Failure::new(errors::DECODE_ERROR, error.to_string(), 400);
-                return self.write(channel, disposition(Role::Receiver, delivery_id, rejected(&failure)));
+                return self.write(
+                    channel,
+                    disposition(Role::Receiver, delivery_id, rejected(&failure)),
+                );
             }
         };
         if !settled {
-            self.write(channel, disposition(Role::Receiver, delivery_id, DeliveryState::Accepted(Accepted {})))?;
+            self.write(
+                channel,
+                disposition(
+                    Role::Receiver,
+                    delivery_id,
+                    DeliveryState::Accepted(Accepted {}),
+                ),
+            )?;
         }
         let now = self.context.clock.now().0 / 1000;
         let outcome = cbs::handle(&request, &self.context.settings.keys, now);
@@ -262,11 +323,21 @@ impl Connection {
             Ok(request) => request,
             Err(error) => {
                 let failure = Failure::new(errors::DECODE_ERROR, error.to_string(), 400);
-                return self.write(channel, disposition(Role::Receiver, delivery_id, rejected(&failure)));
+                return self.write(
+                    channel,
+                    disposition(Role::Receiver, delivery_id, rejected(&failure)),
+                );
             }
         };
         if !settled {
-            self.write(channel, disposition(Role::Receiver, delivery_id, DeliveryState::Accepted(Accepted {})))?;
+            self.write(
+                channel,
+                disposition(
+                    Role::Receiver,
+                    delivery_id,
+                    DeliveryState::Accepted(Accepted {}),
+                ),
+            )?;
         }
         let reply_to = request.reply_to.clone();
         let correlation = request.message_id.clone();
@@ -283,7 +354,9 @@ impl Connection {
             _ => {
                 let failure = Failure::new(
                     errors::NOT_ALLOWED,
-                    format!("'{path}' does not hold messages; this operation needs a queue or subscription."),
+                    format!(
+                        "'{path}' does not hold messages; this operation needs a queue or subscription."
+                    ),
                     400,
                 );
                 let response = management::failure_response(correlation.as_ref(), &failure);
@@ -313,7 +386,11 @@ impl Connection {
                 for (index, token) in tokens.into_iter().enumerate() {
                     let reply = (index + 1 == count).then(|| reply.clone());
                     outcome = entity
-                        .send(Command::Settle { token, settlement: settlement.clone(), reply })
+                        .send(Command::Settle {
+                            token,
+                            settlement: settlement.clone(),
+                            reply,
+                        })
                         .await;
                 }
                 if count == 0 {
@@ -322,11 +399,11 @@ impl Connection {
                 outcome
             }
         };
-        if let Err(error) = sent {
-            if let Some(Pending::Management(pending)) = self.pending.remove(&request_id) {
-                let response = management::reply_response(&pending, Err(error));
-                return self.send_response(channel, pending.reply_to.as_deref(), Some(&path), response);
-            }
+        if let Err(error) = sent
+            && let Some(Pending::Management(pending)) = self.pending.remove(&request_id)
+        {
+            let response = management::reply_response(&pending, Err(error));
+            return self.send_response(channel, pending.reply_to.as_deref(), Some(&path), response);
         }
         Ok(())
     }
@@ -357,14 +434,18 @@ impl Connection {
                 let reply_matches = reply_to.is_some_and(|reply_to| {
                     link.target_address.as_deref() == Some(reply_to) || link.name == reply_to
                 });
-                let score = if reply_matches { 2 } else { 0 } + u8::from(*session_channel == channel);
+                let score =
+                    if reply_matches { 2 } else { 0 } + u8::from(*session_channel == channel);
                 if best.is_none_or(|(best_score, ..)| score > best_score) {
                     best = Some((score, *session_channel, *handle));
                 }
             }
         }
         let Some((_, response_channel, handle)) = best else {
-            tracing::info!(?reply_to, "no response link for a request; response dropped");
+            tracing::info!(
+                ?reply_to,
+                "no response link for a request; response dropped"
+            );
             return Ok(());
         };
         self.send_on_link(response_channel, handle, response, true, None)
@@ -402,9 +483,15 @@ impl Connection {
             batchable: false,
         };
         let mut frames = BytesMut::with_capacity(payload.len() + 64);
-        frame::write_transfer(&mut frames, channel, transfer, &payload, peer_max_frame_size)?;
+        frame::write_transfer(
+            &mut frames,
+            channel,
+            transfer,
+            &payload,
+            peer_max_frame_size,
+        )?;
         let units = 1 + (payload.len() as u32) / peer_max_frame_size.max(512);
-        self.send_transfer_frames(channel, handle, frames.freeze(), units)
+        self.send_transfer_frames(channel, frames.freeze(), units)
     }
 
     /// Sends a delivery from an entity to its receiver link.
@@ -436,7 +523,11 @@ impl Connection {
     }
 
     /// Answers a drain: delivery count advanced, credit zero.
-    pub(super) fn drained(&mut self, receiver: ReceiverId, delivery_count: u32) -> Result<(), ConnectionError> {
+    pub(super) fn drained(
+        &mut self,
+        receiver: ReceiverId,
+        delivery_count: u32,
+    ) -> Result<(), ConnectionError> {
         let Some(&(channel, handle)) = self.receivers.get(&receiver) else {
             return Ok(());
         };
@@ -452,7 +543,11 @@ impl Connection {
     }
 
     /// Handles a client disposition for deliveries we sent.
-    pub(super) async fn disposition(&mut self, channel: u16, disposition_frame: Disposition) -> Result<(), ConnectionError> {
+    pub(super) async fn disposition(
+        &mut self,
+        channel: u16,
+        disposition_frame: Disposition,
+    ) -> Result<(), ConnectionError> {
         if disposition_frame.role != Role::Receiver {
             return Ok(()); // the client settling its own transfers: nothing to do
         }
@@ -464,7 +559,8 @@ impl Connection {
             let Some(unsettled) = self.session(channel)?.unsettled.remove(&delivery_id) else {
                 continue;
             };
-            self.settle_delivery(channel, delivery_id, unsettled, &disposition_frame).await?;
+            self.settle_delivery(channel, delivery_id, unsettled, &disposition_frame)
+                .await?;
         }
         Ok(())
     }
@@ -476,7 +572,12 @@ impl Connection {
         unsettled: Unsettled,
         disposition_frame: &Disposition,
     ) -> Result<(), ConnectionError> {
-        let entity = match self.session(channel)?.links.get(&unsettled.handle).map(|link| &link.kind) {
+        let entity = match self
+            .session(channel)?
+            .links
+            .get(&unsettled.handle)
+            .map(|link| &link.kind)
+        {
             Some(LinkKind::EntityReceiver { entity, .. }) => entity.clone(),
             _ => return Ok(()),
         };
@@ -484,7 +585,11 @@ impl Connection {
         let reply = if disposition_frame.settled {
             None
         } else {
-            let request = self.register(Pending::Settle { channel, delivery_id, echo });
+            let request = self.register(Pending::Settle {
+                channel,
+                delivery_id,
+                echo,
+            });
             Some(ReplyTo {
                 sink: self.notifications.clone(),
                 request,
@@ -492,20 +597,34 @@ impl Connection {
         };
         let token: LockToken = unsettled.token;
         let sent = entity
-            .send(Command::Settle { token, settlement, reply: reply.clone() })
+            .send(Command::Settle {
+                token,
+                settlement,
+                reply: reply.clone(),
+            })
             .await;
         if let (Err(error), Some(reply)) = (sent, reply) {
             self.pending.remove(&reply.request);
             let failure = errors::entity_failure(&error);
-            self.write(channel, disposition(Role::Sender, delivery_id, rejected(&failure)))?;
+            self.write(
+                channel,
+                disposition(Role::Sender, delivery_id, rejected(&failure)),
+            )?;
         }
         Ok(())
     }
 
     /// Completes a pending request with the entity's reply.
-    pub(super) fn reply(&mut self, pending: Pending, result: Result<Reply, EntityError>) -> Result<(), ConnectionError> {
+    pub(super) fn reply(
+        &mut self,
+        pending: Pending,
+        result: Result<Reply, EntityError>,
+    ) -> Result<(), ConnectionError> {
         match pending {
-            Pending::Enqueue { channel, delivery_id } => {
+            Pending::Enqueue {
+                channel,
+                delivery_id,
+            } => {
                 if !self.sessions.contains_key(&channel) {
                     return Ok(());
                 }
@@ -519,7 +638,11 @@ impl Connection {
                 };
                 self.write(channel, disposition(Role::Receiver, delivery_id, state))
             }
-            Pending::Settle { channel, delivery_id, echo } => {
+            Pending::Settle {
+                channel,
+                delivery_id,
+                echo,
+            } => {
                 if !self.sessions.contains_key(&channel) {
                     return Ok(());
                 }
@@ -532,7 +655,12 @@ impl Connection {
             Pending::Management(pending) => {
                 let response = management::reply_response(&pending, result);
                 let path = pending.path.clone();
-                self.send_response(pending.channel, pending.reply_to.as_deref(), Some(&path), response)
+                self.send_response(
+                    pending.channel,
+                    pending.reply_to.as_deref(),
+                    Some(&path),
+                    response,
+                )
             }
         }
     }
@@ -541,7 +669,9 @@ impl Connection {
 fn size_exceeded(size: u64, limit: u64) -> Failure {
     Failure::new(
         errors::MESSAGE_SIZE_EXCEEDED,
-        format!("The received message (size {size} bytes) exceeds the limit ({limit} bytes) currently allowed on the link."),
+        format!(
+            "The received message (size {size} bytes) exceeds the limit ({limit} bytes) currently allowed on the link."
+        ),
         413,
     )
 }

@@ -10,6 +10,8 @@
 pub mod actor;
 pub mod settings;
 pub mod state;
+#[cfg(test)]
+mod state_tests;
 
 use std::sync::Arc;
 

@@ -18,8 +18,8 @@ use std::time::Duration;
 use super::settings::EntitySettings;
 use crate::broker::message::Message;
 use crate::broker::types::{
-    EntityError, LockToken, MessageState, PropertyChanges, PropertyValue, ReceiveMode,
-    ReceiverId, SequenceNumber, Settlement, SubQueue, Timestamp,
+    EntityError, LockToken, MessageState, PropertyChanges, PropertyValue, ReceiveMode, ReceiverId,
+    SequenceNumber, Settlement, SubQueue, Timestamp,
 };
 
 /// Reason recorded when the delivery count reaches the maximum (rule LCK-2).
@@ -308,7 +308,8 @@ impl EntityState {
         let time_to_live = self.effective_time_to_live(&message);
         let expires_at = time_to_live.map(|ttl| now.plus(ttl));
         if let Some(at) = expires_at {
-            self.deadlines.insert((at, Deadline::Expiry(sequence_number)));
+            self.deadlines
+                .insert((at, Deadline::Expiry(sequence_number)));
         }
         self.main.records.insert(
             sequence_number,
@@ -378,10 +379,8 @@ impl EntityState {
                 self.main.records.get(sequence_number),
                 Some(record) if record.state == MessageState::Scheduled
             );
-            if scheduled {
-                if let Some(record) = self.main.records.remove(sequence_number) {
-                    self.stored_bytes -= record.message.size() as u64;
-                }
+            if scheduled && let Some(record) = self.main.records.remove(sequence_number) {
+                self.stored_bytes -= record.message.size() as u64;
             }
         }
     }
@@ -565,8 +564,7 @@ impl EntityState {
         settlement: Settlement,
     ) -> Result<(), EntityError> {
         self.advance(now);
-        let (sub_queue, sequence_number) =
-            self.locked(now, token).ok_or(EntityError::LockLost)?;
+        let (sub_queue, sequence_number) = self.locked(now, token).ok_or(EntityError::LockLost)?;
         self.locks.remove(&token);
         let Some(record) = self.store_mut(sub_queue).records.get_mut(&sequence_number) else {
             return Err(EntityError::LockLost);
@@ -601,10 +599,13 @@ impl EntityState {
     }
 
     /// Extends a lock by the lock duration (rule LCK-1) and returns the new expiry.
-    pub fn renew_lock(&mut self, now: Timestamp, token: LockToken) -> Result<Timestamp, EntityError> {
+    pub fn renew_lock(
+        &mut self,
+        now: Timestamp,
+        token: LockToken,
+    ) -> Result<Timestamp, EntityError> {
         self.advance(now);
-        let (sub_queue, sequence_number) =
-            self.locked(now, token).ok_or(EntityError::LockLost)?;
+        let (sub_queue, sequence_number) = self.locked(now, token).ok_or(EntityError::LockLost)?;
         let until = now.plus(self.settings.lock_duration);
         if let Some(record) = self.store_mut(sub_queue).records.get_mut(&sequence_number) {
             record.lock = Some(Lock { token, until });
@@ -646,9 +647,8 @@ impl EntityState {
         };
         record.delivery_count += 1;
         if record.delivery_count >= max && sub_queue == SubQueue::Main {
-            let description = format!(
-                "Message could not be consumed after {max} delivery attempts."
-            );
+            let description =
+                format!("Message could not be consumed after {max} delivery attempts.");
             self.dead_letter(
                 sub_queue,
                 sequence_number,
@@ -660,7 +660,12 @@ impl EntityState {
         }
     }
 
-    fn make_available(&mut self, now: Timestamp, sub_queue: SubQueue, sequence_number: SequenceNumber) {
+    fn make_available(
+        &mut self,
+        now: Timestamp,
+        sub_queue: SubQueue,
+        sequence_number: SequenceNumber,
+    ) {
         let expired = sub_queue == SubQueue::Main
             && matches!(
                 self.main.records.get(&sequence_number),

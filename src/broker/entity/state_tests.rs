@@ -1,0 +1,231 @@
+//! Unit tests of the pure entity core with explicit times.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::settings::EntitySettings;
+use super::state::{Effect, EntityState, MAX_DELIVERY_COUNT_EXCEEDED, TTL_EXPIRED};
+use crate::broker::message::Message;
+use crate::broker::types::{
+    EntityError, MessageState, PropertyValue, ReceiveMode, ReceiverId, SequenceNumber, Settlement,
+    SubQueue, Timestamp,
+};
+
+const START: Timestamp = Timestamp(1_700_000_000_000);
+const RECEIVER: ReceiverId = ReceiverId(1);
+
+fn message(body: &str) -> Arc<Message> {
+    Arc::new(Message {
+        body: Bytes::from(body.as_bytes().to_vec()),
+        ..Message::default()
+    })
+}
+
+fn entity(configure: impl FnOnce(&mut EntitySettings)) -> EntityState {
+    let mut settings = EntitySettings::with_defaults("q");
+    settings.lock_duration = Duration::from_secs(30);
+    settings.max_delivery_count = 3;
+    configure(&mut settings);
+    EntityState::new(settings, 7)
+}
+
+fn deliveries(state: &mut EntityState) -> Vec<super::state::Record> {
+    state
+        .take_effects()
+        .into_iter()
+        .filter_map(|effect| match effect {
+            Effect::Deliver(delivery) => Some(delivery.record),
+            _ => None,
+        })
+        .collect()
+}
+
+fn receive_one(
+    state: &mut EntityState,
+    now: Timestamp,
+    credit_limit: &mut u32,
+) -> Option<super::state::Record> {
+    *credit_limit += 1;
+    state.set_credit(now, RECEIVER, *credit_limit, false);
+    let mut delivered = deliveries(state);
+    if delivered.is_empty() {
+        *credit_limit -= 1;
+        state.set_credit(now, RECEIVER, *credit_limit, false);
+    }
+    delivered.pop()
+}
+
+#[test]
+fn sequence_numbers_are_gapless_from_one() {
+    // rule SEQ-1, SEQ-3
+    let mut state = entity(|_| {});
+    let numbers = state
+        .enqueue(START, vec![message("a"), message("b"), message("c")])
+        .expect("accepted");
+    assert_eq!(
+        numbers,
+        vec![SequenceNumber(1), SequenceNumber(2), SequenceNumber(3)]
+    );
+    let record = state
+        .record(SubQueue::Main, SequenceNumber(2))
+        .expect("stored");
+    assert_eq!(record.enqueued_time, START);
+}
+
+#[test]
+fn quota_refuses_messages_beyond_the_entity_size() {
+    let mut state = entity(|settings| settings.max_size_bytes = 1000);
+    let big = "x".repeat(600);
+    state
+        .enqueue(START, vec![message(&big)])
+        .expect("first fits");
+    let refused = state.enqueue(START, vec![message(&big)]);
+    assert!(
+        matches!(refused, Err(EntityError::QuotaExceeded { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(state.message_count(SubQueue::Main), 1);
+}
+
+#[test]
+fn lock_expiry_counts_a_delivery_and_invalidates_the_token() {
+    // rule LCK-2, LCK-3
+    let mut state = entity(|_| {});
+    state.enqueue(START, vec![message("a")]).expect("accepted");
+    state.attach_receiver(START, RECEIVER, SubQueue::Main, ReceiveMode::PeekLock);
+    let mut credit = 0;
+    let first = receive_one(&mut state, START, &mut credit).expect("delivered");
+    let token = first.lock.expect("locked").token;
+    assert_eq!(
+        first.lock.map(|lock| lock.until),
+        Some(START.plus(Duration::from_secs(30)))
+    );
+    let later = START.plus(Duration::from_secs(31));
+    assert_eq!(
+        state.settle(later, token, Settlement::Complete),
+        Err(EntityError::LockLost)
+    );
+    let second = receive_one(&mut state, later, &mut credit).expect("redelivered");
+    assert_eq!(second.delivery_count, 1);
+    assert_ne!(second.lock.map(|lock| lock.token), Some(token));
+}
+
+#[test]
+fn abandon_at_max_delivery_count_dead_letters() {
+    // rule LCK-2, DLQ-3
+    let mut state = entity(|_| {});
+    state.enqueue(START, vec![message("a")]).expect("accepted");
+    state.attach_receiver(START, RECEIVER, SubQueue::Main, ReceiveMode::PeekLock);
+    let mut credit = 0;
+    for attempt in 0..3 {
+        let record = receive_one(&mut state, START, &mut credit).expect("delivered");
+        assert_eq!(record.delivery_count, attempt);
+        let token = record.lock.expect("locked").token;
+        state
+            .settle(
+                START,
+                token,
+                Settlement::Abandon {
+                    properties: Vec::new(),
+                },
+            )
+            .expect("abandoned");
+    }
+    assert_eq!(state.message_count(SubQueue::Main), 0);
+    let dead = state
+        .record(SubQueue::DeadLetter, SequenceNumber(1))
+        .expect("dead-lettered");
+    assert!(dead.property_changes.contains(&(
+        "DeadLetterReason".to_string(),
+        PropertyValue::String(MAX_DELIVERY_COUNT_EXCEEDED.to_string())
+    )));
+}
+
+#[test]
+fn release_does_not_count_a_delivery() {
+    let mut state = entity(|_| {});
+    state.enqueue(START, vec![message("a")]).expect("accepted");
+    state.attach_receiver(START, RECEIVER, SubQueue::Main, ReceiveMode::PeekLock);
+    let mut credit = 0;
+    let record = receive_one(&mut state, START, &mut credit).expect("delivered");
+    state
+        .settle(
+            START,
+            record.lock.expect("locked").token,
+            Settlement::Release,
+        )
+        .expect("released");
+    let again = receive_one(&mut state, START, &mut credit).expect("redelivered");
+    assert_eq!(again.delivery_count, 0);
+}
+
+#[test]
+fn deferred_messages_are_not_delivered_again() {
+    // rule LCK-4
+    let mut state = entity(|_| {});
+    state.enqueue(START, vec![message("a")]).expect("accepted");
+    state.attach_receiver(START, RECEIVER, SubQueue::Main, ReceiveMode::PeekLock);
+    let mut credit = 0;
+    let record = receive_one(&mut state, START, &mut credit).expect("delivered");
+    state
+        .settle(
+            START,
+            record.lock.expect("locked").token,
+            Settlement::Defer {
+                properties: Vec::new(),
+            },
+        )
+        .expect("deferred");
+    assert!(receive_one(&mut state, START, &mut credit).is_none());
+    let deferred = state
+        .record(SubQueue::Main, SequenceNumber(1))
+        .expect("kept");
+    assert_eq!(deferred.state, MessageState::Deferred);
+}
+
+#[test]
+fn expired_messages_are_dead_lettered_by_the_timer() {
+    // rule TTL-1, TTL-6, TTL-8
+    let mut state = entity(|settings| {
+        settings.default_message_time_to_live = Some(Duration::from_secs(10));
+        settings.dead_lettering_on_message_expiration = true;
+    });
+    state.enqueue(START, vec![message("a")]).expect("accepted");
+    assert_eq!(
+        state.next_deadline(),
+        Some(START.plus(Duration::from_secs(10)))
+    );
+    state.advance(START.plus(Duration::from_secs(10)));
+    let dead = state
+        .record(SubQueue::DeadLetter, SequenceNumber(1))
+        .expect("dead-lettered");
+    assert!(dead.property_changes.contains(&(
+        "DeadLetterReason".to_string(),
+        PropertyValue::String(TTL_EXPIRED.to_string())
+    )));
+    state.advance(START.plus(Duration::from_secs(1_000_000)));
+    assert_eq!(
+        state.message_count(SubQueue::DeadLetter),
+        1,
+        "DLQ messages never expire"
+    );
+}
+
+#[test]
+fn drain_consumes_remaining_credit_after_delivering() {
+    let mut state = entity(|_| {});
+    state.enqueue(START, vec![message("a")]).expect("accepted");
+    state.attach_receiver(START, RECEIVER, SubQueue::Main, ReceiveMode::PeekLock);
+    state.set_credit(START, RECEIVER, 5, true);
+    let effects = state.take_effects();
+    assert!(matches!(effects.first(), Some(Effect::Deliver(_))));
+    assert!(matches!(
+        effects.last(),
+        Some(Effect::Drained {
+            delivery_count: 5,
+            ..
+        })
+    ));
+}

@@ -1,0 +1,56 @@
+//! Starts the broker in-process on an ephemeral port with a TOML configuration.
+
+use std::net::SocketAddr;
+
+use fe2o3_amqp::connection::ConnectionHandle;
+use fe2o3_amqp::session::SessionHandle;
+use fe2o3_amqp::{Connection, Session};
+use tokio::sync::watch;
+
+/// A running broker; stopped on drop.
+pub struct Broker {
+    /// Where it listens.
+    pub address: SocketAddr,
+    /// Turns true to stop it.
+    stop: watch::Sender<bool>,
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+impl Broker {
+    /// Starts a broker with the given configuration text.
+    pub async fn start(config: &str) -> Broker {
+        let config = ferrobus::config::Config::from_toml_str(config, "test.toml")
+            .expect("test configuration is valid");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind an ephemeral port");
+        let address = listener.local_addr().expect("bound address");
+        let (stop, stopped) = watch::channel(false);
+        tokio::spawn(async move { ferrobus::run(listener, &config, stopped).await });
+        Broker { address, stop }
+    }
+
+    /// `amqp://127.0.0.1:port`.
+    pub fn url(&self) -> String {
+        format!("amqp://{}", self.address)
+    }
+
+    /// Opens a connection (SASL ANONYMOUS) and a session.
+    pub async fn connect(&self) -> (ConnectionHandle<()>, SessionHandle<()>) {
+        let mut connection = Connection::builder()
+            .container_id("ferrobus-test")
+            .sasl_profile(fe2o3_amqp::sasl_profile::SaslProfile::Anonymous)
+            .open(self.url().as_str())
+            .await
+            .expect("connection opens");
+        let session = Session::begin(&mut connection)
+            .await
+            .expect("session begins");
+        (connection, session)
+    }
+}
