@@ -7,9 +7,13 @@ use serde_amqp::Value;
 
 use super::codec::Writer;
 use super::errors::{self, Failure};
+use super::message::{self as amqp_message, DeliveryView};
 use super::request::{self, Request, StatusKeys};
 use crate::broker::entity::Reply;
-use crate::broker::types::{EntityError, LockToken, PropertyChanges, PropertyValue, Settlement};
+use crate::broker::message::Message;
+use crate::broker::types::{
+    EntityError, LockToken, PropertyChanges, PropertyValue, ReceiveMode, SequenceNumber, Settlement,
+};
 
 /// What the connection should do for a request.
 #[derive(Debug)]
@@ -18,6 +22,37 @@ pub enum Plan {
     RenewLocks(Vec<LockToken>),
     /// Settle these locks.
     Settle(Vec<LockToken>, Settlement),
+    /// Browse from a sequence number.
+    Peek {
+        /// First sequence number.
+        from: SequenceNumber,
+        /// Most messages.
+        count: usize,
+    },
+    /// Schedule messages (each carries `x-opt-scheduled-enqueue-time`).
+    Schedule(Vec<Message>),
+    /// Cancel scheduled messages.
+    Cancel(Vec<SequenceNumber>),
+    /// Take deferred messages.
+    ReceiveDeferred {
+        /// Which messages.
+        sequence_numbers: Vec<SequenceNumber>,
+        /// Lock or remove.
+        mode: ReceiveMode,
+    },
+}
+
+impl Plan {
+    /// The response shape this plan's reply becomes.
+    pub fn response_kind(&self) -> ResponseKind {
+        match self {
+            Plan::RenewLocks(_) => ResponseKind::Expirations,
+            Plan::Settle(..) | Plan::Cancel(_) => ResponseKind::Empty,
+            Plan::Peek { .. } => ResponseKind::Peeked,
+            Plan::Schedule(_) => ResponseKind::SequenceNumbers,
+            Plan::ReceiveDeferred { .. } => ResponseKind::Deferred,
+        }
+    }
 }
 
 /// Which response shape a pending request expects.
@@ -27,6 +62,12 @@ pub enum ResponseKind {
     Expirations,
     /// Empty 200.
     Empty,
+    /// `messages` list of `{message}`; 204 when there are none.
+    Peeked,
+    /// `messages` list of `{lock-token, message}`.
+    Deferred,
+    /// `sequence-numbers` array of longs.
+    SequenceNumbers,
 }
 
 /// A request waiting for its entity's reply.
@@ -77,6 +118,33 @@ fn lock_tokens(body: &Value) -> Result<Vec<LockToken>, Failure> {
         .map(|value| match value {
             Value::Uuid(uuid) => Ok(LockToken(*uuid.as_inner())),
             _ => Err(argument("lock-tokens must be uuids")),
+        })
+        .collect()
+}
+
+fn integer(value: &Value) -> Option<i64> {
+    match value {
+        Value::Ubyte(number) => Some(*number as i64),
+        Value::Ushort(number) => Some(*number as i64),
+        Value::Uint(number) => Some(*number as i64),
+        Value::Ulong(number) => i64::try_from(*number).ok(),
+        Value::Byte(number) => Some(*number as i64),
+        Value::Short(number) => Some(*number as i64),
+        Value::Int(number) => Some(*number as i64),
+        Value::Long(number) => Some(*number),
+        _ => None,
+    }
+}
+
+fn sequence_numbers(body: &Value) -> Result<Vec<SequenceNumber>, Failure> {
+    let entry = body_entry(body, "sequence-numbers")
+        .ok_or_else(|| argument("sequence-numbers is required"))?;
+    values(entry)
+        .into_iter()
+        .map(|value| {
+            integer(value)
+                .map(SequenceNumber)
+                .ok_or_else(|| argument("sequence-numbers must be longs"))
         })
         .collect()
 }
@@ -150,6 +218,60 @@ pub fn plan(request: &Request) -> Result<Plan, Failure> {
             };
             Ok(Plan::Settle(tokens, settlement))
         }
+        "com.microsoft:peek-message" => {
+            let from = body_entry(body, "from-sequence-number")
+                .and_then(integer)
+                .unwrap_or(1);
+            let count = body_entry(body, "message-count")
+                .and_then(integer)
+                .unwrap_or(1);
+            Ok(Plan::Peek {
+                from: SequenceNumber(from.max(0)),
+                count: count.clamp(0, 1000) as usize,
+            })
+        }
+        "com.microsoft:schedule-message" => {
+            let entry =
+                body_entry(body, "messages").ok_or_else(|| argument("messages is required"))?;
+            let mut messages = Vec::new();
+            for item in values(entry) {
+                let Some(Value::Binary(bytes)) = body_entry(item, "message") else {
+                    return Err(argument("each scheduled message needs a 'message' binary"));
+                };
+                let message = amqp_message::parse_message(Bytes::from(bytes.to_vec()))
+                    .map_err(|error| argument(&error.to_string()))?;
+                messages.push(message);
+            }
+            Ok(Plan::Schedule(messages))
+        }
+        "com.microsoft:cancel-scheduled-message" => Ok(Plan::Cancel(sequence_numbers(body)?)),
+        "com.microsoft:receive-by-sequence-number" => {
+            let mode = match body_entry(body, "receiver-settle-mode").and_then(integer) {
+                Some(0) => ReceiveMode::ReceiveAndDelete,
+                _ => ReceiveMode::PeekLock,
+            };
+            Ok(Plan::ReceiveDeferred {
+                sequence_numbers: sequence_numbers(body)?,
+                mode,
+            })
+        }
+        "com.microsoft:renew-session-lock"
+        | "com.microsoft:set-session-state"
+        | "com.microsoft:get-session-state"
+        | "com.microsoft:get-message-sessions" => Err(Failure::new(
+            errors::NOT_IMPLEMENTED,
+            format!(
+                "'{operation}' needs message sessions, which this broker does not support yet."
+            ),
+            501,
+        )),
+        "com.microsoft:add-rule"
+        | "com.microsoft:remove-rule"
+        | "com.microsoft:enumerate-rules" => Err(Failure::new(
+            errors::NOT_IMPLEMENTED,
+            format!("'{operation}' (rule management) is not supported by this broker yet."),
+            501,
+        )),
         "" => Err(argument(
             "the request has no 'operation' application property",
         )),
@@ -158,6 +280,18 @@ pub fn plan(request: &Request) -> Result<Plan, Failure> {
             format!("The management operation '{other}' is not supported by this broker yet."),
             501,
         )),
+    }
+}
+
+/// Writes an array32 of longs.
+fn write_long_array(writer: &mut Writer<'_>, numbers: impl ExactSizeIterator<Item = i64>) {
+    let count = numbers.len();
+    writer.raw(&[0xf0]);
+    writer.raw(&((count * 8 + 5) as u32).to_be_bytes());
+    writer.raw(&(count as u32).to_be_bytes());
+    writer.raw(&[0x81]);
+    for number in numbers {
+        writer.raw(&number.to_be_bytes());
     }
 }
 
@@ -196,6 +330,55 @@ pub fn reply_response(pending: &PendingResponse, result: Result<Reply, EntityErr
             writer.raw(&(expirations.len() as u32).to_be_bytes());
             writer.raw(&[0x83]);
             writer.raw(&array);
+            map.count += 2;
+            writer.finish_compound(map);
+        }
+        (ResponseKind::SequenceNumbers, Reply::SequenceNumbers(numbers)) => {
+            let mut writer = Writer::new(&mut body);
+            let mut map = writer.start_map();
+            writer.string("sequence-numbers");
+            write_long_array(&mut writer, numbers.iter().map(|number| number.0));
+            map.count += 2;
+            writer.finish_compound(map);
+        }
+        (ResponseKind::Peeked, Reply::Messages(messages)) if messages.is_empty() => {
+            return request::response(
+                correlation,
+                StatusKeys::Management,
+                204,
+                "No messages",
+                None,
+                None,
+            );
+        }
+        (kind @ (ResponseKind::Peeked | ResponseKind::Deferred), Reply::Messages(messages)) => {
+            let mut writer = Writer::new(&mut body);
+            let mut map = writer.start_map();
+            writer.string("messages");
+            let mut list = writer.start_list();
+            for delivery in &messages {
+                let lock = delivery.record.lock.map(|lock| (lock.token, lock.until));
+                let mut encoded = BytesMut::new();
+                amqp_message::encode_delivery(
+                    DeliveryView {
+                        record: &delivery.record,
+                        lock,
+                    },
+                    &mut encoded,
+                );
+                let mut entry = writer.start_map();
+                if let (ResponseKind::Deferred, Some((token, _))) = (kind, lock) {
+                    writer.string("lock-token");
+                    writer.uuid(&token.0);
+                    entry.count += 2;
+                }
+                writer.string("message");
+                writer.binary(&encoded);
+                entry.count += 2;
+                writer.finish_compound(entry);
+                list.count += 1;
+            }
+            writer.finish_compound(list);
             map.count += 2;
             writer.finish_compound(map);
         }

@@ -15,7 +15,7 @@ use super::frame;
 use super::links::{LinkKind, PartialTransfer, SENDER_CREDIT, SendTarget};
 use super::session::{Unsettled, unattached_handle};
 use crate::amqp::errors::{self, Failure};
-use crate::amqp::management::{self, PendingResponse, Plan, ResponseKind};
+use crate::amqp::management::{self, PendingResponse, Plan};
 use crate::amqp::message::{self, DeliveryView};
 use crate::amqp::{cbs, ids, request};
 use crate::broker::entity::{Command, Delivery, Reply, ReplyTo};
@@ -317,7 +317,7 @@ impl Connection {
         settled: bool,
         payload: &Bytes,
         path: String,
-        _sub_queue: SubQueue,
+        sub_queue: SubQueue,
     ) -> Result<(), ConnectionError> {
         let request = match request::parse(payload) {
             Ok(request) => request,
@@ -363,10 +363,7 @@ impl Connection {
                 return self.send_response(channel, reply_to.as_deref(), Some(&path), response);
             }
         };
-        let kind = match &plan {
-            Plan::RenewLocks(_) => ResponseKind::Expirations,
-            Plan::Settle(..) => ResponseKind::Empty,
-        };
+        let kind = plan.response_kind();
         let request_id = self.register(Pending::Management(PendingResponse {
             channel,
             reply_to,
@@ -380,6 +377,46 @@ impl Connection {
         };
         let sent = match plan {
             Plan::RenewLocks(tokens) => entity.send(Command::RenewLocks { tokens, reply }).await,
+            Plan::Peek { from, count } => {
+                entity
+                    .send(Command::Peek {
+                        sub_queue,
+                        from,
+                        count,
+                        reply,
+                    })
+                    .await
+            }
+            Plan::Schedule(messages) => {
+                let messages = messages.into_iter().map(Arc::new).collect();
+                entity
+                    .send(Command::Send {
+                        messages,
+                        reply: Some(reply),
+                    })
+                    .await
+            }
+            Plan::Cancel(sequence_numbers) => {
+                entity
+                    .send(Command::CancelScheduled {
+                        sequence_numbers,
+                        reply,
+                    })
+                    .await
+            }
+            Plan::ReceiveDeferred {
+                sequence_numbers,
+                mode,
+            } => {
+                entity
+                    .send(Command::ReceiveDeferred {
+                        sub_queue,
+                        sequence_numbers,
+                        mode,
+                        reply,
+                    })
+                    .await
+            }
             Plan::Settle(tokens, settlement) => {
                 let count = tokens.len();
                 let mut outcome = Ok(());

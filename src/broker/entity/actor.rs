@@ -8,7 +8,7 @@ use tokio::sync::mpsc;
 
 use super::settings::EntitySettings;
 use super::state::{Effect, EntityState};
-use super::{Command, EntityHandle, Notification, NotificationSender, Reply};
+use super::{Command, Delivery, EntityHandle, Notification, NotificationSender, Reply};
 use crate::broker::types::ReceiverId;
 use crate::clock::Clock;
 
@@ -105,6 +105,52 @@ impl Actor {
                 if let Some(reply) = reply {
                     reply.send(result.map(|()| Reply::Done));
                 }
+            }
+            Command::Peek {
+                sub_queue,
+                from,
+                count,
+                reply,
+            } => {
+                let records = self.state.peek(now, sub_queue, from, count);
+                reply.send(Ok(Reply::Messages(
+                    records
+                        .into_iter()
+                        .map(|record| Delivery {
+                            receiver: None,
+                            record,
+                        })
+                        .collect(),
+                )));
+            }
+            Command::ReceiveDeferred {
+                sub_queue,
+                sequence_numbers,
+                mode,
+                reply,
+            } => {
+                let result = self
+                    .state
+                    .receive_deferred(now, sub_queue, &sequence_numbers, mode)
+                    .map(|records| {
+                        Reply::Messages(
+                            records
+                                .into_iter()
+                                .map(|record| Delivery {
+                                    receiver: None,
+                                    record,
+                                })
+                                .collect(),
+                        )
+                    });
+                reply.send(result);
+            }
+            Command::CancelScheduled {
+                sequence_numbers,
+                reply,
+            } => {
+                self.state.cancel_scheduled(now, &sequence_numbers);
+                reply.send(Ok(Reply::Done));
             }
             Command::RenewLocks { tokens, reply } => {
                 let result: Result<Vec<_>, _> = tokens

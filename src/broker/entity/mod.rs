@@ -128,6 +128,35 @@ pub enum Command {
         /// Who waits for the outcome (`None` when the client settled first).
         reply: Option<ReplyTo>,
     },
+    /// Browse messages.
+    Peek {
+        /// Which sub-queue.
+        sub_queue: SubQueue,
+        /// First sequence number to return.
+        from: SequenceNumber,
+        /// Most messages to return.
+        count: usize,
+        /// Who waits.
+        reply: ReplyTo,
+    },
+    /// Take deferred messages by sequence number.
+    ReceiveDeferred {
+        /// Which sub-queue.
+        sub_queue: SubQueue,
+        /// The messages wanted.
+        sequence_numbers: Vec<SequenceNumber>,
+        /// Lock them, or remove them.
+        mode: ReceiveMode,
+        /// Who waits.
+        reply: ReplyTo,
+    },
+    /// Cancel scheduled messages.
+    CancelScheduled {
+        /// The scheduled messages' sequence numbers.
+        sequence_numbers: Vec<SequenceNumber>,
+        /// Who waits.
+        reply: ReplyTo,
+    },
     /// Renew locks.
     RenewLocks {
         /// The locks.

@@ -385,6 +385,74 @@ impl EntityState {
         }
     }
 
+    /// Up to `count` messages with sequence number ≥ `from`, in order, whatever their
+    /// state or lock (browse; rule SCH-2 shows scheduled messages here).
+    pub fn peek(
+        &mut self,
+        now: Timestamp,
+        sub_queue: SubQueue,
+        from: SequenceNumber,
+        count: usize,
+    ) -> Vec<Record> {
+        self.advance(now);
+        self.store(sub_queue)
+            .records
+            .range(from..)
+            .take(count)
+            .map(|(_, record)| record.clone())
+            .collect()
+    }
+
+    /// Takes deferred messages by sequence number (rule LCK-4): locked for peek-lock, or
+    /// removed for receive-and-delete. Any number that names no deferred message fails the
+    /// whole request with `MessageNotFound`.
+    pub fn receive_deferred(
+        &mut self,
+        now: Timestamp,
+        sub_queue: SubQueue,
+        sequence_numbers: &[SequenceNumber],
+        mode: ReceiveMode,
+    ) -> Result<Vec<Record>, EntityError> {
+        self.advance(now);
+        for sequence_number in sequence_numbers {
+            let deferred = matches!(
+                self.store(sub_queue).records.get(sequence_number),
+                Some(record) if record.state == MessageState::Deferred && record.lock.is_none()
+            );
+            if !deferred {
+                return Err(EntityError::MessageNotFound(format!(
+                    "Failed to lock one or more specified messages. The message with sequence number {} was not found, is not deferred, or is already locked.",
+                    sequence_number.0
+                )));
+            }
+        }
+        let mut records = Vec::with_capacity(sequence_numbers.len());
+        for &sequence_number in sequence_numbers {
+            match mode {
+                ReceiveMode::PeekLock => {
+                    let lock = self.new_lock(now);
+                    let Some(record) = self.store_mut(sub_queue).records.get_mut(&sequence_number)
+                    else {
+                        continue;
+                    };
+                    record.lock = Some(lock);
+                    records.push(record.clone());
+                    self.locks.insert(lock.token, (sub_queue, sequence_number));
+                    self.deadlines
+                        .insert((lock.until, Deadline::Lock(lock.token)));
+                }
+                ReceiveMode::ReceiveAndDelete => {
+                    if let Some(record) = self.store_mut(sub_queue).records.remove(&sequence_number)
+                    {
+                        self.stored_bytes -= record.message.size() as u64;
+                        records.push(record);
+                    }
+                }
+            }
+        }
+        Ok(records)
+    }
+
     /// Attaches a receiver with no credit.
     pub fn attach_receiver(
         &mut self,
@@ -671,7 +739,13 @@ impl EntityState {
                 self.main.records.get(&sequence_number),
                 Some(Record { expires_at: Some(at), .. }) if *at <= now
             );
-        if expired {
+        let deferred = matches!(
+            self.store(sub_queue).records.get(&sequence_number),
+            Some(record) if record.state == MessageState::Deferred
+        );
+        if deferred {
+            // Rule TTL-7, LCK-4: a deferred message stays deferred (and never expires).
+        } else if expired {
             self.expire(now, sequence_number);
         } else {
             self.store_mut(sub_queue).available.insert(sequence_number);
