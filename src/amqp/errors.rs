@@ -69,11 +69,13 @@ impl Failure {
 }
 
 /// Builds an AMQP `error` with a condition symbol and description.
+/// `info` is always present (empty): the Python SDK reads the error as a three-element
+/// list and fails on a shorter one (`error_info[0][2]`), hanging the send.
 pub fn amqp_error(condition: &str, description: &str) -> Error {
     Error {
         condition: ErrorCondition::Custom(Symbol::from(condition)),
         description: Some(description.to_string()),
-        info: None,
+        info: Some(Box::default()),
     }
 }
 
