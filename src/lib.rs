@@ -32,10 +32,31 @@ use clock::Clock;
 use config::Config;
 use server::{Context, ServerSettings};
 
-/// Runs the broker on an already-bound listener until `shutdown` turns true.
-pub async fn run(listener: TcpListener, config: &Config, shutdown: watch::Receiver<bool>) {
+/// Checks what the configuration parser cannot: rule SQL compiles.
+pub fn validate(config: &Config) -> Result<(), String> {
+    for topic in &config.topics {
+        for subscription in &topic.subscriptions {
+            broker::topic::compile_rules(&subscription.rules, 0).map_err(|error| {
+                format!(
+                    "topic '{}' subscription '{}': {error}",
+                    topic.name, subscription.name
+                )
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// Runs the broker on an already-bound listener until `shutdown` turns true. Fails at once
+/// (serving nothing) if the configuration's rules do not compile.
+pub async fn run(
+    listener: TcpListener,
+    config: &Config,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(), String> {
     let clock = Clock::system();
-    let registry = Arc::new(Registry::start(config, clock));
+    let rewriter: broker::topic::Rewriter = Arc::new(amqp::rewrite::apply_rule_action);
+    let registry = Registry::start(config, clock, rewriter)?;
     let keys = config
         .auth
         .keys
@@ -76,4 +97,5 @@ pub async fn run(listener: TcpListener, config: &Config, shutdown: watch::Receiv
         max_message_sizes,
     });
     server::serve(listener, context, shutdown).await;
+    Ok(())
 }

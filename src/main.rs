@@ -42,7 +42,10 @@ async fn wait_for_signal() {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Some(path) = &cli.check_config {
-        return match Config::load(path) {
+        return match Config::load(path)
+            .map_err(|error| error.to_string())
+            .and_then(|config| ferrobus::validate(&config).map(|()| config))
+        {
             Ok(config) => {
                 println!("{}: OK", path.display());
                 print!("{}", config.summary());
@@ -69,6 +72,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Err(error) = ferrobus::validate(&config) {
+        eprintln!("ferrobus: invalid configuration {origin}: {error}");
+        return ExitCode::FAILURE;
+    }
     let listen = cli.listen.unwrap_or(config.server.listen);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -98,7 +105,11 @@ fn main() -> ExitCode {
             config.entity_count()
         );
         let (stop, stopped) = tokio::sync::watch::channel(false);
-        let server = tokio::spawn(async move { ferrobus::run(listener, &config, stopped).await });
+        let server = tokio::spawn(async move {
+            if let Err(error) = ferrobus::run(listener, &config, stopped).await {
+                tracing::error!("{error}");
+            }
+        });
         wait_for_signal().await;
         tracing::info!("shutting down");
         let _ = stop.send(true);

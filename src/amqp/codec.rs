@@ -120,6 +120,11 @@ impl<'a> Writer<'a> {
     pub fn descriptor(&mut self, code: u8) {
         self.buffer.put_slice(&[0x00, 0x53, code]);
     }
+    /// `0x00 0x80 code`: a described value's ulong descriptor (Service Bus rule types).
+    pub fn descriptor_ulong(&mut self, code: u64) {
+        self.buffer.put_slice(&[0x00, 0x80]);
+        self.buffer.put_u64(code);
+    }
     /// AMQP null.
     pub fn null(&mut self) {
         self.buffer.put_u8(0x40);

@@ -38,6 +38,8 @@ pub const MESSAGE_LOCK_LOST: &str = "com.microsoft:message-lock-lost";
 pub const MESSAGE_NOT_FOUND: &str = "com.microsoft:message-not-found";
 /// `com.microsoft:argument-error`.
 pub const ARGUMENT_ERROR: &str = "com.microsoft:argument-error";
+/// `com.microsoft:entity-already-exists`.
+pub const ENTITY_ALREADY_EXISTS: &str = "com.microsoft:entity-already-exists";
 /// `com.microsoft:dead-letter`: a disposition condition, never an error reply.
 pub const DEAD_LETTER: &str = "com.microsoft:dead-letter";
 
@@ -101,6 +103,7 @@ pub fn entity_failure(error: &EntityError) -> Failure {
         EntityError::NotAllowed(_) => Failure::new(NOT_ALLOWED, description, 400),
         EntityError::MessageNotFound(_) => Failure::new(MESSAGE_NOT_FOUND, description, 404),
         EntityError::Argument(_) => Failure::new(ARGUMENT_ERROR, description, 400),
+        EntityError::AlreadyExists(_) => Failure::new(ENTITY_ALREADY_EXISTS, description, 409),
         EntityError::NotFound(path) => entity_not_found(path),
     }
 }

@@ -10,7 +10,10 @@ use super::errors::{self, Failure};
 use super::message::{self as amqp_message, DeliveryView};
 use super::request::{self, Request, StatusKeys};
 use crate::broker::entity::Reply;
+use crate::broker::filter::{CorrelationFilter, Filter, SqlFilter, SqlRuleAction};
 use crate::broker::message::Message;
+use crate::broker::rules::Rule;
+use crate::broker::topic::RuleOperation;
 use crate::broker::types::{
     EntityError, LockToken, PropertyChanges, PropertyValue, ReceiveMode, SequenceNumber, Settlement,
 };
@@ -33,6 +36,8 @@ pub enum Plan {
     Schedule(Vec<Message>),
     /// Cancel scheduled messages.
     Cancel(Vec<SequenceNumber>),
+    /// Manage a subscription's rules.
+    Rules(RuleOperation),
     /// Take deferred messages.
     ReceiveDeferred {
         /// Which messages.
@@ -51,6 +56,8 @@ impl Plan {
             Plan::Peek { .. } => ResponseKind::Peeked,
             Plan::Schedule(_) => ResponseKind::SequenceNumbers,
             Plan::ReceiveDeferred { .. } => ResponseKind::Deferred,
+            Plan::Rules(RuleOperation::Enumerate { .. }) => ResponseKind::Rules,
+            Plan::Rules(_) => ResponseKind::Empty,
         }
     }
 }
@@ -68,6 +75,8 @@ pub enum ResponseKind {
     Deferred,
     /// `sequence-numbers` array of longs.
     SequenceNumbers,
+    /// `rules` list of described rule descriptions; 204 when there are none.
+    Rules,
 }
 
 /// A request waiting for its entity's reply.
@@ -147,6 +156,160 @@ fn sequence_numbers(body: &Value) -> Result<Vec<SequenceNumber>, Failure> {
                 .ok_or_else(|| argument("sequence-numbers must be longs"))
         })
         .collect()
+}
+
+/// The value of a map entry, looking through a described wrapper.
+fn undescribed(value: &Value) -> &Value {
+    match value {
+        Value::Described(described) => &described.value,
+        other => other,
+    }
+}
+
+fn rule_from_request(body: &Value) -> Result<Rule, Failure> {
+    let name = body_text(body, "rule-name").ok_or_else(|| argument("rule-name is required"))?;
+    let description = body_entry(body, "rule-description")
+        .map(undescribed)
+        .ok_or_else(|| argument("rule-description is required"))?;
+    let syntax = |error: crate::broker::filter::FilterSyntaxError| argument(&error.to_string());
+    let filter = if let Some(sql) = body_entry(description, "sql-filter").map(undescribed) {
+        let expression = body_text(sql, "expression")
+            .ok_or_else(|| argument("sql-filter needs an expression"))?;
+        Filter::Sql(SqlFilter::parse(&expression).map_err(syntax)?)
+    } else if let Some(correlation) = body_entry(description, "correlation-filter").map(undescribed)
+    {
+        let field = |key: &str| body_text(correlation, key);
+        let properties = property_changes(body_entry(correlation, "properties"))
+            .into_iter()
+            .map(|(key, value)| {
+                let value = match value {
+                    PropertyValue::Long(number) => {
+                        crate::broker::filter::FilterValue::Integer(number)
+                    }
+                    PropertyValue::Double(number) => {
+                        crate::broker::filter::FilterValue::Float(number)
+                    }
+                    PropertyValue::Bool(flag) => crate::broker::filter::FilterValue::Bool(flag),
+                    PropertyValue::String(text) => crate::broker::filter::FilterValue::String(text),
+                    PropertyValue::Timestamp(millis) => {
+                        crate::broker::filter::FilterValue::Timestamp(millis)
+                    }
+                    PropertyValue::Uuid(bytes) => crate::broker::filter::FilterValue::Uuid(bytes),
+                    _ => crate::broker::filter::FilterValue::Null,
+                };
+                (key, value)
+            })
+            .collect();
+        Filter::Correlation(CorrelationFilter {
+            correlation_id: field("correlation-id"),
+            message_id: field("message-id"),
+            to: field("to"),
+            reply_to: field("reply-to"),
+            label: field("label"),
+            session_id: field("session-id"),
+            reply_to_session_id: field("reply-to-session-id"),
+            content_type: field("content-type"),
+            properties,
+        })
+    } else {
+        Filter::True
+    };
+    let action = match body_entry(description, "sql-rule-action").map(undescribed) {
+        Some(action) => match body_text(action, "expression") {
+            Some(expression) if !expression.trim().is_empty() => {
+                Some(SqlRuleAction::parse(&expression).map_err(syntax)?)
+            }
+            _ => None,
+        },
+        None => None,
+    };
+    Ok(Rule {
+        name,
+        filter,
+        action,
+        created_at: 0,
+    })
+}
+
+fn write_optional_text(writer: &mut Writer<'_>, value: &Option<String>) {
+    match value {
+        Some(text) => writer.string(text),
+        None => writer.null(),
+    }
+}
+
+/// Writes a rule description as the SDKs decode it (wire contract §6.4, numeric
+/// descriptors).
+fn write_rule(writer: &mut Writer<'_>, rule: &Rule) {
+    writer.descriptor_ulong(0x0000_0137_0000_0004);
+    let mut description = writer.start_list();
+    match &rule.filter {
+        Filter::True | Filter::False => {
+            let (code, text) = match rule.filter {
+                Filter::True => (0x0000_0013_7000_0007, "1=1"),
+                _ => (0x0000_0013_7000_0008, "1=0"),
+            };
+            writer.descriptor_ulong(code);
+            let mut list = writer.start_list();
+            writer.string(text);
+            writer.int(20);
+            list.count = 2;
+            writer.finish_compound(list);
+        }
+        Filter::Sql(filter) => {
+            writer.descriptor_ulong(0x0000_0013_7000_0006);
+            let mut list = writer.start_list();
+            writer.string(filter.expression());
+            writer.int(20);
+            list.count = 2;
+            writer.finish_compound(list);
+        }
+        Filter::Correlation(filter) => {
+            writer.descriptor_ulong(0x0000_0013_7000_0009);
+            let mut list = writer.start_list();
+            for field in [
+                &filter.correlation_id,
+                &filter.message_id,
+                &filter.to,
+                &filter.reply_to,
+                &filter.label,
+                &filter.session_id,
+                &filter.reply_to_session_id,
+                &filter.content_type,
+            ] {
+                write_optional_text(writer, field);
+            }
+            let mut properties = writer.start_map();
+            for (name, value) in &filter.properties {
+                writer.string(name);
+                let value = crate::broker::rules::property_value(value);
+                super::message::write_property_value(writer, &value);
+                properties.count += 2;
+            }
+            writer.finish_compound(properties);
+            list.count = 9;
+            writer.finish_compound(list);
+        }
+    }
+    match &rule.action {
+        Some(action) => {
+            writer.descriptor_ulong(0x0000_0137_0000_0006);
+            let mut list = writer.start_list();
+            writer.string(action.expression());
+            writer.int(20);
+            list.count = 2;
+            writer.finish_compound(list);
+        }
+        None => {
+            writer.descriptor_ulong(0x0000_0137_0000_0005);
+            let list = writer.start_list();
+            writer.finish_compound(list);
+        }
+    }
+    writer.string(&rule.name);
+    writer.timestamp(rule.created_at);
+    description.count = 4;
+    writer.finish_compound(description);
 }
 
 fn argument(description: &str) -> Failure {
@@ -265,13 +428,25 @@ pub fn plan(request: &Request) -> Result<Plan, Failure> {
             ),
             501,
         )),
-        "com.microsoft:add-rule"
-        | "com.microsoft:remove-rule"
-        | "com.microsoft:enumerate-rules" => Err(Failure::new(
-            errors::NOT_IMPLEMENTED,
-            format!("'{operation}' (rule management) is not supported by this broker yet."),
-            501,
-        )),
+        "com.microsoft:add-rule" => Ok(Plan::Rules(RuleOperation::Add(Box::new(
+            rule_from_request(body)?,
+        )))),
+        "com.microsoft:remove-rule" => {
+            let name =
+                body_text(body, "rule-name").ok_or_else(|| argument("rule-name is required"))?;
+            Ok(Plan::Rules(RuleOperation::Remove(name)))
+        }
+        "com.microsoft:enumerate-rules" => {
+            let skip = body_entry(body, "skip")
+                .and_then(integer)
+                .unwrap_or(0)
+                .max(0) as usize;
+            let top = body_entry(body, "top")
+                .and_then(integer)
+                .unwrap_or(100)
+                .max(0) as usize;
+            Ok(Plan::Rules(RuleOperation::Enumerate { skip, top }))
+        }
         "" => Err(argument(
             "the request has no 'operation' application property",
         )),
@@ -338,6 +513,33 @@ pub fn reply_response(pending: &PendingResponse, result: Result<Reply, EntityErr
             let mut map = writer.start_map();
             writer.string("sequence-numbers");
             write_long_array(&mut writer, numbers.iter().map(|number| number.0));
+            map.count += 2;
+            writer.finish_compound(map);
+        }
+        (ResponseKind::Rules, Reply::Rules(rules)) if rules.is_empty() => {
+            return request::response(
+                correlation,
+                StatusKeys::Management,
+                204,
+                "No rules",
+                None,
+                None,
+            );
+        }
+        (ResponseKind::Rules, Reply::Rules(rules)) => {
+            let mut writer = Writer::new(&mut body);
+            let mut map = writer.start_map();
+            writer.string("rules");
+            let mut list = writer.start_list();
+            for rule in &rules {
+                let mut entry = writer.start_map();
+                writer.string("rule-description");
+                write_rule(&mut writer, rule);
+                entry.count = 2;
+                writer.finish_compound(entry);
+                list.count += 1;
+            }
+            writer.finish_compound(list);
             map.count += 2;
             writer.finish_compound(map);
         }

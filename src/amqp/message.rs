@@ -294,7 +294,7 @@ pub fn encode_delivery(view: DeliveryView<'_>, output: &mut BytesMut) {
     writer.raw(&message.body);
 }
 
-fn write_property_value(writer: &mut Writer<'_>, value: &PropertyValue) {
+pub fn write_property_value(writer: &mut Writer<'_>, value: &PropertyValue) {
     match value {
         PropertyValue::Null => writer.null(),
         PropertyValue::Bool(flag) => writer.boolean(*flag),

@@ -10,4 +10,5 @@ pub mod ids;
 pub mod management;
 pub mod message;
 pub mod request;
+pub mod rewrite;
 pub mod sas;

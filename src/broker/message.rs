@@ -63,6 +63,8 @@ pub struct Message {
     pub scheduled_enqueue_time: Option<Timestamp>,
     /// `x-opt-enqueue-sequence-number` carried from a source entity when forwarded.
     pub original_sequence_number: Option<i64>,
+    /// Application properties decoded for filters (filled for messages sent to topics).
+    pub user_properties: Vec<(String, super::types::PropertyValue)>,
 }
 
 impl Message {

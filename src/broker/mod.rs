@@ -4,5 +4,6 @@ pub mod entity;
 pub mod filter;
 pub mod message;
 pub mod registry;
+pub mod rules;
 pub mod topic;
 pub mod types;

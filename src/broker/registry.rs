@@ -1,10 +1,15 @@
-//! The namespace: entity path → handle. Built from the validated configuration at start.
-//! Paths are matched case-insensitively, as Service Bus does.
+//! The namespace: entity path → handle. Built from the validated configuration at start;
+//! entities leave it when they delete themselves for idleness (rule IDL-1). Paths are
+//! matched case-insensitively, as Service Bus does.
 
 use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
 
-use super::entity::{EntityHandle, actor, settings::EntitySettings};
-use super::topic::{self, TopicHandle};
+use tokio::sync::mpsc;
+
+use super::entity::actor::{self, IdleSender};
+use super::entity::{EntityHandle, settings::EntitySettings};
+use super::topic::{self, Rewriter, SubscriptionEntry, TopicHandle};
 use crate::clock::Clock;
 use crate::config::{Config, QueueConfig, SubscriptionConfig, TopicConfig};
 
@@ -22,8 +27,9 @@ pub enum Entity {
 /// All entities of this broker.
 #[derive(Debug, Default)]
 pub struct Registry {
-    /// Lowercase path → entity.
-    entities: HashMap<String, Entity>,
+    /// Lowercase path → entity. Read on every attach; written only when an entity is
+    /// deleted. Never held across an await.
+    entities: RwLock<HashMap<String, Entity>>,
 }
 
 fn queue_settings(queue: &QueueConfig) -> EntitySettings {
@@ -35,6 +41,11 @@ fn queue_settings(queue: &QueueConfig) -> EntitySettings {
         dead_lettering_on_message_expiration: queue.dead_lettering_on_message_expiration,
         max_size_bytes: queue.max_size_in_megabytes.saturating_mul(1024 * 1024),
         requires_session: queue.requires_session,
+        duplicate_detection_window: queue
+            .requires_duplicate_detection
+            .then_some(queue.duplicate_detection_history_time_window),
+        auto_delete_on_idle: queue.auto_delete_on_idle,
+        forwards: queue.forward_to.is_some(),
     }
 }
 
@@ -55,51 +66,131 @@ fn subscription_settings(topic: &TopicConfig, subscription: &SubscriptionConfig)
         dead_lettering_on_message_expiration: subscription.dead_lettering_on_message_expiration,
         max_size_bytes: topic.max_size_in_megabytes.saturating_mul(1024 * 1024),
         requires_session: subscription.requires_session,
+        duplicate_detection_window: None,
+        auto_delete_on_idle: subscription.auto_delete_on_idle,
+        forwards: subscription.forward_to.is_some(),
     }
 }
 
+fn key(path: &str) -> String {
+    path.trim_matches('/').to_ascii_lowercase()
+}
+
 impl Registry {
-    /// Starts an actor per queue and subscription, and a fan-out task per topic.
-    pub fn start(config: &Config, clock: Clock) -> Registry {
-        let mut registry = Registry::default();
+    /// Starts an actor per queue and subscription, and a fan-out task per topic. Fails
+    /// (before starting anything) when a rule's SQL does not parse.
+    pub fn start(
+        config: &Config,
+        clock: Clock,
+        rewriter: Rewriter,
+    ) -> Result<Arc<Registry>, String> {
+        let created_at = clock.now().0;
+        let mut compiled = Vec::new();
+        for topic_config in &config.topics {
+            for subscription in &topic_config.subscriptions {
+                let rules =
+                    topic::compile_rules(&subscription.rules, created_at).map_err(|error| {
+                        format!(
+                            "topic '{}' subscription '{}': {error}",
+                            topic_config.name, subscription.name
+                        )
+                    })?;
+                compiled.push(rules);
+            }
+        }
+        let mut compiled = compiled.into_iter();
+        let registry = Arc::new(Registry::default());
+        let (on_idle, mut idle_paths): (IdleSender, _) = mpsc::unbounded_channel();
+        let mut entities = HashMap::new();
         for queue in &config.queues {
-            let handle = actor::spawn(queue_settings(queue), clock, crate::amqp::ids::unique_u64());
-            registry
-                .entities
-                .insert(queue.name.to_ascii_lowercase(), Entity::Queue(handle));
+            let handle = actor::spawn(
+                queue_settings(queue),
+                clock,
+                crate::amqp::ids::unique_u64(),
+                on_idle.clone(),
+            );
+            entities.insert(key(&queue.name), Entity::Queue(handle));
         }
         for topic_config in &config.topics {
             let mut subscriptions = Vec::new();
             for subscription in &topic_config.subscriptions {
                 let settings = subscription_settings(topic_config, subscription);
-                let key = settings.path.to_ascii_lowercase();
-                let handle = actor::spawn(settings, clock, crate::amqp::ids::unique_u64());
-                subscriptions.push(handle.clone());
-                registry.entities.insert(key, Entity::Subscription(handle));
+                let path = key(&settings.path);
+                let handle = actor::spawn(
+                    settings,
+                    clock,
+                    crate::amqp::ids::unique_u64(),
+                    on_idle.clone(),
+                );
+                subscriptions.push(SubscriptionEntry {
+                    name: subscription.name.clone(),
+                    handle: handle.clone(),
+                    rules: compiled.next().unwrap_or_default(),
+                    dead_letter_on_filter_errors: subscription
+                        .dead_lettering_on_filter_evaluation_exceptions,
+                    requires_session: subscription.requires_session,
+                });
+                entities.insert(path, Entity::Subscription(handle));
             }
-            let handle = topic::spawn(topic_config.name.clone(), subscriptions);
-            registry.entities.insert(
-                topic_config.name.to_ascii_lowercase(),
-                Entity::Topic(handle),
+            let handle = topic::spawn(
+                topic_config,
+                subscriptions,
+                clock,
+                on_idle.clone(),
+                rewriter.clone(),
             );
+            entities.insert(key(&topic_config.name), Entity::Topic(handle));
         }
-        registry
+        if let Ok(mut map) = registry.entities.write() {
+            *map = entities;
+        }
+        let janitor = Arc::downgrade(&registry);
+        tokio::spawn(async move {
+            while let Some(path) = idle_paths.recv().await {
+                let Some(registry) = janitor.upgrade() else {
+                    break;
+                };
+                registry.remove(&path);
+            }
+        });
+        Ok(registry)
+    }
+
+    /// Removes an entity (and, for a topic, its subscriptions).
+    pub fn remove(&self, path: &str) {
+        let path = key(path);
+        if let Ok(mut map) = self.entities.write() {
+            map.remove(&path);
+            let prefix = format!("{path}/subscriptions/");
+            map.retain(|name, _| !name.starts_with(&prefix));
+        }
+        tracing::info!(entity = %path, "entity deleted after being idle (auto_delete_on_idle)");
+    }
+
+    /// The topic and subscription name of a subscription path (`t/Subscriptions/s`).
+    pub fn subscription_topic(&self, path: &str) -> Option<(TopicHandle, String)> {
+        let lower = key(path);
+        let index = lower.find("/subscriptions/")?;
+        let topic = self.lookup(&path[..index])?;
+        let subscription = path[index + "/subscriptions/".len()..].trim_matches('/');
+        match topic {
+            Entity::Topic(handle) => Some((handle, subscription.to_string())),
+            _ => None,
+        }
     }
 
     /// Looks an entity up by path (case-insensitive).
     pub fn lookup(&self, path: &str) -> Option<Entity> {
-        self.entities
-            .get(&path.trim_matches('/').to_ascii_lowercase())
-            .cloned()
+        self.entities.read().ok()?.get(&key(path)).cloned()
     }
 
     /// Number of entities (queues, topics and subscriptions).
     pub fn len(&self) -> usize {
-        self.entities.len()
+        self.entities.read().map(|map| map.len()).unwrap_or(0)
     }
 
     /// Whether there are no entities.
     pub fn is_empty(&self) -> bool {
-        self.entities.is_empty()
+        self.len() == 0
     }
 }

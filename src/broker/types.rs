@@ -147,6 +147,9 @@ pub enum EntityError {
     /// A request argument is invalid.
     #[error("{0}")]
     Argument(String),
+    /// A rule (or other named item) with this name exists already.
+    #[error("{0}")]
+    AlreadyExists(String),
     /// The entity no longer exists (deleted, or its actor stopped).
     #[error("The messaging entity '{0}' could not be found.")]
     NotFound(String),

@@ -17,9 +17,9 @@ use super::session::{Unsettled, unattached_handle};
 use crate::amqp::errors::{self, Failure};
 use crate::amqp::management::{self, PendingResponse, Plan};
 use crate::amqp::message::{self, DeliveryView};
-use crate::amqp::{cbs, ids, request};
+use crate::amqp::{cbs, ids, request, rewrite};
 use crate::broker::entity::{Command, Delivery, Reply, ReplyTo};
-use crate::broker::topic::Publish;
+use crate::broker::topic::TopicCommand;
 use crate::broker::types::{EntityError, LockToken, ReceiverId, Settlement, SubQueue};
 
 fn disposition(role: Role, delivery_id: u32, state: DeliveryState) -> Performative {
@@ -260,8 +260,16 @@ impl Connection {
                     .await
             }
             SendTarget::Topic(handle) => {
+                let messages = messages
+                    .into_iter()
+                    .map(|message| {
+                        let mut message = Arc::unwrap_or_clone(message);
+                        message.user_properties = rewrite::decode_user_properties(&message);
+                        Arc::new(message)
+                    })
+                    .collect();
                 handle
-                    .publish(Publish {
+                    .send(TopicCommand::Publish {
                         messages,
                         reply: reply.clone(),
                     })
@@ -348,6 +356,11 @@ impl Connection {
                 return self.send_response(channel, reply_to.as_deref(), Some(&path), response);
             }
         };
+        if let Plan::Rules(operation) = plan {
+            return self
+                .manage_rules(channel, reply_to, correlation, path, operation)
+                .await;
+        }
         let entity = match self.context.registry.lookup(&path) {
             Some(crate::broker::registry::Entity::Queue(handle))
             | Some(crate::broker::registry::Entity::Subscription(handle)) => handle,
@@ -396,6 +409,7 @@ impl Connection {
                     })
                     .await
             }
+            Plan::Rules(_) => Ok(()), // handled above
             Plan::Cancel(sequence_numbers) => {
                 entity
                     .send(Command::CancelScheduled {
@@ -436,6 +450,56 @@ impl Connection {
                 outcome
             }
         };
+        if let Err(error) = sent
+            && let Some(Pending::Management(pending)) = self.pending.remove(&request_id)
+        {
+            let response = management::reply_response(&pending, Err(error));
+            return self.send_response(channel, pending.reply_to.as_deref(), Some(&path), response);
+        }
+        Ok(())
+    }
+
+    async fn manage_rules(
+        &mut self,
+        channel: u16,
+        reply_to: Option<String>,
+        correlation: Option<Bytes>,
+        path: String,
+        operation: crate::broker::topic::RuleOperation,
+    ) -> Result<(), ConnectionError> {
+        let Some((topic, subscription)) = self.context.registry.subscription_topic(&path) else {
+            let failure = Failure::new(
+                errors::NOT_ALLOWED,
+                format!("Rules belong to subscriptions; '{path}' is not a subscription."),
+                400,
+            );
+            let response = management::failure_response(correlation.as_ref(), &failure);
+            return self.send_response(channel, reply_to.as_deref(), Some(&path), response);
+        };
+        let kind = match operation {
+            crate::broker::topic::RuleOperation::Enumerate { .. } => {
+                management::ResponseKind::Rules
+            }
+            _ => management::ResponseKind::Empty,
+        };
+        let request_id = self.register(Pending::Management(PendingResponse {
+            channel,
+            reply_to,
+            path: path.clone(),
+            correlation,
+            kind,
+        }));
+        let reply = ReplyTo {
+            sink: self.notifications.clone(),
+            request: request_id,
+        };
+        let sent = topic
+            .send(TopicCommand::Rules {
+                subscription,
+                operation,
+                reply,
+            })
+            .await;
         if let Err(error) = sent
             && let Some(Pending::Management(pending)) = self.pending.remove(&request_id)
         {

@@ -31,7 +31,11 @@ impl Broker {
             .expect("bind an ephemeral port");
         let address = listener.local_addr().expect("bound address");
         let (stop, stopped) = watch::channel(false);
-        tokio::spawn(async move { ferrobus::run(listener, &config, stopped).await });
+        tokio::spawn(async move {
+            ferrobus::run(listener, &config, stopped)
+                .await
+                .expect("broker starts")
+        });
         Broker { address, stop }
     }
 

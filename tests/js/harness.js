@@ -36,6 +36,7 @@ export const SAS_KEY_VALUE = "SAS_KEY_VALUE";
 
 // Every test gets this timeout, so a hang fails the test instead of the run.
 export const TEST_TIMEOUT_MS = 60_000;
+const HANG_TIMEOUT_MS = TEST_TIMEOUT_MS - 5_000;
 
 // Per-queue defaults; a test's queue overrides only what its rule needs.
 export const QUEUE_DEFAULTS = {
@@ -208,8 +209,17 @@ export function useBroker(configText) {
   });
   function brokerTest(name, fn) {
     test(name, { timeout: TEST_TIMEOUT_MS }, async (t) => {
+      // Fails a hung test a little before node's own timeout, so the report still carries the
+      // broker's log tail (node's timeout cancels the test without running its catch).
+      let hangTimer;
+      const hang = new Promise((_, reject) => {
+        hangTimer = setTimeout(
+          () => reject(new Error(`test body did not finish within ${HANG_TIMEOUT_MS} ms (an operation hung)`)),
+          HANG_TIMEOUT_MS,
+        );
+      });
       try {
-        await fn(t);
+        await Promise.race([fn(t), hang]);
       } catch (error) {
         if (error && typeof error === "object") {
           try {
@@ -221,6 +231,8 @@ export function useBroker(configText) {
           }
         }
         throw error;
+      } finally {
+        clearTimeout(hangTimer);
       }
     });
   }

@@ -15,17 +15,26 @@ use crate::clock::Clock;
 /// Commands an entity may have queued before senders wait.
 const COMMAND_CAPACITY: usize = 1024;
 
+/// Where an idle entity reports that it deleted itself (its path).
+pub type IdleSender = mpsc::UnboundedSender<String>;
+
 /// Starts the actor for one entity and returns its handle.
-pub fn spawn(settings: EntitySettings, clock: Clock, token_seed: u64) -> EntityHandle {
+pub fn spawn(
+    settings: EntitySettings,
+    clock: Clock,
+    token_seed: u64,
+    on_idle: IdleSender,
+) -> EntityHandle {
     let (commands, inbox) = mpsc::channel(COMMAND_CAPACITY);
     let handle = EntityHandle {
         path: settings.path.as_str().into(),
         commands,
     };
     let actor = Actor {
-        state: EntityState::new(settings, token_seed),
+        state: EntityState::new(settings, token_seed, clock.now()),
         clock,
         sinks: HashMap::new(),
+        on_idle,
     };
     tokio::spawn(actor.run(inbox));
     handle
@@ -39,6 +48,8 @@ struct Actor {
     clock: Clock,
     /// Where each receiver's deliveries go.
     sinks: HashMap<ReceiverId, NotificationSender>,
+    /// Told when the entity deletes itself for idleness.
+    on_idle: IdleSender,
 }
 
 impl Actor {
@@ -65,7 +76,11 @@ impl Actor {
                     self.state.advance(now);
                 }
             }
-            self.carry_out_effects();
+            if self.carry_out_effects() {
+                // Deleted for idleness (rule IDL-1): stop; handles now report not-found.
+                let _ = self.on_idle.send(self.state.settings().path.clone());
+                break;
+            }
         }
     }
 
@@ -76,6 +91,12 @@ impl Actor {
                 let result = self.state.enqueue(now, messages);
                 if let Some(reply) = reply {
                     reply.send(result.map(Reply::SequenceNumbers));
+                }
+            }
+            Command::DeadLetterOnArrival { messages } => {
+                for (message, reason, description) in messages {
+                    self.state
+                        .enqueue_dead_lettered(now, message, reason, description);
                 }
             }
             Command::AttachReceiver {
@@ -89,7 +110,7 @@ impl Actor {
             }
             Command::DetachReceiver { receiver } => {
                 self.sinks.remove(&receiver);
-                self.state.detach_receiver(receiver);
+                self.state.detach_receiver(now, receiver);
             }
             Command::Credit {
                 receiver,
@@ -162,7 +183,9 @@ impl Actor {
         }
     }
 
-    fn carry_out_effects(&mut self) {
+    /// Carries out effects; returns true when the entity must be deleted.
+    fn carry_out_effects(&mut self) -> bool {
+        let mut idle = false;
         for effect in self.state.take_effects() {
             match effect {
                 Effect::Deliver(delivery) => {
@@ -185,7 +208,9 @@ impl Actor {
                     }
                 }
                 Effect::DeadLettered { .. } => {}
+                Effect::Idle => idle = true,
             }
         }
+        idle
     }
 }

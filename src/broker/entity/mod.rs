@@ -8,6 +8,7 @@
 //! and by the requests the connection made.
 
 pub mod actor;
+pub mod duplicates;
 pub mod settings;
 pub mod state;
 #[cfg(test)]
@@ -60,6 +61,8 @@ pub enum Reply {
     Expirations(Vec<Timestamp>),
     /// Messages (peek, receive-by-sequence-number).
     Messages(Vec<Delivery>),
+    /// A subscription's rules (enumerate-rules).
+    Rules(Vec<crate::broker::rules::Rule>),
 }
 
 /// Where an entity sends notifications for one connection.
@@ -93,6 +96,12 @@ pub enum Command {
         messages: Vec<Arc<Message>>,
         /// Who waits for the outcome (`None` for pre-settled transfers).
         reply: Option<ReplyTo>,
+    },
+    /// Store messages straight into the dead-letter sub-queue (a topic's copies that fail
+    /// their filter or need a session id they lack).
+    DeadLetterOnArrival {
+        /// Message, reason, description.
+        messages: Vec<(Arc<Message>, String, String)>,
     },
     /// Attach a receiving link.
     AttachReceiver {

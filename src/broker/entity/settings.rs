@@ -19,6 +19,12 @@ pub struct EntitySettings {
     pub max_size_bytes: u64,
     /// Messages must carry a session id (rule SES-1).
     pub requires_session: bool,
+    /// Duplicate-detection history window, when duplicate detection is on.
+    pub duplicate_detection_window: Option<Duration>,
+    /// Delete the entity after this long without activity (rule IDL-1).
+    pub auto_delete_on_idle: Option<Duration>,
+    /// The entity auto-forwards, which counts as a permanent receiver (rule FWD-4).
+    pub forwards: bool,
 }
 
 impl EntitySettings {
@@ -32,6 +38,9 @@ impl EntitySettings {
             dead_lettering_on_message_expiration: false,
             max_size_bytes: 1024 * 1024 * 1024,
             requires_session: false,
+            duplicate_detection_window: None,
+            auto_delete_on_idle: None,
+            forwards: false,
         }
     }
 }

@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::duplicates::DuplicateDetector;
 use super::settings::EntitySettings;
 use crate::broker::message::Message;
 use crate::broker::types::{
@@ -80,6 +81,8 @@ pub enum Effect {
         /// The link delivery-count after consuming all credit.
         delivery_count: u32,
     },
+    /// The entity was idle for its `auto_delete_on_idle` and must be deleted (rule IDL-1).
+    Idle,
     /// A message entered the dead-letter sub-queue.
     DeadLettered {
         /// Its sequence number.
@@ -157,6 +160,14 @@ pub struct EntityState {
     tokens_issued: u64,
     /// Effects not yet taken by the shell.
     effects: Vec<Effect>,
+    /// Message ids seen recently, when duplicate detection is on.
+    duplicates: Option<DuplicateDetector>,
+    /// Last send, receive, settlement, peek or schedule (rule IDL-2).
+    last_activity: Timestamp,
+    /// Scheduled messages not yet activated; they keep the entity alive.
+    scheduled_count: usize,
+    /// `Effect::Idle` was emitted; the entity is being deleted.
+    idle_reported: bool,
 }
 
 fn mix(mut value: u64) -> u64 {
@@ -169,8 +180,14 @@ fn mix(mut value: u64) -> u64 {
 
 impl EntityState {
     /// An empty entity. `token_seed` should differ per entity and per process start.
-    pub fn new(settings: EntitySettings, token_seed: u64) -> EntityState {
+    pub fn new(settings: EntitySettings, token_seed: u64, now: Timestamp) -> EntityState {
         EntityState {
+            duplicates: settings
+                .duplicate_detection_window
+                .map(DuplicateDetector::new),
+            last_activity: now,
+            scheduled_count: 0,
+            idle_reported: false,
             settings,
             next_sequence_number: 1,
             main: Store::default(),
@@ -198,7 +215,30 @@ impl EntityState {
 
     /// The earliest pending deadline, for the shell's single timer.
     pub fn next_deadline(&self) -> Option<Timestamp> {
-        self.deadlines.first().map(|(at, _)| *at)
+        let first = self.deadlines.first().map(|(at, _)| *at);
+        match (first, self.idle_deadline()) {
+            (Some(first), Some(idle)) => Some(first.min(idle)),
+            (first, idle) => first.or(idle),
+        }
+    }
+
+    /// When the entity becomes idle (rules IDL-1, IDL-2, FWD-4): never while a receiver is
+    /// attached, a scheduled message is pending, or the entity forwards.
+    fn idle_deadline(&self) -> Option<Timestamp> {
+        let idle_after = self.settings.auto_delete_on_idle?;
+        if self.idle_reported
+            || self.settings.forwards
+            || !self.receivers.is_empty()
+            || self.scheduled_count > 0
+        {
+            return None;
+        }
+        Some(self.last_activity.plus(idle_after))
+    }
+
+    /// Records activity that keeps the entity alive.
+    fn touch(&mut self, now: Timestamp) {
+        self.last_activity = self.last_activity.max(now);
     }
 
     /// Number of records in a sub-queue (all states), for tests and diagnostics.
@@ -239,6 +279,12 @@ impl EntityState {
             }
         }
         self.dispatch(now);
+        if let Some(idle) = self.idle_deadline()
+            && idle <= now
+        {
+            self.idle_reported = true;
+            self.effects.push(Effect::Idle);
+        }
     }
 
     /// Accepts messages from a sender (rules SEQ-1, SEQ-3, TTL-1, TTL-2, SCH-1).
@@ -249,6 +295,7 @@ impl EntityState {
         messages: Vec<Arc<Message>>,
     ) -> Result<Vec<SequenceNumber>, EntityError> {
         self.advance(now);
+        self.touch(now);
         let incoming: u64 = messages.iter().map(|message| message.size() as u64).sum();
         if self.stored_bytes + incoming > self.settings.max_size_bytes {
             return Err(EntityError::QuotaExceeded {
@@ -269,11 +316,22 @@ impl EntityState {
         }
         let mut sequence_numbers = Vec::with_capacity(messages.len());
         for message in messages {
+            if let (Some(detector), Some(id)) = (&mut self.duplicates, &message.system.message_id)
+                && let Some(original) = detector.check(now, id)
+            {
+                // Accepted but not enqueued again.
+                sequence_numbers.push(original);
+                continue;
+            }
             self.stored_bytes += message.size() as u64;
+            let message_id = message.system.message_id.clone();
             let sequence_number = match message.scheduled_enqueue_time {
                 Some(at) if at > now => self.insert_scheduled(now, message, at),
                 _ => self.append(now, message, 0, Vec::new()),
             };
+            if let (Some(detector), Some(id)) = (&mut self.duplicates, &message_id) {
+                detector.remember(now, id, sequence_number);
+            }
             sequence_numbers.push(sequence_number);
         }
         self.dispatch(now);
@@ -337,6 +395,7 @@ impl EntityState {
     ) -> SequenceNumber {
         let sequence_number = self.allocate_sequence_number();
         let time_to_live = self.effective_time_to_live(&message);
+        self.scheduled_count += 1;
         self.deadlines
             .insert((at, Deadline::Activation(sequence_number)));
         self.main.records.insert(
@@ -366,6 +425,8 @@ impl EntityState {
             return;
         }
         if let Some(record) = self.main.records.remove(&sequence_number) {
+            self.scheduled_count -= 1;
+            self.touch(now);
             self.append(now, record.message, 0, record.property_changes);
         }
     }
@@ -374,6 +435,7 @@ impl EntityState {
     /// ignored: activation wins a race with cancellation.
     pub fn cancel_scheduled(&mut self, now: Timestamp, sequence_numbers: &[SequenceNumber]) {
         self.advance(now);
+        self.touch(now);
         for sequence_number in sequence_numbers {
             let scheduled = matches!(
                 self.main.records.get(sequence_number),
@@ -381,6 +443,7 @@ impl EntityState {
             );
             if scheduled && let Some(record) = self.main.records.remove(sequence_number) {
                 self.stored_bytes -= record.message.size() as u64;
+                self.scheduled_count -= 1;
             }
         }
     }
@@ -395,6 +458,7 @@ impl EntityState {
         count: usize,
     ) -> Vec<Record> {
         self.advance(now);
+        self.touch(now);
         self.store(sub_queue)
             .records
             .range(from..)
@@ -414,6 +478,7 @@ impl EntityState {
         mode: ReceiveMode,
     ) -> Result<Vec<Record>, EntityError> {
         self.advance(now);
+        self.touch(now);
         for sequence_number in sequence_numbers {
             let deferred = matches!(
                 self.store(sub_queue).records.get(sequence_number),
@@ -462,6 +527,7 @@ impl EntityState {
         mode: ReceiveMode,
     ) {
         self.advance(now);
+        self.touch(now);
         self.receivers.insert(
             receiver,
             ReceiverState {
@@ -477,7 +543,8 @@ impl EntityState {
 
     /// Detaches a receiver. Its locks stay valid until they expire, as in Service Bus,
     /// so messages can still be settled through `$management`.
-    pub fn detach_receiver(&mut self, receiver: ReceiverId) {
+    pub fn detach_receiver(&mut self, now: Timestamp, receiver: ReceiverId) {
+        self.touch(now);
         self.receivers.remove(&receiver);
         self.receiver_order.retain(|id| *id != receiver);
     }
@@ -493,6 +560,7 @@ impl EntityState {
         drain: bool,
     ) {
         self.advance(now);
+        self.touch(now);
         if let Some(state) = self.receivers.get_mut(&receiver) {
             state.credit_limit = credit_limit;
             state.drain = drain;
@@ -632,6 +700,7 @@ impl EntityState {
         settlement: Settlement,
     ) -> Result<(), EntityError> {
         self.advance(now);
+        self.touch(now);
         let (sub_queue, sequence_number) = self.locked(now, token).ok_or(EntityError::LockLost)?;
         self.locks.remove(&token);
         let Some(record) = self.store_mut(sub_queue).records.get_mut(&sequence_number) else {
@@ -673,6 +742,7 @@ impl EntityState {
         token: LockToken,
     ) -> Result<Timestamp, EntityError> {
         self.advance(now);
+        self.touch(now);
         let (sub_queue, sequence_number) = self.locked(now, token).ok_or(EntityError::LockLost)?;
         let until = now.plus(self.settings.lock_duration);
         if let Some(record) = self.store_mut(sub_queue).records.get_mut(&sequence_number) {
@@ -778,6 +848,51 @@ impl EntityState {
             self.main.available.remove(&sequence_number);
             self.stored_bytes -= record.message.size() as u64;
         }
+    }
+
+    /// Stores an arriving message directly in the dead-letter sub-queue with a reason
+    /// (rule DLQ-3: filter evaluation errors, `Session ID is null.`).
+    pub fn enqueue_dead_lettered(
+        &mut self,
+        now: Timestamp,
+        message: Arc<Message>,
+        reason: String,
+        description: String,
+    ) {
+        self.advance(now);
+        self.touch(now);
+        let sequence_number = self.allocate_sequence_number();
+        self.stored_bytes += message.size() as u64;
+        let time_to_live = self.effective_time_to_live(&message);
+        self.dead_letter.records.insert(
+            sequence_number,
+            Record {
+                message,
+                sequence_number,
+                enqueued_time: now,
+                time_to_live,
+                expires_at: None,
+                delivery_count: 0,
+                state: MessageState::Active,
+                lock: None,
+                property_changes: vec![
+                    (
+                        "DeadLetterReason".to_string(),
+                        PropertyValue::String(reason.clone()),
+                    ),
+                    (
+                        "DeadLetterErrorDescription".to_string(),
+                        PropertyValue::String(description),
+                    ),
+                ],
+            },
+        );
+        self.dead_letter.available.insert(sequence_number);
+        self.effects.push(Effect::DeadLettered {
+            sequence_number,
+            reason: Some(reason),
+        });
+        self.dispatch(now);
     }
 
     /// Moves a main-queue record into the dead-letter sub-queue, keeping its sequence

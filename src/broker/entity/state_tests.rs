@@ -28,7 +28,7 @@ fn entity(configure: impl FnOnce(&mut EntitySettings)) -> EntityState {
     settings.lock_duration = Duration::from_secs(30);
     settings.max_delivery_count = 3;
     configure(&mut settings);
-    EntityState::new(settings, 7)
+    EntityState::new(settings, 7, START)
 }
 
 fn deliveries(state: &mut EntityState) -> Vec<super::state::Record> {

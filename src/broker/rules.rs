@@ -1,0 +1,175 @@
+//! Subscription rules: a filter and an optional SQL action, compiled once from the
+//! configuration or an `add-rule` request, and the view of a [`Message`] that filters read.
+//!
+//! Fan-out semantics (Service Bus "Topic filters and actions"): all matching rules without
+//! an action together produce one copy; every matching rule with an action produces its own
+//! copy, with the action applied and the rule's name in the `RuleName` property.
+
+use super::filter::{
+    CorrelationFilter, Filter, FilterMessage, FilterSyntaxError, FilterValue, FilterValueRef,
+    SqlFilter, SqlRuleAction, SystemProperty, property_names_equal,
+};
+use super::message::Message;
+use super::types::PropertyValue;
+use crate::config::{CorrelationFilterConfig, FilterConfig, PropertyLiteral, RuleConfig};
+
+/// Name of the rule every subscription starts with.
+pub const DEFAULT_RULE_NAME: &str = "$Default";
+
+/// A compiled rule.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    /// Unique within its subscription.
+    pub name: String,
+    /// Which messages it selects.
+    pub filter: Filter,
+    /// What it changes on the copy it produces.
+    pub action: Option<SqlRuleAction>,
+    /// When it was created (unix ms), reported by enumerate-rules.
+    pub created_at: i64,
+}
+
+/// Why a rule could not be compiled.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("rule '{rule}': invalid {part}: {error}")]
+pub struct RuleError {
+    /// The rule's name.
+    pub rule: String,
+    /// `sql_filter` or `sql_action`.
+    pub part: &'static str,
+    /// The parser's message with the position.
+    pub error: FilterSyntaxError,
+}
+
+/// Compiles a configured rule.
+pub fn compile(config: &RuleConfig, created_at: i64) -> Result<Rule, RuleError> {
+    let filter = match &config.filter {
+        FilterConfig::True => Filter::True,
+        FilterConfig::Sql(expression) => {
+            Filter::Sql(SqlFilter::parse(expression).map_err(|error| RuleError {
+                rule: config.name.clone(),
+                part: "sql_filter",
+                error,
+            })?)
+        }
+        FilterConfig::Correlation(correlation) => {
+            Filter::Correlation(correlation_filter(correlation))
+        }
+    };
+    let action = match &config.action {
+        Some(expression) => Some(SqlRuleAction::parse(expression).map_err(|error| RuleError {
+            rule: config.name.clone(),
+            part: "sql_action",
+            error,
+        })?),
+        None => None,
+    };
+    Ok(Rule {
+        name: config.name.clone(),
+        filter,
+        action,
+        created_at,
+    })
+}
+
+fn correlation_filter(config: &CorrelationFilterConfig) -> CorrelationFilter {
+    CorrelationFilter {
+        correlation_id: config.correlation_id.clone(),
+        message_id: config.message_id.clone(),
+        to: config.to.clone(),
+        reply_to: config.reply_to.clone(),
+        label: config.subject.clone(),
+        session_id: config.session_id.clone(),
+        reply_to_session_id: config.reply_to_session_id.clone(),
+        content_type: config.content_type.clone(),
+        properties: config
+            .properties
+            .iter()
+            .map(|(name, literal)| {
+                let value = match literal {
+                    PropertyLiteral::String(text) => FilterValue::String(text.clone()),
+                    PropertyLiteral::Integer(number) => FilterValue::Integer(*number),
+                    PropertyLiteral::Float(number) => FilterValue::Float(*number),
+                    PropertyLiteral::Bool(flag) => FilterValue::Bool(*flag),
+                };
+                (name.clone(), value)
+            })
+            .collect(),
+    }
+}
+
+/// Converts a broker property value to a filter value.
+pub fn filter_value(value: &PropertyValue) -> FilterValueRef<'_> {
+    match value {
+        PropertyValue::Null | PropertyValue::Binary(_) => FilterValueRef::Null,
+        PropertyValue::Bool(flag) => FilterValueRef::Bool(*flag),
+        PropertyValue::Long(number) => FilterValueRef::Integer(*number),
+        PropertyValue::Double(number) => FilterValueRef::Float(*number),
+        PropertyValue::String(text) => FilterValueRef::String(text),
+        PropertyValue::Timestamp(millis) => FilterValueRef::Timestamp(*millis),
+        PropertyValue::Uuid(bytes) => FilterValueRef::Uuid(*bytes),
+    }
+}
+
+/// Converts a filter value (an action's result) to a broker property value.
+pub fn property_value(value: &FilterValue) -> PropertyValue {
+    match value {
+        FilterValue::Null => PropertyValue::Null,
+        FilterValue::Bool(flag) => PropertyValue::Bool(*flag),
+        FilterValue::Integer(number) => PropertyValue::Long(*number),
+        FilterValue::Float(number) => PropertyValue::Double(*number),
+        FilterValue::String(text) => PropertyValue::String(text.clone()),
+        FilterValue::Timestamp(millis) => PropertyValue::Timestamp(*millis),
+        FilterValue::Duration(millis) => PropertyValue::Long(*millis),
+        FilterValue::Uuid(bytes) => PropertyValue::Uuid(*bytes),
+    }
+}
+
+/// A message as a topic sees it while evaluating rules.
+pub struct FilterView<'a> {
+    /// The message.
+    pub message: &'a Message,
+    /// The topic's enqueued time for it (unix ms).
+    pub enqueued_time: i64,
+}
+
+fn text(value: &Option<String>) -> Option<FilterValueRef<'_>> {
+    value.as_deref().map(FilterValueRef::String)
+}
+
+impl FilterMessage for FilterView<'_> {
+    fn system_property(&self, property: SystemProperty) -> Option<FilterValueRef<'_>> {
+        let system = &self.message.system;
+        match property {
+            SystemProperty::MessageId => text(&system.message_id),
+            SystemProperty::CorrelationId => text(&system.correlation_id),
+            SystemProperty::To => text(&system.to),
+            SystemProperty::ReplyTo => text(&system.reply_to),
+            SystemProperty::Label => text(&system.subject),
+            SystemProperty::SessionId => text(&system.session_id),
+            SystemProperty::ReplyToSessionId => text(&system.reply_to_session_id),
+            SystemProperty::ContentType => text(&system.content_type),
+            SystemProperty::EnqueuedTimeUtc => Some(FilterValueRef::Timestamp(self.enqueued_time)),
+            SystemProperty::ScheduledEnqueueTimeUtc => self
+                .message
+                .scheduled_enqueue_time
+                .map(|at| FilterValueRef::Timestamp(at.0)),
+            SystemProperty::TimeToLive => self
+                .message
+                .header
+                .time_to_live
+                .map(|ttl| FilterValueRef::Duration(ttl.as_millis() as i64)),
+            SystemProperty::Size => Some(FilterValueRef::Integer(self.message.size() as i64)),
+            SystemProperty::DeliveryCount => Some(FilterValueRef::Integer(0)),
+            _ => None,
+        }
+    }
+
+    fn user_property(&self, name: &str) -> Option<FilterValueRef<'_>> {
+        self.message
+            .user_properties
+            .iter()
+            .find(|(key, _)| property_names_equal(key, name))
+            .map(|(_, value)| filter_value(value))
+    }
+}
