@@ -23,12 +23,14 @@ const DATA: u64 = 0x75;
 const FOOTER: u64 = 0x78;
 
 /// Annotation keys the broker owns: values sent by clients are dropped and replaced.
-const BROKER_ANNOTATIONS: [&str; 5] = [
+const BROKER_ANNOTATIONS: [&str; 7] = [
     "x-opt-sequence-number",
     "x-opt-enqueued-time",
     "x-opt-locked-until",
     "x-opt-message-state",
     "x-opt-lock-token",
+    "x-opt-enqueue-sequence-number",
+    "x-opt-deadletter-source",
 ];
 
 /// Why a transfer's payload is not an acceptable message.
@@ -220,14 +222,14 @@ fn parse_annotations(bytes: &Bytes, at: usize, message: &mut Message) -> Result<
             ));
         };
         let name = codec::read_text(bytes, key.clone()).unwrap_or("");
-        if BROKER_ANNOTATIONS.contains(&name) {
-            continue;
-        }
         if name == "x-opt-scheduled-enqueue-time" {
             message.scheduled_enqueue_time = read_timestamp(bytes, value.clone()).map(Timestamp);
         }
         if name == "x-opt-enqueue-sequence-number" {
             message.original_sequence_number = read_timestamp(bytes, value.clone());
+        }
+        if BROKER_ANNOTATIONS.contains(&name) {
+            continue;
         }
         kept.extend_from_slice(&bytes[key.start..value.end]);
         count += 2;
@@ -276,6 +278,16 @@ pub fn encode_delivery(view: DeliveryView<'_>, output: &mut BytesMut) {
         writer.timestamp(until.0);
         annotations.count += 2;
     }
+    if let Some(original) = message.original_sequence_number {
+        writer.symbol("x-opt-enqueue-sequence-number");
+        writer.long(original);
+        annotations.count += 2;
+    }
+    if let Some(source) = &message.dead_letter_source {
+        writer.symbol("x-opt-deadletter-source");
+        writer.string(source);
+        annotations.count += 2;
+    }
     if record.state != MessageState::Active {
         writer.symbol("x-opt-message-state");
         writer.int(record.state as i32);
@@ -286,10 +298,14 @@ pub fn encode_delivery(view: DeliveryView<'_>, output: &mut BytesMut) {
     writer.finish_compound(annotations);
 
     writer.raw(&message.properties_section);
-    if record.property_changes.is_empty() {
+    if record.property_changes.is_empty() && message.extra_properties.is_empty() {
         writer.raw(&message.application_properties_section);
-    } else {
+    } else if message.extra_properties.is_empty() {
         write_changed_application_properties(&mut writer, message, &record.property_changes);
+    } else {
+        let mut changes = message.extra_properties.clone();
+        changes.extend(record.property_changes.iter().cloned());
+        write_changed_application_properties(&mut writer, message, &changes);
     }
     writer.raw(&message.body);
 }

@@ -65,6 +65,13 @@ pub struct Message {
     pub original_sequence_number: Option<i64>,
     /// Application properties decoded for filters (filled for messages sent to topics).
     pub user_properties: Vec<(String, super::types::PropertyValue)>,
+    /// Auto-forwarding hops this message has made (rule FWD-2).
+    pub hop_count: u8,
+    /// The entity whose dead-letter queue forwarded this message (`x-opt-deadletter-source`).
+    pub dead_letter_source: Option<String>,
+    /// Application properties set by the broker before forwarding (e.g. the dead-letter
+    /// reason of a forwarded dead letter), merged on delivery.
+    pub extra_properties: super::types::PropertyChanges,
 }
 
 impl Message {

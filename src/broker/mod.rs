@@ -2,6 +2,7 @@
 
 pub mod entity;
 pub mod filter;
+pub mod forwarder;
 pub mod message;
 pub mod registry;
 pub mod rules;

@@ -9,6 +9,7 @@ use tokio::sync::mpsc;
 
 use super::entity::actor::{self, IdleSender};
 use super::entity::{EntityHandle, settings::EntitySettings};
+use super::forwarder::{self, Targets};
 use super::topic::{self, Rewriter, SubscriptionEntry, TopicHandle};
 use crate::clock::Clock;
 use crate::config::{Config, QueueConfig, SubscriptionConfig, TopicConfig};
@@ -46,6 +47,8 @@ fn queue_settings(queue: &QueueConfig) -> EntitySettings {
             .then_some(queue.duplicate_detection_history_time_window),
         auto_delete_on_idle: queue.auto_delete_on_idle,
         forwards: queue.forward_to.is_some(),
+        forward_to: queue.forward_to.clone(),
+        forward_dead_lettered_messages_to: queue.forward_dead_lettered_messages_to.clone(),
     }
 }
 
@@ -69,7 +72,40 @@ fn subscription_settings(topic: &TopicConfig, subscription: &SubscriptionConfig)
         duplicate_detection_window: None,
         auto_delete_on_idle: subscription.auto_delete_on_idle,
         forwards: subscription.forward_to.is_some(),
+        forward_to: subscription.forward_to.clone(),
+        forward_dead_lettered_messages_to: subscription.forward_dead_lettered_messages_to.clone(),
     }
+}
+
+/// Starts an entity actor, and its forwarder when it auto-forwards.
+fn spawn_entity(
+    settings: EntitySettings,
+    clock: Clock,
+    on_idle: &IdleSender,
+    registry: &Arc<Registry>,
+) -> EntityHandle {
+    let targets = Targets {
+        messages: settings.forward_to.clone(),
+        dead_letters: settings.forward_dead_lettered_messages_to.clone(),
+    };
+    let forwarding = targets.messages.is_some() || targets.dead_letters.is_some();
+    let (forward_sender, forward_inbox) = mpsc::unbounded_channel();
+    let handle = actor::spawn(
+        settings,
+        clock,
+        crate::amqp::ids::unique_u64(),
+        on_idle.clone(),
+        forwarding.then_some(forward_sender),
+    );
+    if forwarding {
+        forwarder::spawn(
+            handle.clone(),
+            targets,
+            Arc::downgrade(registry),
+            forward_inbox,
+        );
+    }
+    handle
 }
 
 fn key(path: &str) -> String {
@@ -103,12 +139,7 @@ impl Registry {
         let (on_idle, mut idle_paths): (IdleSender, _) = mpsc::unbounded_channel();
         let mut entities = HashMap::new();
         for queue in &config.queues {
-            let handle = actor::spawn(
-                queue_settings(queue),
-                clock,
-                crate::amqp::ids::unique_u64(),
-                on_idle.clone(),
-            );
+            let handle = spawn_entity(queue_settings(queue), clock, &on_idle, &registry);
             entities.insert(key(&queue.name), Entity::Queue(handle));
         }
         for topic_config in &config.topics {
@@ -116,12 +147,7 @@ impl Registry {
             for subscription in &topic_config.subscriptions {
                 let settings = subscription_settings(topic_config, subscription);
                 let path = key(&settings.path);
-                let handle = actor::spawn(
-                    settings,
-                    clock,
-                    crate::amqp::ids::unique_u64(),
-                    on_idle.clone(),
-                );
+                let handle = spawn_entity(settings, clock, &on_idle, &registry);
                 subscriptions.push(SubscriptionEntry {
                     name: subscription.name.clone(),
                     handle: handle.clone(),

@@ -9,6 +9,7 @@ use tokio::sync::mpsc;
 use super::settings::EntitySettings;
 use super::state::{Effect, EntityState};
 use super::{Command, Delivery, EntityHandle, Notification, NotificationSender, Reply};
+use crate::broker::forwarder::{Forward, ForwardSender};
 use crate::broker::types::ReceiverId;
 use crate::clock::Clock;
 
@@ -24,6 +25,7 @@ pub fn spawn(
     clock: Clock,
     token_seed: u64,
     on_idle: IdleSender,
+    forwarder: Option<ForwardSender>,
 ) -> EntityHandle {
     let (commands, inbox) = mpsc::channel(COMMAND_CAPACITY);
     let handle = EntityHandle {
@@ -35,6 +37,7 @@ pub fn spawn(
         clock,
         sinks: HashMap::new(),
         on_idle,
+        forwarder,
     };
     tokio::spawn(actor.run(inbox));
     handle
@@ -50,6 +53,8 @@ struct Actor {
     sinks: HashMap<ReceiverId, NotificationSender>,
     /// Told when the entity deletes itself for idleness.
     on_idle: IdleSender,
+    /// Takes messages to auto-forward, when the entity forwards.
+    forwarder: Option<ForwardSender>,
 }
 
 impl Actor {
@@ -93,6 +98,13 @@ impl Actor {
                     reply.send(result.map(Reply::SequenceNumbers));
                 }
             }
+            Command::TransferDeadLetter {
+                message,
+                reason,
+                description,
+            } => self
+                .state
+                .enqueue_transfer_dead_lettered(now, message, reason, description),
             Command::DeadLetterOnArrival { messages } => {
                 for (message, reason, description) in messages {
                     self.state
@@ -209,6 +221,17 @@ impl Actor {
                 }
                 Effect::DeadLettered { .. } => {}
                 Effect::Idle => idle = true,
+                Effect::Forward {
+                    message,
+                    dead_letter,
+                } => {
+                    if let Some(forwarder) = &self.forwarder {
+                        let _ = forwarder.send(Forward {
+                            message,
+                            dead_letter,
+                        });
+                    }
+                }
             }
         }
         idle

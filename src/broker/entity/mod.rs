@@ -103,6 +103,15 @@ pub enum Command {
         /// Message, reason, description.
         messages: Vec<(Arc<Message>, String, String)>,
     },
+    /// Store a message that could not be forwarded in the transfer dead-letter queue.
+    TransferDeadLetter {
+        /// The message.
+        message: Arc<Message>,
+        /// Why.
+        reason: String,
+        /// Details.
+        description: String,
+    },
     /// Attach a receiving link.
     AttachReceiver {
         /// The link's id.

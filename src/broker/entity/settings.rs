@@ -25,6 +25,10 @@ pub struct EntitySettings {
     pub auto_delete_on_idle: Option<Duration>,
     /// The entity auto-forwards, which counts as a permanent receiver (rule FWD-4).
     pub forwards: bool,
+    /// Forward every message to this queue or topic (rule FWD-1).
+    pub forward_to: Option<String>,
+    /// Forward dead-lettered messages to this queue or topic (rule FWD-1).
+    pub forward_dead_lettered_messages_to: Option<String>,
 }
 
 impl EntitySettings {
@@ -41,6 +45,8 @@ impl EntitySettings {
             duplicate_detection_window: None,
             auto_delete_on_idle: None,
             forwards: false,
+            forward_to: None,
+            forward_dead_lettered_messages_to: None,
         }
     }
 }

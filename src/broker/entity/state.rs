@@ -27,6 +27,12 @@ use crate::broker::types::{
 pub const MAX_DELIVERY_COUNT_EXCEEDED: &str = "MaxDeliveryCountExceeded";
 /// Reason recorded when an expired message is dead-lettered (rule TTL-6).
 pub const TTL_EXPIRED: &str = "TTLExpiredException";
+/// Reason recorded when a message exceeds the forwarding hop limit (rule FWD-2).
+pub const MAX_TRANSFER_HOP_COUNT_EXCEEDED: &str = "MaxTransferHopCountExceeded";
+/// Reason recorded for session-less messages forwarded into a session entity (rule SES-1).
+pub const SESSION_ID_IS_NULL: &str = "Session ID is null.";
+/// Forwarding hops allowed before a message is dead-lettered (rule FWD-2).
+pub const MAX_TRANSFER_HOPS: u8 = 4;
 
 /// A message's state inside one entity (one copy: subscriptions each hold their own).
 #[derive(Debug, Clone)]
@@ -83,6 +89,13 @@ pub enum Effect {
     },
     /// The entity was idle for its `auto_delete_on_idle` and must be deleted (rule IDL-1).
     Idle,
+    /// Forward this message (already stamped with hop count and source data).
+    Forward {
+        /// The message to hand to the target.
+        message: Arc<Message>,
+        /// True for `forward_dead_lettered_messages_to`, false for `forward_to`.
+        dead_letter: bool,
+    },
     /// A message entered the dead-letter sub-queue.
     DeadLettered {
         /// Its sequence number.
@@ -144,6 +157,8 @@ pub struct EntityState {
     main: Store,
     /// The dead-letter sub-queue (rule DLQ-1).
     dead_letter: Store,
+    /// The transfer dead-letter sub-queue: messages that could not be forwarded (FWD-3).
+    transfer_dead_letter: Store,
     /// Lock token → where the locked record is.
     locks: HashMap<LockToken, (SubQueue, SequenceNumber)>,
     /// Pending deadlines, earliest first. Entries may be stale; they are checked on firing.
@@ -192,6 +207,7 @@ impl EntityState {
             next_sequence_number: 1,
             main: Store::default(),
             dead_letter: Store::default(),
+            transfer_dead_letter: Store::default(),
             locks: HashMap::new(),
             deadlines: BTreeSet::new(),
             receivers: HashMap::new(),
@@ -254,14 +270,16 @@ impl EntityState {
     fn store(&self, sub_queue: SubQueue) -> &Store {
         match sub_queue {
             SubQueue::Main => &self.main,
-            SubQueue::DeadLetter | SubQueue::TransferDeadLetter => &self.dead_letter,
+            SubQueue::DeadLetter => &self.dead_letter,
+            SubQueue::TransferDeadLetter => &self.transfer_dead_letter,
         }
     }
 
     fn store_mut(&mut self, sub_queue: SubQueue) -> &mut Store {
         match sub_queue {
             SubQueue::Main => &mut self.main,
-            SubQueue::DeadLetter | SubQueue::TransferDeadLetter => &mut self.dead_letter,
+            SubQueue::DeadLetter => &mut self.dead_letter,
+            SubQueue::TransferDeadLetter => &mut self.transfer_dead_letter,
         }
     }
 
@@ -307,7 +325,7 @@ impl EntityState {
         if self.settings.requires_session
             && messages
                 .iter()
-                .any(|message| message.system.session_id.is_none())
+                .any(|message| message.system.session_id.is_none() && message.hop_count == 0)
         {
             return Err(EntityError::NotAllowed(format!(
                 "The SessionId was not set on a message, and it cannot be sent to the entity '{}'. Entities that have session support enabled can only receive messages that have the SessionId set to a valid value.",
@@ -325,6 +343,20 @@ impl EntityState {
             }
             self.stored_bytes += message.size() as u64;
             let message_id = message.system.message_id.clone();
+            if message.hop_count > 0
+                && self.settings.requires_session
+                && message.system.session_id.is_none()
+            {
+                // Forwarded or published session-less into a session entity (rule SES-1).
+                self.stored_bytes -= message.size() as u64;
+                self.enqueue_dead_lettered(
+                    now,
+                    message,
+                    SESSION_ID_IS_NULL.to_string(),
+                    "The message has no session id and the entity requires sessions.".to_string(),
+                );
+                continue;
+            }
             let sequence_number = match message.scheduled_enqueue_time {
                 Some(at) if at > now => self.insert_scheduled(now, message, at),
                 _ => self.append(now, message, 0, Vec::new()),
@@ -363,6 +395,10 @@ impl EntityState {
         property_changes: PropertyChanges,
     ) -> SequenceNumber {
         let sequence_number = self.allocate_sequence_number();
+        if self.settings.forward_to.is_some() {
+            self.forward(now, message, sequence_number, property_changes);
+            return sequence_number;
+        }
         let time_to_live = self.effective_time_to_live(&message);
         let expires_at = time_to_live.map(|ttl| now.plus(ttl));
         if let Some(at) = expires_at {
@@ -863,36 +899,135 @@ impl EntityState {
         self.touch(now);
         let sequence_number = self.allocate_sequence_number();
         self.stored_bytes += message.size() as u64;
+        let record = self.arrival_record(message, sequence_number, now, Vec::new());
+        self.store_dead_letter(record, Some(reason), Some(description));
+        self.dispatch(now);
+    }
+
+    /// Hands an arriving message to `forward_to` (rule FWD-1), or dead-letters it here
+    /// once it has made too many hops (rule FWD-2).
+    fn forward(
+        &mut self,
+        now: Timestamp,
+        message: Arc<Message>,
+        sequence_number: SequenceNumber,
+        property_changes: PropertyChanges,
+    ) {
+        self.stored_bytes -= message.size() as u64;
+        if message.hop_count >= MAX_TRANSFER_HOPS {
+            self.stored_bytes += message.size() as u64;
+            let record = self.arrival_record(message, sequence_number, now, property_changes);
+            self.store_dead_letter(
+                record,
+                Some(MAX_TRANSFER_HOP_COUNT_EXCEEDED.to_string()),
+                Some(format!(
+                    "The message passed more than {MAX_TRANSFER_HOPS} auto-forwarding hops."
+                )),
+            );
+            return;
+        }
+        let mut forwarded = Arc::unwrap_or_clone(message);
+        forwarded.hop_count += 1;
+        forwarded.original_sequence_number = Some(sequence_number.0);
+        forwarded.extra_properties.extend(property_changes);
+        self.effects.push(Effect::Forward {
+            message: Arc::new(forwarded),
+            dead_letter: false,
+        });
+    }
+
+    fn arrival_record(
+        &self,
+        message: Arc<Message>,
+        sequence_number: SequenceNumber,
+        now: Timestamp,
+        property_changes: PropertyChanges,
+    ) -> Record {
         let time_to_live = self.effective_time_to_live(&message);
-        self.dead_letter.records.insert(
+        Record {
+            message,
             sequence_number,
-            Record {
-                message,
-                sequence_number,
-                enqueued_time: now,
-                time_to_live,
-                expires_at: None,
-                delivery_count: 0,
-                state: MessageState::Active,
-                lock: None,
-                property_changes: vec![
-                    (
-                        "DeadLetterReason".to_string(),
-                        PropertyValue::String(reason.clone()),
-                    ),
-                    (
-                        "DeadLetterErrorDescription".to_string(),
-                        PropertyValue::String(description),
-                    ),
-                ],
-            },
-        );
-        self.dead_letter.available.insert(sequence_number);
+            enqueued_time: now,
+            time_to_live,
+            expires_at: None,
+            delivery_count: 0,
+            state: MessageState::Active,
+            lock: None,
+            property_changes,
+        }
+    }
+
+    /// Stores a message that could not be forwarded in the transfer dead-letter queue
+    /// (rule FWD-3).
+    pub fn enqueue_transfer_dead_lettered(
+        &mut self,
+        now: Timestamp,
+        message: Arc<Message>,
+        reason: String,
+        description: String,
+    ) {
+        self.advance(now);
+        let sequence_number = self.allocate_sequence_number();
+        self.stored_bytes += message.size() as u64;
+        let mut record = self.arrival_record(message, sequence_number, now, Vec::new());
+        record.property_changes.push((
+            "DeadLetterReason".to_string(),
+            PropertyValue::String(reason),
+        ));
+        record.property_changes.push((
+            "DeadLetterErrorDescription".to_string(),
+            PropertyValue::String(description),
+        ));
+        self.transfer_dead_letter
+            .records
+            .insert(sequence_number, record);
+        self.transfer_dead_letter.available.insert(sequence_number);
+        self.dispatch(now);
+    }
+
+    /// Puts a record into the dead-letter sub-queue with its reason, or forwards it to
+    /// `forward_dead_lettered_messages_to` (rule FWD-1) with `x-opt-deadletter-source`.
+    fn store_dead_letter(
+        &mut self,
+        mut record: Record,
+        reason: Option<String>,
+        description: Option<String>,
+    ) {
+        record.lock = None;
+        record.state = MessageState::Active;
+        record.expires_at = None;
+        if let Some(reason) = &reason {
+            record.property_changes.push((
+                "DeadLetterReason".to_string(),
+                PropertyValue::String(reason.clone()),
+            ));
+        }
+        if let Some(description) = description {
+            record.property_changes.push((
+                "DeadLetterErrorDescription".to_string(),
+                PropertyValue::String(description),
+            ));
+        }
+        let sequence_number = record.sequence_number;
+        if self.settings.forward_dead_lettered_messages_to.is_some() {
+            self.stored_bytes -= record.message.size() as u64;
+            let mut forwarded = Arc::unwrap_or_clone(record.message);
+            forwarded.hop_count += 1;
+            forwarded.original_sequence_number = Some(sequence_number.0);
+            forwarded.dead_letter_source = Some(self.settings.path.clone());
+            forwarded.extra_properties.extend(record.property_changes);
+            self.effects.push(Effect::Forward {
+                message: Arc::new(forwarded),
+                dead_letter: true,
+            });
+        } else {
+            self.dead_letter.records.insert(sequence_number, record);
+            self.dead_letter.available.insert(sequence_number);
+        }
         self.effects.push(Effect::DeadLettered {
             sequence_number,
-            reason: Some(reason),
+            reason,
         });
-        self.dispatch(now);
     }
 
     /// Moves a main-queue record into the dead-letter sub-queue, keeping its sequence
@@ -910,29 +1045,9 @@ impl EntityState {
             return;
         }
         self.main.available.remove(&sequence_number);
-        let Some(mut record) = self.main.records.remove(&sequence_number) else {
+        let Some(record) = self.main.records.remove(&sequence_number) else {
             return;
         };
-        record.lock = None;
-        record.state = MessageState::Active;
-        record.expires_at = None;
-        if let Some(reason) = &reason {
-            record.property_changes.push((
-                "DeadLetterReason".to_string(),
-                PropertyValue::String(reason.clone()),
-            ));
-        }
-        if let Some(description) = description {
-            record.property_changes.push((
-                "DeadLetterErrorDescription".to_string(),
-                PropertyValue::String(description),
-            ));
-        }
-        self.dead_letter.records.insert(sequence_number, record);
-        self.dead_letter.available.insert(sequence_number);
-        self.effects.push(Effect::DeadLettered {
-            sequence_number,
-            reason,
-        });
+        self.store_dead_letter(record, reason, description);
     }
 }

@@ -1,0 +1,102 @@
+//! Auto-forwarding (rules FWD-1..3): a task per forwarding entity takes the messages its
+//! entity hands over and sends them to the target queue or topic. A message the target
+//! refuses (missing, deleted, full) lands in the source's transfer dead-letter queue.
+//!
+//! Await order: the forwarder awaits the target's inbox and reply, and the source's inbox
+//! when it returns a failure. Entity actors never await a forwarder (they push into an
+//! unbounded channel), so forwarding cycles cannot deadlock.
+
+use std::sync::{Arc, Weak};
+
+use tokio::sync::mpsc;
+
+use super::entity::{Command, EntityHandle, Notification, ReplyTo, RequestId};
+use super::message::Message;
+use super::registry::{Entity, Registry};
+use super::topic::TopicCommand;
+use super::types::EntityError;
+
+/// A message to forward.
+#[derive(Debug)]
+pub struct Forward {
+    /// The message, stamped by the source.
+    pub message: Arc<Message>,
+    /// From the dead-letter queue (`forward_dead_lettered_messages_to`).
+    pub dead_letter: bool,
+}
+
+/// Where forwarded messages go.
+pub type ForwardSender = mpsc::UnboundedSender<Forward>;
+
+/// The forwarding targets of one entity.
+pub struct Targets {
+    /// `forward_to`.
+    pub messages: Option<String>,
+    /// `forward_dead_lettered_messages_to`.
+    pub dead_letters: Option<String>,
+}
+
+/// Starts the forwarder of `source`, reading from `inbox`.
+pub fn spawn(
+    source: EntityHandle,
+    targets: Targets,
+    registry: Weak<Registry>,
+    mut inbox: mpsc::UnboundedReceiver<Forward>,
+) {
+    tokio::spawn(async move {
+        let (sink, mut replies) = mpsc::unbounded_channel();
+        let mut next_request = 0u64;
+        while let Some(forward) = inbox.recv().await {
+            let target = if forward.dead_letter {
+                targets.dead_letters.as_deref()
+            } else {
+                targets.messages.as_deref()
+            };
+            let Some(target) = target else { continue };
+            next_request += 1;
+            let reply = ReplyTo {
+                sink: sink.clone(),
+                request: RequestId(next_request),
+            };
+            let entity = registry
+                .upgrade()
+                .and_then(|registry| registry.lookup(target));
+            let sent = match entity {
+                Some(Entity::Queue(handle)) => {
+                    handle
+                        .send(Command::Send {
+                            messages: vec![forward.message.clone()],
+                            reply: Some(reply),
+                        })
+                        .await
+                }
+                Some(Entity::Topic(handle)) => {
+                    handle
+                        .send(TopicCommand::Publish {
+                            messages: vec![forward.message.clone()],
+                            reply: Some(reply),
+                        })
+                        .await
+                }
+                _ => Err(EntityError::NotFound(target.to_string())),
+            };
+            let outcome = match sent {
+                Ok(()) => match replies.recv().await {
+                    Some(Notification::Reply { result, .. }) => result.map(|_| ()),
+                    _ => Err(EntityError::NotFound(target.to_string())),
+                },
+                Err(error) => Err(error),
+            };
+            if let Err(error) = outcome {
+                tracing::info!(source = %source.path, %target, %error, "forwarding failed; message moved to the transfer dead-letter queue");
+                let _ = source
+                    .send(Command::TransferDeadLetter {
+                        message: forward.message,
+                        reason: "TransferFailed".to_string(),
+                        description: format!("Forwarding to '{target}' failed: {error}"),
+                    })
+                    .await;
+            }
+        }
+    });
+}
