@@ -15,12 +15,15 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
+mod browse;
+mod dead_letters;
+
 use super::duplicates::DuplicateDetector;
 use super::settings::EntitySettings;
 use crate::broker::message::Message;
 use crate::broker::types::{
-    EntityError, LockToken, MessageState, PropertyChanges, PropertyValue, ReceiveMode, ReceiverId,
-    SequenceNumber, Settlement, SubQueue, Timestamp,
+    EntityError, LockToken, MessageState, PropertyChanges, ReceiveMode, ReceiverId, SequenceNumber,
+    Settlement, SubQueue, Timestamp,
 };
 
 /// Reason recorded when the delivery count reaches the maximum (rule LCK-2).
@@ -467,93 +470,6 @@ impl EntityState {
         }
     }
 
-    /// Cancels scheduled messages (rule SCH-4). Unknown or already activated numbers are
-    /// ignored: activation wins a race with cancellation.
-    pub fn cancel_scheduled(&mut self, now: Timestamp, sequence_numbers: &[SequenceNumber]) {
-        self.advance(now);
-        self.touch(now);
-        for sequence_number in sequence_numbers {
-            let scheduled = matches!(
-                self.main.records.get(sequence_number),
-                Some(record) if record.state == MessageState::Scheduled
-            );
-            if scheduled && let Some(record) = self.main.records.remove(sequence_number) {
-                self.stored_bytes -= record.message.size() as u64;
-                self.scheduled_count -= 1;
-            }
-        }
-    }
-
-    /// Up to `count` messages with sequence number ≥ `from`, in order, whatever their
-    /// state or lock (browse; rule SCH-2 shows scheduled messages here).
-    pub fn peek(
-        &mut self,
-        now: Timestamp,
-        sub_queue: SubQueue,
-        from: SequenceNumber,
-        count: usize,
-    ) -> Vec<Record> {
-        self.advance(now);
-        self.touch(now);
-        self.store(sub_queue)
-            .records
-            .range(from..)
-            .take(count)
-            .map(|(_, record)| record.clone())
-            .collect()
-    }
-
-    /// Takes deferred messages by sequence number (rule LCK-4): locked for peek-lock, or
-    /// removed for receive-and-delete. Any number that names no deferred message fails the
-    /// whole request with `MessageNotFound`.
-    pub fn receive_deferred(
-        &mut self,
-        now: Timestamp,
-        sub_queue: SubQueue,
-        sequence_numbers: &[SequenceNumber],
-        mode: ReceiveMode,
-    ) -> Result<Vec<Record>, EntityError> {
-        self.advance(now);
-        self.touch(now);
-        for sequence_number in sequence_numbers {
-            let deferred = matches!(
-                self.store(sub_queue).records.get(sequence_number),
-                Some(record) if record.state == MessageState::Deferred && record.lock.is_none()
-            );
-            if !deferred {
-                return Err(EntityError::MessageNotFound(format!(
-                    "Failed to lock one or more specified messages. The message with sequence number {} was not found, is not deferred, or is already locked.",
-                    sequence_number.0
-                )));
-            }
-        }
-        let mut records = Vec::with_capacity(sequence_numbers.len());
-        for &sequence_number in sequence_numbers {
-            match mode {
-                ReceiveMode::PeekLock => {
-                    let lock = self.new_lock(now);
-                    let Some(record) = self.store_mut(sub_queue).records.get_mut(&sequence_number)
-                    else {
-                        continue;
-                    };
-                    record.lock = Some(lock);
-                    records.push(record.clone());
-                    self.locks.insert(lock.token, (sub_queue, sequence_number));
-                    self.deadlines
-                        .insert((lock.until, Deadline::Lock(lock.token)));
-                }
-                ReceiveMode::ReceiveAndDelete => {
-                    if let Some(record) = self.store_mut(sub_queue).records.remove(&sequence_number)
-                    {
-                        self.stored_bytes -= record.message.size() as u64;
-                        records.push(record);
-                    }
-                }
-            }
-        }
-        Ok(records)
-    }
-
     /// Attaches a receiver with no credit.
     pub fn attach_receiver(
         &mut self,
@@ -771,23 +687,6 @@ impl EntityState {
         Ok(())
     }
 
-    /// Extends a lock by the lock duration (rule LCK-1) and returns the new expiry.
-    pub fn renew_lock(
-        &mut self,
-        now: Timestamp,
-        token: LockToken,
-    ) -> Result<Timestamp, EntityError> {
-        self.advance(now);
-        self.touch(now);
-        let (sub_queue, sequence_number) = self.locked(now, token).ok_or(EntityError::LockLost)?;
-        let until = now.plus(self.settings.lock_duration);
-        if let Some(record) = self.store_mut(sub_queue).records.get_mut(&sequence_number) {
-            record.lock = Some(Lock { token, until });
-        }
-        self.deadlines.insert((until, Deadline::Lock(token)));
-        Ok(until)
-    }
-
     fn expire_lock(&mut self, now: Timestamp, token: LockToken) {
         let Some(&(sub_queue, sequence_number)) = self.locks.get(&token) else {
             return;
@@ -884,170 +783,5 @@ impl EntityState {
             self.main.available.remove(&sequence_number);
             self.stored_bytes -= record.message.size() as u64;
         }
-    }
-
-    /// Stores an arriving message directly in the dead-letter sub-queue with a reason
-    /// (rule DLQ-3: filter evaluation errors, `Session ID is null.`).
-    pub fn enqueue_dead_lettered(
-        &mut self,
-        now: Timestamp,
-        message: Arc<Message>,
-        reason: String,
-        description: String,
-    ) {
-        self.advance(now);
-        self.touch(now);
-        let sequence_number = self.allocate_sequence_number();
-        self.stored_bytes += message.size() as u64;
-        let record = self.arrival_record(message, sequence_number, now, Vec::new());
-        self.store_dead_letter(record, Some(reason), Some(description));
-        self.dispatch(now);
-    }
-
-    /// Hands an arriving message to `forward_to` (rule FWD-1), or dead-letters it here
-    /// once it has made too many hops (rule FWD-2).
-    fn forward(
-        &mut self,
-        now: Timestamp,
-        message: Arc<Message>,
-        sequence_number: SequenceNumber,
-        property_changes: PropertyChanges,
-    ) {
-        self.stored_bytes -= message.size() as u64;
-        if message.hop_count >= MAX_TRANSFER_HOPS {
-            self.stored_bytes += message.size() as u64;
-            let record = self.arrival_record(message, sequence_number, now, property_changes);
-            self.store_dead_letter(
-                record,
-                Some(MAX_TRANSFER_HOP_COUNT_EXCEEDED.to_string()),
-                Some(format!(
-                    "The message passed more than {MAX_TRANSFER_HOPS} auto-forwarding hops."
-                )),
-            );
-            return;
-        }
-        let mut forwarded = Arc::unwrap_or_clone(message);
-        forwarded.hop_count += 1;
-        forwarded.original_sequence_number = Some(sequence_number.0);
-        forwarded.extra_properties.extend(property_changes);
-        self.effects.push(Effect::Forward {
-            message: Arc::new(forwarded),
-            dead_letter: false,
-        });
-    }
-
-    fn arrival_record(
-        &self,
-        message: Arc<Message>,
-        sequence_number: SequenceNumber,
-        now: Timestamp,
-        property_changes: PropertyChanges,
-    ) -> Record {
-        let time_to_live = self.effective_time_to_live(&message);
-        Record {
-            message,
-            sequence_number,
-            enqueued_time: now,
-            time_to_live,
-            expires_at: None,
-            delivery_count: 0,
-            state: MessageState::Active,
-            lock: None,
-            property_changes,
-        }
-    }
-
-    /// Stores a message that could not be forwarded in the transfer dead-letter queue
-    /// (rule FWD-3).
-    pub fn enqueue_transfer_dead_lettered(
-        &mut self,
-        now: Timestamp,
-        message: Arc<Message>,
-        reason: String,
-        description: String,
-    ) {
-        self.advance(now);
-        let sequence_number = self.allocate_sequence_number();
-        self.stored_bytes += message.size() as u64;
-        let mut record = self.arrival_record(message, sequence_number, now, Vec::new());
-        record.property_changes.push((
-            "DeadLetterReason".to_string(),
-            PropertyValue::String(reason),
-        ));
-        record.property_changes.push((
-            "DeadLetterErrorDescription".to_string(),
-            PropertyValue::String(description),
-        ));
-        self.transfer_dead_letter
-            .records
-            .insert(sequence_number, record);
-        self.transfer_dead_letter.available.insert(sequence_number);
-        self.dispatch(now);
-    }
-
-    /// Puts a record into the dead-letter sub-queue with its reason, or forwards it to
-    /// `forward_dead_lettered_messages_to` (rule FWD-1) with `x-opt-deadletter-source`.
-    fn store_dead_letter(
-        &mut self,
-        mut record: Record,
-        reason: Option<String>,
-        description: Option<String>,
-    ) {
-        record.lock = None;
-        record.state = MessageState::Active;
-        record.expires_at = None;
-        if let Some(reason) = &reason {
-            record.property_changes.push((
-                "DeadLetterReason".to_string(),
-                PropertyValue::String(reason.clone()),
-            ));
-        }
-        if let Some(description) = description {
-            record.property_changes.push((
-                "DeadLetterErrorDescription".to_string(),
-                PropertyValue::String(description),
-            ));
-        }
-        let sequence_number = record.sequence_number;
-        if self.settings.forward_dead_lettered_messages_to.is_some() {
-            self.stored_bytes -= record.message.size() as u64;
-            let mut forwarded = Arc::unwrap_or_clone(record.message);
-            forwarded.hop_count += 1;
-            forwarded.original_sequence_number = Some(sequence_number.0);
-            forwarded.dead_letter_source = Some(self.settings.path.clone());
-            forwarded.extra_properties.extend(record.property_changes);
-            self.effects.push(Effect::Forward {
-                message: Arc::new(forwarded),
-                dead_letter: true,
-            });
-        } else {
-            self.dead_letter.records.insert(sequence_number, record);
-            self.dead_letter.available.insert(sequence_number);
-        }
-        self.effects.push(Effect::DeadLettered {
-            sequence_number,
-            reason,
-        });
-    }
-
-    /// Moves a main-queue record into the dead-letter sub-queue, keeping its sequence
-    /// number; dead-lettered messages never expire (rule TTL-8). A record already in the
-    /// dead-letter queue just becomes available again.
-    fn dead_letter(
-        &mut self,
-        sub_queue: SubQueue,
-        sequence_number: SequenceNumber,
-        reason: Option<String>,
-        description: Option<String>,
-    ) {
-        if sub_queue != SubQueue::Main {
-            self.dead_letter.available.insert(sequence_number);
-            return;
-        }
-        self.main.available.remove(&sequence_number);
-        let Some(record) = self.main.records.remove(&sequence_number) else {
-            return;
-        };
-        self.store_dead_letter(record, reason, description);
     }
 }

@@ -1,0 +1,113 @@
+//! Operations the `$management` node drives: browsing, deferred retrieval, cancelling
+//! scheduled messages and renewing locks (rules LCK-1, LCK-4, SCH-2, SCH-4).
+
+use super::{Deadline, EntityState, Lock, MessageState, Record};
+use crate::broker::types::{
+    EntityError, LockToken, ReceiveMode, SequenceNumber, SubQueue, Timestamp,
+};
+
+impl EntityState {
+    /// Up to `count` messages with sequence number ≥ `from`, in order, whatever their
+    /// state or lock (browse; rule SCH-2 shows scheduled messages here).
+    pub fn peek(
+        &mut self,
+        now: Timestamp,
+        sub_queue: SubQueue,
+        from: SequenceNumber,
+        count: usize,
+    ) -> Vec<Record> {
+        self.advance(now);
+        self.touch(now);
+        self.store(sub_queue)
+            .records
+            .range(from..)
+            .take(count)
+            .map(|(_, record)| record.clone())
+            .collect()
+    }
+
+    /// Takes deferred messages by sequence number (rule LCK-4): locked for peek-lock, or
+    /// removed for receive-and-delete. Any number that names no deferred message fails the
+    /// whole request with `MessageNotFound`.
+    pub fn receive_deferred(
+        &mut self,
+        now: Timestamp,
+        sub_queue: SubQueue,
+        sequence_numbers: &[SequenceNumber],
+        mode: ReceiveMode,
+    ) -> Result<Vec<Record>, EntityError> {
+        self.advance(now);
+        self.touch(now);
+        for sequence_number in sequence_numbers {
+            let deferred = matches!(
+                self.store(sub_queue).records.get(sequence_number),
+                Some(record) if record.state == MessageState::Deferred && record.lock.is_none()
+            );
+            if !deferred {
+                return Err(EntityError::MessageNotFound(format!(
+                    "Failed to lock one or more specified messages. The message with sequence number {} was not found, is not deferred, or is already locked.",
+                    sequence_number.0
+                )));
+            }
+        }
+        let mut records = Vec::with_capacity(sequence_numbers.len());
+        for &sequence_number in sequence_numbers {
+            match mode {
+                ReceiveMode::PeekLock => {
+                    let lock = self.new_lock(now);
+                    let Some(record) = self.store_mut(sub_queue).records.get_mut(&sequence_number)
+                    else {
+                        continue;
+                    };
+                    record.lock = Some(lock);
+                    records.push(record.clone());
+                    self.locks.insert(lock.token, (sub_queue, sequence_number));
+                    self.deadlines
+                        .insert((lock.until, Deadline::Lock(lock.token)));
+                }
+                ReceiveMode::ReceiveAndDelete => {
+                    if let Some(record) = self.store_mut(sub_queue).records.remove(&sequence_number)
+                    {
+                        self.stored_bytes -= record.message.size() as u64;
+                        records.push(record);
+                    }
+                }
+            }
+        }
+        Ok(records)
+    }
+
+    /// Cancels scheduled messages (rule SCH-4). Unknown or already activated numbers are
+    /// ignored: activation wins a race with cancellation.
+    pub fn cancel_scheduled(&mut self, now: Timestamp, sequence_numbers: &[SequenceNumber]) {
+        self.advance(now);
+        self.touch(now);
+        for sequence_number in sequence_numbers {
+            let scheduled = matches!(
+                self.main.records.get(sequence_number),
+                Some(record) if record.state == MessageState::Scheduled
+            );
+            if scheduled && let Some(record) = self.main.records.remove(sequence_number) {
+                self.stored_bytes -= record.message.size() as u64;
+                self.scheduled_count -= 1;
+            }
+        }
+    }
+
+    /// Extends a lock by the lock duration (rule LCK-1) and returns the new expiry.
+    pub fn renew_lock(
+        &mut self,
+        now: Timestamp,
+        token: LockToken,
+    ) -> Result<Timestamp, EntityError> {
+        self.advance(now);
+        self.touch(now);
+        let (sub_queue, sequence_number) = self.locked(now, token).ok_or(EntityError::LockLost)?;
+        let until = now.plus(self.settings.lock_duration);
+        if let Some(record) = self.store_mut(sub_queue).records.get_mut(&sequence_number) {
+            record.lock = Some(Lock { token, until });
+        }
+        self.deadlines.insert((until, Deadline::Lock(token)));
+        Ok(until)
+    }
+}
