@@ -84,7 +84,19 @@ pub async fn run(
             topic.max_message_size_in_kilobytes * 1024,
         );
     }
+    let mut session_entities = std::collections::HashSet::new();
+    for queue in config.queues.iter().filter(|queue| queue.requires_session) {
+        session_entities.insert(queue.name.to_ascii_lowercase());
+    }
+    for topic in &config.topics {
+        for subscription in topic.subscriptions.iter().filter(|s| s.requires_session) {
+            session_entities.insert(
+                format!("{}/subscriptions/{}", topic.name, subscription.name).to_ascii_lowercase(),
+            );
+        }
+    }
     let context = Arc::new(Context {
+        session_entities,
         settings: ServerSettings {
             idle_timeout: config.server.idle_timeout,
             max_frame_size: config.server.max_frame_size,

@@ -38,6 +38,12 @@ pub const MESSAGE_LOCK_LOST: &str = "com.microsoft:message-lock-lost";
 pub const MESSAGE_NOT_FOUND: &str = "com.microsoft:message-not-found";
 /// `com.microsoft:argument-error`.
 pub const ARGUMENT_ERROR: &str = "com.microsoft:argument-error";
+/// `com.microsoft:session-cannot-be-locked`.
+pub const SESSION_CANNOT_BE_LOCKED: &str = "com.microsoft:session-cannot-be-locked";
+/// `com.microsoft:session-lock-lost`.
+pub const SESSION_LOCK_LOST: &str = "com.microsoft:session-lock-lost";
+/// `com.microsoft:timeout`.
+pub const TIMEOUT: &str = "com.microsoft:timeout";
 /// `com.microsoft:entity-already-exists`.
 pub const ENTITY_ALREADY_EXISTS: &str = "com.microsoft:entity-already-exists";
 /// `com.microsoft:dead-letter`: a disposition condition, never an error reply.
@@ -103,6 +109,11 @@ pub fn entity_failure(error: &EntityError) -> Failure {
         EntityError::NotAllowed(_) => Failure::new(NOT_ALLOWED, description, 400),
         EntityError::MessageNotFound(_) => Failure::new(MESSAGE_NOT_FOUND, description, 404),
         EntityError::Argument(_) => Failure::new(ARGUMENT_ERROR, description, 400),
+        EntityError::SessionCannotBeLocked(_) => {
+            Failure::new(SESSION_CANNOT_BE_LOCKED, description, 410)
+        }
+        EntityError::SessionLockLost(_) => Failure::new(SESSION_LOCK_LOST, description, 410),
+        EntityError::Timeout(_) => Failure::new(TIMEOUT, description, 408),
         EntityError::AlreadyExists(_) => Failure::new(ENTITY_ALREADY_EXISTS, description, 409),
         EntityError::NotFound(path) => entity_not_found(path),
     }

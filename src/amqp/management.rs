@@ -9,7 +9,7 @@ use super::codec::Writer;
 use super::errors::{self, Failure};
 use super::message::{self as amqp_message, DeliveryView};
 use super::request::{self, Request, StatusKeys};
-use crate::broker::entity::Reply;
+use crate::broker::entity::{Reply, SessionOperation};
 use crate::broker::filter::{CorrelationFilter, Filter, SqlFilter, SqlRuleAction};
 use crate::broker::message::Message;
 use crate::broker::rules::Rule;
@@ -31,6 +31,8 @@ pub enum Plan {
         from: SequenceNumber,
         /// Most messages.
         count: usize,
+        /// Only this session's messages (session receivers).
+        session_id: Option<String>,
     },
     /// Schedule messages (each carries `x-opt-scheduled-enqueue-time`).
     Schedule(Vec<Message>),
@@ -38,6 +40,17 @@ pub enum Plan {
     Cancel(Vec<SequenceNumber>),
     /// Manage a subscription's rules.
     Rules(RuleOperation),
+    /// Operate on a session.
+    Session(String, SessionOperation),
+    /// List sessions.
+    ListSessions {
+        /// Updated since (unix ms) or the "any" sentinel.
+        last_updated: i64,
+        /// Sessions to skip.
+        skip: usize,
+        /// Most sessions.
+        top: usize,
+    },
     /// Take deferred messages.
     ReceiveDeferred {
         /// Which messages.
@@ -58,6 +71,10 @@ impl Plan {
             Plan::ReceiveDeferred { .. } => ResponseKind::Deferred,
             Plan::Rules(RuleOperation::Enumerate { .. }) => ResponseKind::Rules,
             Plan::Rules(_) => ResponseKind::Empty,
+            Plan::Session(_, SessionOperation::RenewLock) => ResponseKind::SessionExpiration,
+            Plan::Session(_, SessionOperation::GetState) => ResponseKind::SessionState,
+            Plan::Session(_, SessionOperation::SetState(_)) => ResponseKind::Empty,
+            Plan::ListSessions { .. } => ResponseKind::SessionIds,
         }
     }
 }
@@ -77,6 +94,12 @@ pub enum ResponseKind {
     SequenceNumbers,
     /// `rules` list of described rule descriptions; 204 when there are none.
     Rules,
+    /// `expiration` timestamp.
+    SessionExpiration,
+    /// `session-state` binary or null.
+    SessionState,
+    /// `sessions-ids` array of strings.
+    SessionIds,
 }
 
 /// A request waiting for its entity's reply.
@@ -312,6 +335,10 @@ fn write_rule(writer: &mut Writer<'_>, rule: &Rule) {
     writer.finish_compound(description);
 }
 
+fn session_id(body: &Value) -> Result<String, Failure> {
+    body_text(body, "session-id").ok_or_else(|| argument("session-id is required"))
+}
+
 fn argument(description: &str) -> Failure {
     Failure::new(errors::ARGUMENT_ERROR, description, 400)
 }
@@ -391,6 +418,7 @@ pub fn plan(request: &Request) -> Result<Plan, Failure> {
             Ok(Plan::Peek {
                 from: SequenceNumber(from.max(0)),
                 count: count.clamp(0, 1000) as usize,
+                session_id: body_text(body, "session-id"),
             })
         }
         "com.microsoft:schedule-message" => {
@@ -418,16 +446,44 @@ pub fn plan(request: &Request) -> Result<Plan, Failure> {
                 mode,
             })
         }
-        "com.microsoft:renew-session-lock"
-        | "com.microsoft:set-session-state"
-        | "com.microsoft:get-session-state"
-        | "com.microsoft:get-message-sessions" => Err(Failure::new(
-            errors::NOT_IMPLEMENTED,
-            format!(
-                "'{operation}' needs message sessions, which this broker does not support yet."
-            ),
-            501,
+        "com.microsoft:renew-session-lock" => Ok(Plan::Session(
+            session_id(body)?,
+            SessionOperation::RenewLock,
         )),
+        "com.microsoft:get-session-state" => {
+            Ok(Plan::Session(session_id(body)?, SessionOperation::GetState))
+        }
+        "com.microsoft:set-session-state" => {
+            let state = match body_entry(body, "session-state").map(undescribed) {
+                Some(Value::Binary(bytes)) => Some(bytes.to_vec()),
+                Some(Value::String(text)) => Some(text.as_bytes().to_vec()),
+                _ => None,
+            };
+            Ok(Plan::Session(
+                session_id(body)?,
+                SessionOperation::SetState(state),
+            ))
+        }
+        "com.microsoft:get-message-sessions" => {
+            let last_updated = match body_entry(body, "last-updated-time") {
+                Some(Value::Timestamp(time)) => time.milliseconds(),
+                Some(other) => integer(other).unwrap_or(i64::MAX),
+                None => i64::MAX,
+            };
+            let skip = body_entry(body, "skip")
+                .and_then(integer)
+                .unwrap_or(0)
+                .max(0) as usize;
+            let top = body_entry(body, "top")
+                .and_then(integer)
+                .unwrap_or(100)
+                .max(0) as usize;
+            Ok(Plan::ListSessions {
+                last_updated,
+                skip,
+                top,
+            })
+        }
         "com.microsoft:add-rule" => Ok(Plan::Rules(RuleOperation::Add(Box::new(
             rule_from_request(body)?,
         )))),
@@ -513,6 +569,38 @@ pub fn reply_response(pending: &PendingResponse, result: Result<Reply, EntityErr
             let mut map = writer.start_map();
             writer.string("sequence-numbers");
             write_long_array(&mut writer, numbers.iter().map(|number| number.0));
+            map.count += 2;
+            writer.finish_compound(map);
+        }
+        (ResponseKind::SessionExpiration, Reply::Expirations(expirations)) => {
+            let mut writer = Writer::new(&mut body);
+            let mut map = writer.start_map();
+            writer.string("expiration");
+            writer.timestamp(expirations.first().map(|at| at.0).unwrap_or(0));
+            map.count += 2;
+            writer.finish_compound(map);
+        }
+        (ResponseKind::SessionState, Reply::SessionState(state)) => {
+            let mut writer = Writer::new(&mut body);
+            let mut map = writer.start_map();
+            writer.string("session-state");
+            match state {
+                Some(bytes) => writer.binary(&bytes),
+                None => writer.null(),
+            }
+            map.count += 2;
+            writer.finish_compound(map);
+        }
+        (ResponseKind::SessionIds, Reply::Sessions(sessions)) => {
+            let mut writer = Writer::new(&mut body);
+            let mut map = writer.start_map();
+            writer.string("sessions-ids");
+            let mut list = writer.start_list();
+            for session in &sessions {
+                writer.string(session);
+                list.count += 1;
+            }
+            writer.finish_compound(list);
             map.count += 2;
             writer.finish_compound(map);
         }

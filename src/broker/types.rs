@@ -150,6 +150,15 @@ pub enum EntityError {
     /// A rule (or other named item) with this name exists already.
     #[error("{0}")]
     AlreadyExists(String),
+    /// The requested session is locked by another receiver.
+    #[error("{0}")]
+    SessionCannotBeLocked(String),
+    /// The session lock expired or was never held.
+    #[error("{0}")]
+    SessionLockLost(String),
+    /// Waiting for something (a session) took too long.
+    #[error("{0}")]
+    Timeout(String),
     /// The entity no longer exists (deleted, or its actor stopped).
     #[error("The messaging entity '{0}' could not be found.")]
     NotFound(String),

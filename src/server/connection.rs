@@ -106,6 +106,8 @@ pub struct Connection {
     pub grants: Vec<Grant>,
     /// The peer's container id, for logs.
     pub container_id: String,
+    /// Attach replies of session receivers waiting for the entity to lock a session.
+    pub deferred_attaches: HashMap<ReceiverId, fe2o3_amqp_types::performatives::Attach>,
 }
 
 impl Connection {
@@ -269,6 +271,7 @@ pub async fn run(
         sasl_rights,
         grants: Vec::new(),
         container_id: open.container_id.clone(),
+        deferred_attaches: HashMap::new(),
     };
     tracing::debug!(container_id = %open.container_id, "connection open");
     let our_open = Open {
@@ -485,6 +488,25 @@ impl Connection {
                 receiver,
                 delivery_count,
             } => self.drained(receiver, delivery_count),
+            Notification::SessionAccepted {
+                receiver,
+                session_id,
+                locked_until,
+            } => self.session_accepted(receiver, session_id, locked_until),
+            Notification::SessionRefused { receiver, error } => {
+                self.session_refused(receiver, error).await
+            }
+            Notification::SessionLost { receiver } => {
+                let Some(&(channel, handle)) = self.receivers.get(&receiver) else {
+                    return Ok(());
+                };
+                let failure =
+                    errors::entity_failure(&crate::broker::types::EntityError::SessionLockLost(
+                        "The session lock has expired. Accept the session again.".to_string(),
+                    ));
+                self.detach_with_error(channel, handle, failure.to_error())
+                    .await
+            }
             Notification::Reply { request, result } => {
                 let Some(pending) = self.pending.remove(&request) else {
                     return Ok(());

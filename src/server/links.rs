@@ -21,6 +21,33 @@ use crate::broker::types::{ReceiveMode, ReceiverId, SubQueue};
 
 /// Credit granted to client senders, topped up when half is used.
 pub const SENDER_CREDIT: u32 = 1000;
+/// How long a next-available session receiver waits when the client gives no timeout.
+const DEFAULT_SESSION_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The `com.microsoft:session-filter` of an attach: `None` without one, `Some(None)` for
+/// next available (null), `Some(Some(id))` for a named session (plain or described string).
+fn session_filter(attach: &Attach) -> Option<Option<String>> {
+    use fe2o3_amqp_types::primitives::Value;
+    let filter = attach.source.as_ref()?.filter.as_ref()?;
+    let (_, value) = filter
+        .iter()
+        .find(|(key, _)| key.0 == "com.microsoft:session-filter")?;
+    let value = match value {
+        Value::Described(described) => &described.value,
+        other => other,
+    };
+    Some(match value {
+        Value::String(text) => Some(text.clone()),
+        Value::Symbol(symbol) => Some(symbol.0.clone()),
+        _ => None,
+    })
+}
+
+/// .NET ticks (100 ns since 0001-01-01) for a Unix-millisecond time.
+pub fn dotnet_ticks(unix_milliseconds: i64) -> i64 {
+    unix_milliseconds * 10_000 + 621_355_968_000_000_000
+}
+
 /// Largest message accepted when an entity sets no limit.
 const DEFAULT_MAX_MESSAGE_SIZE: u64 = 1024 * 1024;
 
@@ -178,7 +205,19 @@ impl Connection {
         if reply.target.is_none() {
             reply.target = Some(Box::new(TargetArchetype::Target(Default::default())));
         }
-        self.write(channel, Performative::Attach(reply))?;
+        let deferred = match &kind {
+            LinkKind::EntityReceiver { receiver, .. } if session_filter(&attach).is_some() => {
+                Some(*receiver)
+            }
+            _ => None,
+        };
+        match deferred {
+            // A session receiver is answered once the entity has locked a session.
+            Some(receiver) => {
+                self.deferred_attaches.insert(receiver, reply);
+            }
+            None => self.write(channel, Performative::Attach(reply))?,
+        }
         let link = Link {
             name: attach.name.clone(),
             kind,
@@ -308,21 +347,28 @@ impl Connection {
                 ));
             }
         };
-        let has_session_filter = attach
-            .source
-            .as_ref()
-            .and_then(|source| source.filter.as_ref())
-            .is_some_and(|filter| {
-                filter
-                    .keys()
-                    .any(|key| key.0 == "com.microsoft:session-filter")
-            });
-        if has_session_filter {
-            return Err(Failure::new(
-                errors::NOT_IMPLEMENTED,
-                format!("Session receivers are not supported yet (entity '{path}')."),
-                501,
-            ));
+        let session_filter = session_filter(attach);
+        let session_entity = sub_queue == SubQueue::Main && self.context.requires_session(&path);
+        match (&session_filter, session_entity) {
+            (Some(_), false) => {
+                return Err(Failure::new(
+                    errors::NOT_ALLOWED,
+                    format!(
+                        "The entity '{path}' does not require sessions; a session receiver cannot be created on it."
+                    ),
+                    400,
+                ));
+            }
+            (None, true) => {
+                return Err(Failure::new(
+                    errors::NOT_ALLOWED,
+                    format!(
+                        "It is not possible for an entity that requires sessions to create a non-sessionful message receiver ('{path}')."
+                    ),
+                    400,
+                ));
+            }
+            _ => {}
         }
         let mode = if attach.snd_settle_mode == SenderSettleMode::Settled {
             ReceiveMode::ReceiveAndDelete
@@ -334,13 +380,47 @@ impl Connection {
                 .next_receiver_id
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         );
-        handle
-            .send(Command::AttachReceiver {
+        let command = match session_filter {
+            Some(session_id) => {
+                let wait = attach
+                    .properties
+                    .as_ref()
+                    .and_then(|properties| {
+                        properties
+                            .iter()
+                            .find(|(key, _)| key.0 == "com.microsoft:timeout")
+                            .map(|(_, value)| value.clone())
+                    })
+                    .and_then(|value| match value {
+                        fe2o3_amqp_types::primitives::Value::Uint(millis) => Some(millis as u64),
+                        fe2o3_amqp_types::primitives::Value::Int(millis) => {
+                            Some(millis.max(0) as u64)
+                        }
+                        fe2o3_amqp_types::primitives::Value::Ulong(millis) => Some(millis),
+                        fe2o3_amqp_types::primitives::Value::Long(millis) => {
+                            Some(millis.max(0) as u64)
+                        }
+                        _ => None,
+                    })
+                    .map(std::time::Duration::from_millis)
+                    .unwrap_or(DEFAULT_SESSION_WAIT);
+                Command::AttachSessionReceiver {
+                    receiver,
+                    mode,
+                    session_id,
+                    wait,
+                    sink: self.notifications.clone(),
+                }
+            }
+            None => Command::AttachReceiver {
                 receiver,
                 sub_queue,
                 mode,
                 sink: self.notifications.clone(),
-            })
+            },
+        };
+        handle
+            .send(command)
             .await
             .map_err(|error| errors::entity_failure(&error))?;
         Ok((
@@ -463,6 +543,7 @@ impl Connection {
         } = link.kind
         {
             self.receivers.remove(&receiver);
+            self.deferred_attaches.remove(&receiver);
             let _ = entity.send(Command::DetachReceiver { receiver }).await;
         }
     }
@@ -475,6 +556,68 @@ impl Connection {
                 self.release_link(link).await;
             }
         }
+    }
+
+    /// Answers a session receiver's attach once its session is locked (§3.5): the session
+    /// id as a plain string in the source filter, the lock expiry as .NET ticks.
+    pub(super) fn session_accepted(
+        &mut self,
+        receiver: ReceiverId,
+        session_id: String,
+        locked_until: crate::broker::types::Timestamp,
+    ) -> Result<(), ConnectionError> {
+        use fe2o3_amqp_types::primitives::{Symbol, Value};
+        let Some(&(channel, _)) = self.receivers.get(&receiver) else {
+            return Ok(());
+        };
+        let Some(mut reply) = self.deferred_attaches.remove(&receiver) else {
+            return Ok(());
+        };
+        if let Some(source) = reply.source.as_mut() {
+            let mut filter = fe2o3_amqp_types::messaging::FilterSet::new();
+            filter.insert(
+                Symbol::from("com.microsoft:session-filter"),
+                Value::String(session_id),
+            );
+            source.filter = Some(filter);
+        }
+        let mut properties = fe2o3_amqp_types::definitions::Fields::new();
+        properties.insert(
+            Symbol::from("com.microsoft:locked-until-utc"),
+            Value::Long(dotnet_ticks(locked_until.0)),
+        );
+        reply.properties = Some(properties);
+        self.write(channel, Performative::Attach(reply))
+    }
+
+    /// Refuses a session receiver's attach: null source, then a detach with the error.
+    pub(super) async fn session_refused(
+        &mut self,
+        receiver: ReceiverId,
+        error: crate::broker::types::EntityError,
+    ) -> Result<(), ConnectionError> {
+        let Some(&(channel, handle)) = self.receivers.get(&receiver) else {
+            return Ok(());
+        };
+        self.receivers.remove(&receiver);
+        let Some(mut reply) = self.deferred_attaches.remove(&receiver) else {
+            return Ok(());
+        };
+        reply.source = None;
+        self.write(channel, Performative::Attach(reply))?;
+        if let Some(link) = self.session(channel)?.links.get_mut(&handle) {
+            link.kind = LinkKind::Refused;
+        }
+        let failure = errors::entity_failure(&error);
+        tracing::info!(condition = failure.condition, description = %failure.description, "session receiver refused");
+        self.write(
+            channel,
+            Performative::Detach(Detach {
+                handle: Handle(handle),
+                closed: true,
+                error: Some(failure.to_error()),
+            }),
+        )
     }
 
     /// Gives a client sender credit (right after attach, then whenever half is used).

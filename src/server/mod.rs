@@ -44,11 +44,19 @@ pub struct Context {
     pub clock: Clock,
     /// Source of process-unique receiver ids.
     pub next_receiver_id: AtomicU64,
+    /// Lowercase paths of entities that require sessions.
+    pub session_entities: std::collections::HashSet<String>,
     /// Lowercase entity path → largest message accepted, in bytes.
     pub max_message_sizes: std::collections::HashMap<String, u64>,
 }
 
 impl Context {
+    /// Whether the entity at `path` requires sessions.
+    pub fn requires_session(&self, path: &str) -> bool {
+        self.session_entities
+            .contains(&path.trim_matches('/').to_ascii_lowercase())
+    }
+
     /// The largest message an entity accepts (256 KiB when unknown).
     pub fn max_message_size(&self, path: &str) -> u64 {
         self.max_message_sizes

@@ -390,12 +390,17 @@ impl Connection {
         };
         let sent = match plan {
             Plan::RenewLocks(tokens) => entity.send(Command::RenewLocks { tokens, reply }).await,
-            Plan::Peek { from, count } => {
+            Plan::Peek {
+                from,
+                count,
+                session_id,
+            } => {
                 entity
                     .send(Command::Peek {
                         sub_queue,
                         from,
                         count,
+                        session_id,
                         reply,
                     })
                     .await
@@ -410,6 +415,29 @@ impl Connection {
                     .await
             }
             Plan::Rules(_) => Ok(()), // handled above
+            Plan::Session(session_id, operation) => {
+                entity
+                    .send(Command::Session {
+                        session_id,
+                        operation,
+                        reply,
+                    })
+                    .await
+            }
+            Plan::ListSessions {
+                last_updated,
+                skip,
+                top,
+            } => {
+                entity
+                    .send(Command::ListSessions {
+                        last_updated,
+                        skip,
+                        top,
+                        reply,
+                    })
+                    .await
+            }
             Plan::Cancel(sequence_numbers) => {
                 entity
                     .send(Command::CancelScheduled {

@@ -242,10 +242,19 @@ export function useBroker(configText) {
 // ---------------------------------------------------------------------------------------------
 // SDK helpers shared by the test files.
 
+/**
+ * Retry options of every test client. No retries: a retried operation that succeeds on its second
+ * attempt would hide a broker failure on the first. Operation timeout 20 s instead of the SDK's
+ * 60 s, so a broker reply that never comes (settlement, management, attach) fails as
+ * `ServiceTimeout` well inside the test's own timeout instead of hanging it.
+ */
+export const OPERATION_TIMEOUT_MS = 20_000;
+export const TEST_RETRY_OPTIONS = { maxRetries: 0, timeoutInMs: OPERATION_TIMEOUT_MS };
+
 /** A client that surfaces the first error instead of retrying (error-case tests). */
 export function noRetryClient(connectionStringValue) {
   return new ServiceBusClient(connectionStringValue, {
-    retryOptions: { maxRetries: 0, timeoutInMs: 20_000 },
+    retryOptions: TEST_RETRY_OPTIONS,
   });
 }
 
@@ -254,7 +263,10 @@ export function noRetryClient(connectionStringValue) {
  * created from it are closed with the client.
  */
 export async function withClient(connectionStringValue, fn, options = {}) {
-  const client = new ServiceBusClient(connectionStringValue, options);
+  const client = new ServiceBusClient(connectionStringValue, {
+    ...options,
+    retryOptions: { ...TEST_RETRY_OPTIONS, ...options.retryOptions },
+  });
   try {
     return await fn(client);
   } finally {

@@ -8,7 +8,9 @@ use tokio::sync::mpsc;
 
 use super::settings::EntitySettings;
 use super::state::{Effect, EntityState};
-use super::{Command, Delivery, EntityHandle, Notification, NotificationSender, Reply};
+use super::{
+    Command, Delivery, EntityHandle, Notification, NotificationSender, Reply, SessionOperation,
+};
 use crate::broker::forwarder::{Forward, ForwardSender};
 use crate::broker::types::ReceiverId;
 use crate::clock::Clock;
@@ -120,6 +122,47 @@ impl Actor {
                 self.sinks.insert(receiver, sink);
                 self.state.attach_receiver(now, receiver, sub_queue, mode);
             }
+            Command::AttachSessionReceiver {
+                receiver,
+                mode,
+                session_id,
+                wait,
+                sink,
+            } => {
+                self.sinks.insert(receiver, sink);
+                self.state
+                    .attach_session_receiver(now, receiver, mode, session_id, wait);
+            }
+            Command::Session {
+                session_id,
+                operation,
+                reply,
+            } => {
+                let result = match operation {
+                    SessionOperation::RenewLock => self
+                        .state
+                        .renew_session_lock(now, &session_id)
+                        .map(|until| Reply::Expirations(vec![until])),
+                    SessionOperation::SetState(state) => self
+                        .state
+                        .set_session_state(now, &session_id, state)
+                        .map(|()| Reply::Done),
+                    SessionOperation::GetState => self
+                        .state
+                        .session_state(now, &session_id)
+                        .map(Reply::SessionState),
+                };
+                reply.send(result);
+            }
+            Command::ListSessions {
+                last_updated,
+                skip,
+                top,
+                reply,
+            } => {
+                let sessions = self.state.message_sessions(now, last_updated, skip, top);
+                reply.send(Ok(Reply::Sessions(sessions)));
+            }
             Command::DetachReceiver { receiver } => {
                 self.sinks.remove(&receiver);
                 self.state.detach_receiver(now, receiver);
@@ -143,9 +186,12 @@ impl Actor {
                 sub_queue,
                 from,
                 count,
+                session_id,
                 reply,
             } => {
-                let records = self.state.peek(now, sub_queue, from, count);
+                let records = self
+                    .state
+                    .peek(now, sub_queue, from, count, session_id.as_deref());
                 reply.send(Ok(Reply::Messages(
                     records
                         .into_iter()
@@ -195,6 +241,12 @@ impl Actor {
         }
     }
 
+    fn notify(&self, receiver: ReceiverId, notification: Notification) {
+        if let Some(sink) = self.sinks.get(&receiver) {
+            let _ = sink.send(notification);
+        }
+    }
+
     /// Carries out effects; returns true when the entity must be deleted.
     fn carry_out_effects(&mut self) -> bool {
         let mut idle = false;
@@ -221,6 +273,25 @@ impl Actor {
                 }
                 Effect::DeadLettered { .. } => {}
                 Effect::Idle => idle = true,
+                Effect::SessionAccepted {
+                    receiver,
+                    session_id,
+                    locked_until,
+                } => self.notify(
+                    receiver,
+                    Notification::SessionAccepted {
+                        receiver,
+                        session_id,
+                        locked_until,
+                    },
+                ),
+                Effect::SessionRefused { receiver, error } => {
+                    self.notify(receiver, Notification::SessionRefused { receiver, error });
+                    self.sinks.remove(&receiver);
+                }
+                Effect::SessionLost { receiver } => {
+                    self.notify(receiver, Notification::SessionLost { receiver })
+                }
                 Effect::Forward {
                     message,
                     dead_letter,

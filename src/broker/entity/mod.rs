@@ -41,6 +41,27 @@ pub enum Notification {
         /// Link delivery-count after the drain.
         delivery_count: u32,
     },
+    /// A session receiver's attach succeeded: it holds this session.
+    SessionAccepted {
+        /// The receiver.
+        receiver: ReceiverId,
+        /// The session.
+        session_id: String,
+        /// Lock expiry.
+        locked_until: Timestamp,
+    },
+    /// A session receiver's attach failed.
+    SessionRefused {
+        /// The receiver.
+        receiver: ReceiverId,
+        /// Why.
+        error: EntityError,
+    },
+    /// A session receiver lost its session lock.
+    SessionLost {
+        /// The receiver.
+        receiver: ReceiverId,
+    },
     /// The answer to a request.
     Reply {
         /// Which request.
@@ -61,6 +82,10 @@ pub enum Reply {
     Expirations(Vec<Timestamp>),
     /// Messages (peek, receive-by-sequence-number).
     Messages(Vec<Delivery>),
+    /// A session's state (get-session-state).
+    SessionState(Option<Vec<u8>>),
+    /// Session ids (get-message-sessions).
+    Sessions(Vec<String>),
     /// A subscription's rules (enumerate-rules).
     Rules(Vec<crate::broker::rules::Rule>),
 }
@@ -123,6 +148,39 @@ pub enum Command {
         /// Where deliveries go.
         sink: NotificationSender,
     },
+    /// Attach a session receiver (named session, or next available within `wait`).
+    AttachSessionReceiver {
+        /// The link's id.
+        receiver: ReceiverId,
+        /// Peek-lock or receive-and-delete.
+        mode: ReceiveMode,
+        /// The session wanted; `None` for next available.
+        session_id: Option<String>,
+        /// How long to wait for a next-available session.
+        wait: std::time::Duration,
+        /// Where deliveries and the outcome go.
+        sink: NotificationSender,
+    },
+    /// Session management (`$management`).
+    Session {
+        /// The session.
+        session_id: String,
+        /// What to do.
+        operation: SessionOperation,
+        /// Who waits.
+        reply: ReplyTo,
+    },
+    /// List sessions with messages or state.
+    ListSessions {
+        /// Updated since (unix ms), or the "any" sentinel.
+        last_updated: i64,
+        /// Sessions to skip.
+        skip: usize,
+        /// Most sessions.
+        top: usize,
+        /// Who waits.
+        reply: ReplyTo,
+    },
     /// Detach a receiving link.
     DetachReceiver {
         /// The link's id.
@@ -154,6 +212,8 @@ pub enum Command {
         from: SequenceNumber,
         /// Most messages to return.
         count: usize,
+        /// Only this session's messages.
+        session_id: Option<String>,
         /// Who waits.
         reply: ReplyTo,
     },
@@ -182,6 +242,17 @@ pub enum Command {
         /// Who waits.
         reply: ReplyTo,
     },
+}
+
+/// Session operations of `$management`.
+#[derive(Debug)]
+pub enum SessionOperation {
+    /// Extend the session lock.
+    RenewLock,
+    /// Replace the session state.
+    SetState(Option<Vec<u8>>),
+    /// Read the session state.
+    GetState,
 }
 
 /// A cheap handle to an entity actor.

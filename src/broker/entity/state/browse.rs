@@ -15,12 +15,16 @@ impl EntityState {
         sub_queue: SubQueue,
         from: SequenceNumber,
         count: usize,
+        session_id: Option<&str>,
     ) -> Vec<Record> {
         self.advance(now);
         self.touch(now);
         self.store(sub_queue)
             .records
             .range(from..)
+            .filter(|(_, record)| {
+                session_id.is_none() || record.message.system.session_id.as_deref() == session_id
+            })
             .take(count)
             .map(|(_, record)| record.clone())
             .collect()

@@ -168,6 +168,7 @@ impl EntityState {
             self.dead_letter.available.insert(sequence_number);
             return;
         }
+        self.session_remove_available(sequence_number);
         self.main.available.remove(&sequence_number);
         let Some(record) = self.main.records.remove(&sequence_number) else {
             return;

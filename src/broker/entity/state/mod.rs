@@ -17,6 +17,7 @@ use std::time::Duration;
 
 mod browse;
 mod dead_letters;
+mod sessions;
 
 use super::duplicates::DuplicateDetector;
 use super::settings::EntitySettings;
@@ -92,6 +93,27 @@ pub enum Effect {
     },
     /// The entity was idle for its `auto_delete_on_idle` and must be deleted (rule IDL-1).
     Idle,
+    /// A session receiver now holds `session_id` (answer its attach).
+    SessionAccepted {
+        /// The receiver.
+        receiver: ReceiverId,
+        /// The locked session.
+        session_id: String,
+        /// Until when.
+        locked_until: Timestamp,
+    },
+    /// A session receiver could not get a session (refuse its attach).
+    SessionRefused {
+        /// The receiver.
+        receiver: ReceiverId,
+        /// Why.
+        error: EntityError,
+    },
+    /// A session receiver lost its session lock (detach it).
+    SessionLost {
+        /// The receiver.
+        receiver: ReceiverId,
+    },
     /// Forward this message (already stamped with hop count and source data).
     Forward {
         /// The message to hand to the target.
@@ -126,6 +148,10 @@ enum Deadline {
     Expiry(SequenceNumber),
     /// A scheduled message becomes active.
     Activation(SequenceNumber),
+    /// A receiver's session lock lapses.
+    SessionLock(ReceiverId),
+    /// A next-available session receiver stops waiting.
+    SessionWait(ReceiverId),
 }
 
 /// A receiver's credit, in link delivery-count arithmetic (wrapping u32).
@@ -141,6 +167,10 @@ struct ReceiverState {
     credit_limit: u32,
     /// A drain was requested and is answered after the next dispatch.
     drain: bool,
+    /// The session this receiver holds (session entities).
+    session: Option<String>,
+    /// A next-available receiver waits for a session until then.
+    session_wait_until: Option<Timestamp>,
 }
 
 impl ReceiverState {
@@ -186,6 +216,12 @@ pub struct EntityState {
     scheduled_count: usize,
     /// `Effect::Idle` was emitted; the entity is being deleted.
     idle_reported: bool,
+    /// Sessions by id (session entities).
+    sessions: HashMap<String, sessions::SessionEntry>,
+    /// Unlocked sessions with available messages, by their oldest available message.
+    ready: BTreeSet<(SequenceNumber, String)>,
+    /// Next-available receivers waiting for a session, oldest first.
+    waiters: VecDeque<ReceiverId>,
 }
 
 fn mix(mut value: u64) -> u64 {
@@ -206,6 +242,9 @@ impl EntityState {
             last_activity: now,
             scheduled_count: 0,
             idle_reported: false,
+            sessions: HashMap::new(),
+            ready: BTreeSet::new(),
+            waiters: VecDeque::new(),
             settings,
             next_sequence_number: 1,
             main: Store::default(),
@@ -297,6 +336,8 @@ impl EntityState {
                 Deadline::Lock(token) => self.expire_lock(now, token),
                 Deadline::Expiry(sequence_number) => self.expire_if_due(now, sequence_number),
                 Deadline::Activation(sequence_number) => self.activate(now, sequence_number),
+                Deadline::SessionLock(receiver) => self.session_lock_expired(now, receiver),
+                Deadline::SessionWait(receiver) => self.session_wait_expired(now, receiver),
             }
         }
         self.dispatch(now);
@@ -422,7 +463,11 @@ impl EntityState {
                 property_changes,
             },
         );
-        self.main.available.insert(sequence_number);
+        if self.settings.requires_session {
+            self.session_make_available(sequence_number);
+        } else {
+            self.main.available.insert(sequence_number);
+        }
         sequence_number
     }
 
@@ -488,6 +533,8 @@ impl EntityState {
                 delivered: 0,
                 credit_limit: 0,
                 drain: false,
+                session: None,
+                session_wait_until: None,
             },
         );
         self.receiver_order.push_back(receiver);
@@ -497,6 +544,18 @@ impl EntityState {
     /// so messages can still be settled through `$management`.
     pub fn detach_receiver(&mut self, now: Timestamp, receiver: ReceiverId) {
         self.touch(now);
+        self.waiters.retain(|waiting| *waiting != receiver);
+        if let Some(session_id) = self
+            .receivers
+            .get(&receiver)
+            .and_then(|state| state.session.clone())
+            && self
+                .sessions
+                .get(&session_id)
+                .is_some_and(|entry| entry.holder == Some(receiver))
+        {
+            self.release_session(now, &session_id);
+        }
         self.receivers.remove(&receiver);
         self.receiver_order.retain(|id| *id != receiver);
     }
@@ -522,6 +581,7 @@ impl EntityState {
 
     /// Hands available messages to receivers with credit, round-robin, in sequence order.
     fn dispatch(&mut self, now: Timestamp) {
+        self.assign_waiting_sessions(now);
         loop {
             let mut delivered_any = false;
             for _ in 0..self.receiver_order.len() {
@@ -536,6 +596,15 @@ impl EntityState {
                     continue;
                 }
                 let (sub_queue, mode) = (state.sub_queue, state.mode);
+                if let Some(session_id) = state.session.clone() {
+                    if self.deliver_from_session(now, receiver, &session_id, mode) {
+                        delivered_any = true;
+                    }
+                    continue;
+                }
+                if sub_queue == SubQueue::Main && self.settings.requires_session {
+                    continue; // waiting for a session
+                }
                 if self.deliver_next(now, receiver, sub_queue, mode) {
                     delivered_any = true;
                 }
@@ -554,6 +623,33 @@ impl EntityState {
                 });
             }
         }
+    }
+
+    /// Delivers the next message of a locked session (rules SES-1, TTL-9).
+    fn deliver_from_session(
+        &mut self,
+        now: Timestamp,
+        receiver: ReceiverId,
+        session_id: &str,
+        mode: ReceiveMode,
+    ) -> bool {
+        let Some(sequence_number) = self
+            .sessions
+            .get(session_id)
+            .and_then(|entry| entry.available.first().copied())
+        else {
+            return false;
+        };
+        let expired = matches!(
+            self.main.records.get(&sequence_number),
+            Some(Record { expires_at: Some(at), .. }) if *at <= now
+        );
+        if expired {
+            self.expire_session(now, session_id);
+            return true;
+        }
+        self.session_remove_available(sequence_number);
+        self.deliver_record(now, receiver, SubQueue::Main, mode, sequence_number)
     }
 
     /// Delivers the first available, unexpired message of `sub_queue` to `receiver`.
@@ -578,6 +674,22 @@ impl EntityState {
                 self.expire(now, sequence_number);
                 continue;
             }
+            if self.deliver_record(now, receiver, sub_queue, mode, sequence_number) {
+                return true;
+            }
+        }
+    }
+
+    /// Hands one record to a receiver: locks it (peek-lock) or removes it.
+    fn deliver_record(
+        &mut self,
+        now: Timestamp,
+        receiver: ReceiverId,
+        sub_queue: SubQueue,
+        mode: ReceiveMode,
+        sequence_number: SequenceNumber,
+    ) -> bool {
+        {
             let lock = match mode {
                 ReceiveMode::PeekLock => Some(self.new_lock(now)),
                 ReceiveMode::ReceiveAndDelete => None,
@@ -586,7 +698,7 @@ impl EntityState {
                 ReceiveMode::PeekLock => {
                     let Some(record) = self.store_mut(sub_queue).records.get_mut(&sequence_number)
                     else {
-                        continue;
+                        return false;
                     };
                     record.lock = lock;
                     record.clone()
@@ -594,7 +706,7 @@ impl EntityState {
                 ReceiveMode::ReceiveAndDelete => {
                     let Some(record) = self.store_mut(sub_queue).records.remove(&sequence_number)
                     else {
-                        continue;
+                        return false;
                     };
                     self.stored_bytes -= record.message.size() as u64;
                     record
@@ -612,7 +724,7 @@ impl EntityState {
                 receiver: Some(receiver),
                 record,
             }));
-            return true;
+            true
         }
     }
 
@@ -654,6 +766,11 @@ impl EntityState {
         self.advance(now);
         self.touch(now);
         let (sub_queue, sequence_number) = self.locked(now, token).ok_or(EntityError::LockLost)?;
+        if sub_queue == SubQueue::Main && !self.session_lock_held(now, sequence_number) {
+            return Err(EntityError::SessionLockLost(
+                "The session lock was lost; accept the session again.".to_string(),
+            ));
+        }
         self.locks.remove(&token);
         let Some(record) = self.store_mut(sub_queue).records.get_mut(&sequence_number) else {
             return Err(EntityError::LockLost);
@@ -753,7 +870,11 @@ impl EntityState {
         } else if expired {
             self.expire(now, sequence_number);
         } else {
-            self.store_mut(sub_queue).available.insert(sequence_number);
+            if sub_queue == SubQueue::Main && self.settings.requires_session {
+                self.session_make_available(sequence_number);
+            } else {
+                self.store_mut(sub_queue).available.insert(sequence_number);
+            }
         }
     }
 
@@ -765,6 +886,7 @@ impl EntityState {
                 && matches!(record.expires_at, Some(at) if at <= now)
         );
         if due {
+            self.session_remove_available(sequence_number);
             self.main.available.remove(&sequence_number);
             self.expire(now, sequence_number);
         }
@@ -779,9 +901,12 @@ impl EntityState {
                 Some(TTL_EXPIRED.to_string()),
                 Some("The message expired and was dead lettered.".to_string()),
             );
-        } else if let Some(record) = self.main.records.remove(&sequence_number) {
+        } else {
+            self.session_remove_available(sequence_number);
             self.main.available.remove(&sequence_number);
-            self.stored_bytes -= record.message.size() as u64;
+            if let Some(record) = self.main.records.remove(&sequence_number) {
+                self.stored_bytes -= record.message.size() as u64;
+            }
         }
     }
 }
