@@ -48,7 +48,7 @@ fn main() -> ExitCode {
         {
             Ok(config) => {
                 println!("{}: OK", path.display());
-                print!("{}", config.summary());
+                println!("{}", config.summary().trim_end());
                 ExitCode::SUCCESS
             }
             Err(error) => {

@@ -80,8 +80,50 @@ pub fn take_frame(input: &mut BytesMut, max_size: u32) -> Result<Option<RawFrame
 }
 
 /// Decodes the performative at the start of a frame body and returns the rest (the
-/// transfer payload).
+/// transfer payload). A disposition whose `rejected` error info has string keys (rhea
+/// writes them so; AMQP says symbols) is normalised and decoded again.
 pub fn decode_performative(body: &Bytes) -> Result<(Performative, Bytes), FrameError> {
+    match decode_performative_strict(body) {
+        Err(error) => match normalize_rejected_info(body) {
+            Some(normalized) => decode_performative_strict(&normalized).map_err(|_| error),
+            None => Err(error),
+        },
+        ok => ok,
+    }
+}
+
+/// Rewrites string keys of a disposition's `rejected.error.info` map as symbols (same
+/// length, so in place on a copy). `None` if the body is not such a disposition.
+fn normalize_rejected_info(body: &Bytes) -> Option<Bytes> {
+    use crate::amqp::codec::{compound_elements, section_code};
+    if section_code(body, 0)? != 0x15 {
+        return None;
+    }
+    let disposition = compound_elements(body, 3).ok()?;
+    let state = disposition.get(4)?;
+    if section_code(body, state.start)? != 0x25 {
+        return None;
+    }
+    let rejected = compound_elements(body, state.start + 3).ok()?;
+    let error = rejected.first()?;
+    if section_code(body, error.start)? != 0x1d {
+        return None;
+    }
+    let fields = compound_elements(body, error.start + 3).ok()?;
+    let info = fields.get(2)?;
+    let entries = compound_elements(body, info.start).ok()?;
+    let mut copy = body.to_vec();
+    for key in entries.iter().step_by(2) {
+        match copy[key.start] {
+            0xa1 => copy[key.start] = 0xa3,
+            0xb1 => copy[key.start] = 0xb3,
+            _ => {}
+        }
+    }
+    Some(Bytes::from(copy))
+}
+
+fn decode_performative_strict(body: &Bytes) -> Result<(Performative, Bytes), FrameError> {
     let mut reader: &[u8] = body;
     let performative: Performative = {
         let io = serde_amqp::read::IoReader::new(&mut reader);
@@ -198,4 +240,37 @@ pub fn write_transfer(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rejected_disposition_with_string_info_keys_decodes() {
+        // rhea (JS SDK) writes rejected.error.info with str8 keys.
+        let mut body = vec![0x00, 0x53, 0x15, 0xc0];
+        let mut list = vec![0x05, 0x41, 0x43, 0x40, 0x41];
+        let mut state = vec![0x00, 0x53, 0x25, 0xc0];
+        let mut error = vec![0x00, 0x53, 0x1d, 0xc0];
+        let mut error_fields = vec![0x03];
+        error_fields.extend_from_slice(&[0xa3, 25]);
+        error_fields.extend_from_slice(b"com.microsoft:dead-letter");
+        error_fields.push(0x40);
+        error_fields.extend_from_slice(&[0xc1, 11, 0x02, 0xa1, 0x01, b'k', 0xa1, 0x05]);
+        error_fields.extend_from_slice(b"value");
+        error.push(error_fields.len() as u8);
+        error.extend_from_slice(&error_fields);
+        let mut rejected = vec![0x01];
+        rejected.extend_from_slice(&error);
+        state.push(rejected.len() as u8);
+        state.extend_from_slice(&rejected);
+        list.extend_from_slice(&state);
+        body.push(list.len() as u8);
+        body.extend_from_slice(&list);
+        let body = Bytes::from(body);
+        let normalized = normalize_rejected_info(&body).expect("recognised");
+        let (performative, _) = decode_performative_strict(&normalized).expect("decodes");
+        assert!(matches!(performative, Performative::Disposition(_)));
+    }
 }

@@ -33,10 +33,13 @@ from conftest import QUEUE_DEFAULTS, Broker, _start, _stop, unique_id
 pytestmark = pytest.mark.timeout(30)
 
 # How long a test waits to conclude that nothing (more) will be delivered.
-ABSENCE_WAIT_SECONDS = 1.0
+ABSENCE_WAIT_SECONDS = 0.5
 RECEIVE_TIMEOUT_SECONDS = 10.0
 # Tolerance for comparing broker-stamped wall-clock times with the test's clock.
 CLOCK_TOLERANCE = datetime.timedelta(seconds=1)
+# Scheduled messages are due this long after the schedule call: the first management call of a
+# handler costs the SDK up to ~1 s (it attaches $management lazily and polls in 50 ms sleeps).
+SCHEDULE_DELAY = datetime.timedelta(seconds=3)
 # Rounding tolerance for enqueued time + TTL (the wire carries milliseconds).
 MILLISECOND = datetime.timedelta(milliseconds=1)
 
@@ -192,10 +195,9 @@ def test_locked_message_can_be_completed_after_its_ttl(time_broker):
     message is completed 1.5 s after delivery, and nothing is left in the queue or the DLQ."""
     queue = "time-expire-while-locked"
     with client_for(time_broker) as client:
-        with client.get_queue_sender(queue) as sender:
+        with client.get_queue_sender(queue) as sender, client.get_queue_receiver(queue) as receiver:
             sender.send_messages(ServiceBusMessage(b"locked", time_to_live=datetime.timedelta(seconds=1)))
-        with client.get_queue_receiver(queue) as receiver:
-            [locked] = receive_exactly(receiver, 1)
+            [locked] = receive_exactly(receiver, 1, timeout=0.9)
             time.sleep(1.5)  # the behaviour under test: the TTL passes while the lock is held
             receiver.complete_message(locked)  # raises MessageLockLostError if the broker expired it
             assert_nothing_to_receive(receiver)
@@ -208,10 +210,9 @@ def test_deferred_message_survives_its_ttl(time_broker):
     2 s later receive_deferred_messages still returns it."""
     queue = "time-deferred-expiry"
     with client_for(time_broker) as client:
-        with client.get_queue_sender(queue) as sender:
+        with client.get_queue_sender(queue) as sender, client.get_queue_receiver(queue) as receiver:
             sender.send_messages(ServiceBusMessage(b"deferred", time_to_live=datetime.timedelta(seconds=1)))
-        with client.get_queue_receiver(queue) as receiver:
-            [message] = receive_exactly(receiver, 1)
+            [message] = receive_exactly(receiver, 1, timeout=0.9)
             sequence_number = message.sequence_number
             receiver.defer_message(message)
             time.sleep(2)  # the behaviour under test: the TTL passes while deferred
@@ -228,10 +229,9 @@ def test_dead_lettered_message_does_not_expire(time_broker):
     queue = "time-dead-letter-no-expiry"
     message_id = unique_id("dlq-keep")
     with client_for(time_broker) as client:
-        with client.get_queue_sender(queue) as sender:
+        with client.get_queue_sender(queue) as sender, client.get_queue_receiver(queue) as receiver:
             sender.send_messages(ServiceBusMessage(b"kept", message_id=message_id, time_to_live=datetime.timedelta(seconds=1)))
-        with client.get_queue_receiver(queue) as receiver:
-            [message] = receive_exactly(receiver, 1)
+            [message] = receive_exactly(receiver, 1, timeout=0.9)
             receiver.dead_letter_message(message, reason="application-reason", error_description="kept")
         time.sleep(2)  # the behaviour under test: the TTL passes while dead-lettered
         with client.get_queue_receiver(queue, sub_queue=ServiceBusSubQueue.DEAD_LETTER) as dead_letters:
@@ -253,18 +253,17 @@ def test_schedule_operation_delivers_at_time_with_new_sequence_number(time_broke
     queue = "time-schedule-operation"
     message_id = unique_id("scheduled")
     with client_for(time_broker) as client:
-        schedule_time = utc_now() + datetime.timedelta(seconds=2)
-        with client.get_queue_sender(queue) as sender:
+        with client.get_queue_sender(queue) as sender, client.get_queue_receiver(queue) as receiver:
+            schedule_time = utc_now() + SCHEDULE_DELAY
             scheduling_numbers = sender.schedule_messages(
                 ServiceBusMessage(b"later", message_id=message_id, time_to_live=datetime.timedelta(seconds=1)),
                 schedule_time,
             )
-        assert len(scheduling_numbers) == 1 and isinstance(scheduling_numbers[0], int)
-        [scheduling_number] = scheduling_numbers
-        with client.get_queue_receiver(queue) as receiver:
+            assert len(scheduling_numbers) == 1 and isinstance(scheduling_numbers[0], int)
+            [scheduling_number] = scheduling_numbers
             assert_nothing_to_receive(receiver, wait=1)
             assert utc_now() < schedule_time, "the absence check ran past the scheduled time"
-            peeked = receiver.peek_messages(max_message_count=10)
+            peeked = receiver.peek_messages(max_message_count=10, sequence_number=1)
             assert [(m.message_id, m.sequence_number, m.state) for m in peeked] == [
                 (message_id, scheduling_number, ServiceBusMessageState.SCHEDULED)
             ]
@@ -288,13 +287,12 @@ def test_scheduled_enqueue_time_on_plain_send_behaves_like_schedule(time_broker)
     queue = "time-schedule-on-send"
     message_id = unique_id("scheduled-send")
     with client_for(time_broker) as client:
-        schedule_time = utc_now() + datetime.timedelta(seconds=2)
-        with client.get_queue_sender(queue) as sender:
+        with client.get_queue_sender(queue) as sender, client.get_queue_receiver(queue) as receiver:
+            schedule_time = utc_now() + SCHEDULE_DELAY
             sender.send_messages(ServiceBusMessage(b"later", message_id=message_id, scheduled_enqueue_time_utc=schedule_time))
-        with client.get_queue_receiver(queue) as receiver:
             assert_nothing_to_receive(receiver, wait=1)
             assert utc_now() < schedule_time, "the absence check ran past the scheduled time"
-            peeked = receiver.peek_messages(max_message_count=10)
+            peeked = receiver.peek_messages(max_message_count=10, sequence_number=1)
             assert [(m.message_id, m.state) for m in peeked] == [(message_id, ServiceBusMessageState.SCHEDULED)]
             scheduling_number = peeked[0].sequence_number
             [arrived] = receive_exactly(receiver, 1, timeout=5)
@@ -312,14 +310,15 @@ def test_cancelled_scheduled_message_is_never_delivered(time_broker):
     shows it and nothing arrives after its time."""
     queue = "time-schedule-cancel"
     with client_for(time_broker) as client:
-        schedule_time = utc_now() + datetime.timedelta(seconds=1)
-        with client.get_queue_sender(queue) as sender:
+        with client.get_queue_sender(queue) as sender, client.get_queue_receiver(queue) as receiver:
+            schedule_time = utc_now() + SCHEDULE_DELAY
             [sequence_number] = sender.schedule_messages(ServiceBusMessage(b"cancelled"), schedule_time)
+            assert receiver.peek_messages(max_message_count=10, sequence_number=1) != [], "nothing was scheduled"
             sender.cancel_scheduled_messages(sequence_number)
-        with client.get_queue_receiver(queue) as receiver:
-            assert receiver.peek_messages(max_message_count=10) == []
-            # Wait past the scheduled time (1 s) with a margin: nothing may arrive.
-            assert_nothing_to_receive(receiver, wait=2)
+            assert receiver.peek_messages(max_message_count=10, sequence_number=1) == []
+            # Wait past the scheduled time with a margin: nothing may arrive.
+            remaining = (schedule_time - utc_now()).total_seconds()
+            assert_nothing_to_receive(receiver, wait=max(remaining, 0) + 1)
             assert utc_now() > schedule_time
 
 
@@ -355,27 +354,30 @@ def test_duplicate_message_id_is_dropped_within_window_and_accepted_after(time_b
 
 def test_idle_queue_is_deleted_and_busy_queue_is_kept(start_broker):
     """rules IDL-1, IDL-2: a queue with auto_delete_on_idle = 1 s works right after start-up,
-    then, after 3 s without activity, sending to it raises MessagingEntityNotFoundError.
+    then, after more than 3 s without activity, sending to it raises
+    MessagingEntityNotFoundError.
     A queue with auto_delete_on_idle = 2 s that receives a send every 0.5 s for 3 s stays."""
     idle_queue, busy_queue = "idle-soon", "idle-busy"
     broker = start_broker(
         queue_toml(idle_queue, auto_delete_on_idle="1s") + queue_toml(busy_queue, auto_delete_on_idle="2s")
     )
     with ServiceBusClient.from_connection_string(broker.connection_string, retry_total=0) as client:
-        with client.get_queue_sender(idle_queue) as sender:
-            sender.send_messages(ServiceBusMessage(b"early"))
-        busy_sends = 0
-        with client.get_queue_sender(busy_queue) as sender:
-            deadline = time.monotonic() + 3
-            while time.monotonic() < deadline:  # the behaviour under test: time passes
-                sender.send_messages(ServiceBusMessage(f"busy-{busy_sends}".encode()))
-                busy_sends += 1
-                time.sleep(0.5)
+        # Opening an SDK handler takes ~0.45 s and closing one ~0.55 s (SDK-side polling), so
+        # the handlers are opened up front and the busy queue is drained before anything closes.
+        with client.get_queue_sender(idle_queue) as early_sender:
+            early_sender.send_messages(ServiceBusMessage(b"early"))  # about 0.5 s after start-up
+            with client.get_queue_sender(busy_queue) as sender:
+                busy_sends = 0
+                deadline = time.monotonic() + 3
+                while time.monotonic() < deadline:  # the behaviour under test: time passes
+                    sender.send_messages(ServiceBusMessage(f"busy-{busy_sends}".encode()))
+                    busy_sends += 1
+                    time.sleep(0.5)
+                with client.get_queue_receiver(busy_queue, receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE) as receiver:
+                    received = receive_exactly(receiver, busy_sends)
         with pytest.raises(MessagingEntityNotFoundError):
             with client.get_queue_sender(idle_queue) as sender:
                 sender.send_messages(ServiceBusMessage(b"too late"))
-        with client.get_queue_receiver(busy_queue, receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE) as receiver:
-            received = receive_exactly(receiver, busy_sends)
     assert [body_of(message) for message in received] == [f"busy-{index}".encode() for index in range(busy_sends)]
 
 
@@ -396,7 +398,8 @@ def test_peek_shows_deferred_message_and_it_is_received_by_sequence_number(time_
             sequence_number = message.sequence_number
             receiver.defer_message(message)
             assert_nothing_to_receive(receiver)
-            peeked = receiver.peek_messages(max_message_count=10)
+            # sequence_number=1: by default the SDK peeks from its last received number + 1.
+            peeked = receiver.peek_messages(max_message_count=10, sequence_number=1)
             assert [(m.message_id, m.sequence_number, m.state) for m in peeked] == [
                 (message_id, sequence_number, ServiceBusMessageState.DEFERRED)
             ]
@@ -404,4 +407,4 @@ def test_peek_shows_deferred_message_and_it_is_received_by_sequence_number(time_
             assert deferred.message_id == message_id
             assert deferred.state == ServiceBusMessageState.DEFERRED
             receiver.complete_message(deferred)
-            assert receiver.peek_messages(max_message_count=10) == []
+            assert receiver.peek_messages(max_message_count=10, sequence_number=1) == []

@@ -13,6 +13,8 @@ pub mod settings;
 pub mod state;
 #[cfg(test)]
 mod state_tests;
+#[cfg(test)]
+mod state_proptests;
 
 use std::sync::Arc;
 

@@ -1,0 +1,389 @@
+//! Tests of the actor shell with paused tokio time: its single timer must fire exactly at the
+//! core's deadlines (lock expiry, renewed locks, TTL expiry, scheduled activation, idleness)
+//! and not a millisecond before. With `start_paused`, time only moves when every task waits,
+//! and then jumps to the earliest timer, so `timeout_at(deadline - 1 ms, …)` proves nothing
+//! happened early and the instant of the next notification proves when it happened.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use std::sync::Arc;
+use tokio::sync::mpsc::{self, UnboundedReceiver};
+use tokio::time::{Instant, timeout_at};
+
+use super::actor;
+use super::settings::EntitySettings;
+use super::state::{Record, TTL_EXPIRED};
+use super::{Command, EntityHandle, Notification, NotificationSender, Reply, ReplyTo, RequestId};
+use crate::broker::message::Message;
+use crate::broker::types::{
+    EntityError, MessageState, PropertyValue, ReceiveMode, ReceiverId, SequenceNumber, Settlement,
+    SubQueue, Timestamp,
+};
+use crate::clock::Clock;
+
+const START: Timestamp = Timestamp(1_700_000_000_000);
+const PATH: &str = "orders";
+const LOCK_DURATION: Duration = Duration::from_secs(30);
+const MILLISECOND: Duration = Duration::from_millis(1);
+
+/// One spawned entity and the channels a test observes it through.
+struct Entity {
+    handle: EntityHandle,
+    /// Paths the entity reports when it deletes itself for idleness.
+    idle: UnboundedReceiver<String>,
+    /// Replies to requests, on a sink of their own.
+    replies: UnboundedReceiver<Notification>,
+    reply_sink: NotificationSender,
+    next_request: u64,
+    /// The paused instant the entity's clock reads `START` at.
+    started: Instant,
+}
+
+impl Entity {
+    fn spawn(configure: impl FnOnce(&mut EntitySettings)) -> Entity {
+        let mut settings = EntitySettings::with_defaults(PATH);
+        settings.lock_duration = LOCK_DURATION;
+        configure(&mut settings);
+        let (idle_sender, idle) = mpsc::unbounded_channel();
+        let started = Instant::now();
+        let handle = actor::spawn(settings, Clock::starting_at(START), 7, idle_sender, None);
+        let (reply_sink, replies) = mpsc::unbounded_channel();
+        Entity {
+            handle,
+            idle,
+            replies,
+            reply_sink,
+            next_request: 0,
+            started,
+        }
+    }
+
+    fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    async fn request(
+        &mut self,
+        command: impl FnOnce(ReplyTo) -> Command,
+    ) -> Result<Reply, EntityError> {
+        self.next_request += 1;
+        let request = RequestId(self.next_request);
+        let reply = ReplyTo {
+            sink: self.reply_sink.clone(),
+            request,
+        };
+        self.handle.send(command(reply)).await?;
+        match self.replies.recv().await {
+            Some(Notification::Reply {
+                request: answered,
+                result,
+            }) if answered == request => result,
+            other => panic!("expected the reply to {request:?}, got {other:?}"),
+        }
+    }
+
+    async fn send(&mut self, message: Message) -> Vec<SequenceNumber> {
+        let messages = vec![Arc::new(message)];
+        match self
+            .request(|reply| Command::Send {
+                messages,
+                reply: Some(reply),
+            })
+            .await
+        {
+            Ok(Reply::SequenceNumbers(numbers)) => numbers,
+            other => panic!("send: {other:?}"),
+        }
+    }
+
+    /// Attaches a receiver with `credit` and returns its sink.
+    async fn attach(
+        &mut self,
+        receiver: ReceiverId,
+        sub_queue: SubQueue,
+        mode: ReceiveMode,
+        credit: u32,
+    ) -> UnboundedReceiver<Notification> {
+        let (sink, deliveries) = mpsc::unbounded_channel();
+        self.command(Command::AttachReceiver {
+            receiver,
+            sub_queue,
+            mode,
+            sink,
+        })
+        .await;
+        self.command(Command::Credit {
+            receiver,
+            credit_limit: credit,
+            drain: false,
+        })
+        .await;
+        deliveries
+    }
+
+    async fn command(&self, command: Command) {
+        self.handle.send(command).await.expect("entity alive");
+    }
+
+    async fn peek(&mut self, sub_queue: SubQueue) -> Vec<Record> {
+        match self
+            .request(|reply| Command::Peek {
+                sub_queue,
+                from: SequenceNumber(1),
+                count: 100,
+                session_id: None,
+                reply,
+            })
+            .await
+        {
+            Ok(Reply::Messages(messages)) => messages
+                .into_iter()
+                .map(|delivery| delivery.record)
+                .collect(),
+            other => panic!("peek: {other:?}"),
+        }
+    }
+}
+
+fn message(body: u8) -> Message {
+    Message {
+        body: Bytes::from(vec![body]),
+        ..Message::default()
+    }
+}
+
+/// Far beyond every deadline in these tests: a missing timer fails instead of hanging.
+const PATIENCE: Duration = Duration::from_secs(7 * 86_400);
+
+async fn next_delivery(deliveries: &mut UnboundedReceiver<Notification>) -> Record {
+    match tokio::time::timeout(PATIENCE, deliveries.recv()).await {
+        Ok(Some(Notification::Deliver(delivery))) => delivery.record,
+        other => panic!("expected a delivery, got {other:?}"),
+    }
+}
+
+async fn next_idle(entity: &mut Entity) -> Option<String> {
+    tokio::time::timeout(PATIENCE, entity.idle.recv())
+        .await
+        .expect("the entity never reported idle")
+}
+
+/// Asserts that nothing arrives before `deadline` (paused time jumps straight there).
+async fn quiet_until<T: std::fmt::Debug>(channel: &mut UnboundedReceiver<T>, deadline: Instant) {
+    if let Ok(early) = timeout_at(deadline, channel.recv()).await {
+        panic!("arrived early: {early:?}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn lock_expiry_redelivers_with_the_next_delivery_count_exactly_at_the_lock_duration() {
+    // rules LCK-2, LCK-3
+    let mut entity = Entity::spawn(|_| {});
+    let receiver = ReceiverId(1);
+    let mut deliveries = entity
+        .attach(receiver, SubQueue::Main, ReceiveMode::PeekLock, 2)
+        .await;
+    assert_eq!(entity.send(message(1)).await, vec![SequenceNumber(1)]);
+    let first = next_delivery(&mut deliveries).await;
+    assert_eq!(entity.elapsed(), Duration::ZERO);
+    assert_eq!(first.delivery_count, 0);
+    let lock = first.lock.expect("peek-lock");
+    assert_eq!(lock.until, START.plus(LOCK_DURATION));
+
+    quiet_until(
+        &mut deliveries,
+        entity.started + LOCK_DURATION - MILLISECOND,
+    )
+    .await;
+    let second = next_delivery(&mut deliveries).await;
+    assert_eq!(
+        entity.elapsed(),
+        LOCK_DURATION,
+        "redelivered exactly when the lock lapsed"
+    );
+    assert_eq!(second.sequence_number, first.sequence_number);
+    assert_eq!(second.delivery_count, 1);
+    assert_ne!(second.lock.expect("peek-lock").token, lock.token);
+
+    let settled = entity
+        .request(|reply| Command::Settle {
+            token: lock.token,
+            settlement: Settlement::Complete,
+            reply: Some(reply),
+        })
+        .await;
+    assert!(matches!(settled, Err(EntityError::LockLost)), "{settled:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn renewing_a_lock_pushes_the_redelivery_back_by_a_full_lock_duration() {
+    // rules LCK-1, LCK-2
+    let mut entity = Entity::spawn(|_| {});
+    let receiver = ReceiverId(1);
+    let mut deliveries = entity
+        .attach(receiver, SubQueue::Main, ReceiveMode::PeekLock, 2)
+        .await;
+    entity.send(message(1)).await;
+    let token = next_delivery(&mut deliveries)
+        .await
+        .lock
+        .expect("peek-lock")
+        .token;
+
+    let renew_at = Duration::from_secs(20);
+    tokio::time::sleep(renew_at).await;
+    let renewed = entity
+        .request(|reply| Command::RenewLocks {
+            tokens: vec![token],
+            reply,
+        })
+        .await;
+    let expected_until = START.plus(renew_at + LOCK_DURATION);
+    assert!(
+        matches!(&renewed, Ok(Reply::Expirations(until)) if until == &vec![expected_until]),
+        "{renewed:?}"
+    );
+
+    // The original expiry (30 s) passes without a redelivery.
+    quiet_until(
+        &mut deliveries,
+        entity.started + renew_at + LOCK_DURATION - MILLISECOND,
+    )
+    .await;
+    let again = next_delivery(&mut deliveries).await;
+    assert_eq!(entity.elapsed(), renew_at + LOCK_DURATION);
+    assert_eq!(again.delivery_count, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_expired_message_moves_to_the_dead_letter_queue_at_its_expiry_with_nobody_receiving() {
+    // rules TTL-1, TTL-6, TTL-8
+    let time_to_live = Duration::from_secs(10);
+    let mut entity = Entity::spawn(|settings| {
+        settings.default_message_time_to_live = Some(time_to_live);
+        settings.dead_lettering_on_message_expiration = true;
+    });
+    assert_eq!(entity.send(message(1)).await, vec![SequenceNumber(1)]);
+    let mut dead_letters = entity
+        .attach(
+            ReceiverId(2),
+            SubQueue::DeadLetter,
+            ReceiveMode::PeekLock,
+            1,
+        )
+        .await;
+
+    quiet_until(
+        &mut dead_letters,
+        entity.started + time_to_live - MILLISECOND,
+    )
+    .await;
+    let dead = next_delivery(&mut dead_letters).await;
+    assert_eq!(
+        entity.elapsed(),
+        time_to_live,
+        "dead-lettered exactly at expiry"
+    );
+    assert_eq!(dead.sequence_number, SequenceNumber(1));
+    assert_eq!(dead.expires_at, None);
+    assert!(dead.property_changes.contains(&(
+        "DeadLetterReason".to_string(),
+        PropertyValue::String(TTL_EXPIRED.to_string())
+    )));
+    assert!(entity.peek(SubQueue::Main).await.is_empty());
+
+    // A day later it is still in the dead-letter queue (its lock lapsed, it never expires).
+    tokio::time::sleep(Duration::from_secs(86_400)).await;
+    let kept = entity.peek(SubQueue::DeadLetter).await;
+    assert_eq!(kept.len(), 1);
+    assert_eq!(kept[0].sequence_number, SequenceNumber(1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_scheduled_message_is_delivered_at_its_time_with_a_new_sequence_number() {
+    // rules SCH-1, SCH-2, SCH-3, SEQ-1
+    let mut entity = Entity::spawn(|_| {});
+    let mut deliveries = entity
+        .attach(
+            ReceiverId(1),
+            SubQueue::Main,
+            ReceiveMode::ReceiveAndDelete,
+            5,
+        )
+        .await;
+    let delay = Duration::from_secs(5);
+    let mut scheduled = message(1);
+    scheduled.scheduled_enqueue_time = Some(START.plus(delay));
+    assert_eq!(entity.send(scheduled).await, vec![SequenceNumber(1)]);
+    assert_eq!(entity.send(message(2)).await, vec![SequenceNumber(2)]);
+    let immediate = next_delivery(&mut deliveries).await;
+    assert_eq!(immediate.message.body.as_ref(), &[2]);
+
+    let waiting = entity.peek(SubQueue::Main).await;
+    assert_eq!(waiting.len(), 1);
+    assert_eq!(waiting[0].sequence_number, SequenceNumber(1));
+    assert_eq!(waiting[0].state, MessageState::Scheduled);
+
+    quiet_until(&mut deliveries, entity.started + delay - MILLISECOND).await;
+    let activated = next_delivery(&mut deliveries).await;
+    assert_eq!(
+        entity.elapsed(),
+        delay,
+        "activated exactly at its scheduled time"
+    );
+    assert_eq!(activated.message.body.as_ref(), &[1]);
+    assert_eq!(activated.sequence_number, SequenceNumber(3));
+    assert_eq!(activated.enqueued_time, START.plus(delay));
+    assert_eq!(activated.state, MessageState::Active);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_entity_deletes_itself_after_the_idle_period_and_then_is_not_found() {
+    // rules IDL-1, IDL-2
+    let idle_after = Duration::from_secs(60);
+    let mut entity = Entity::spawn(|settings| settings.auto_delete_on_idle = Some(idle_after));
+
+    // A peek at 20 s is activity: the deadline moves to 80 s.
+    let peek_at = Duration::from_secs(20);
+    tokio::time::sleep(peek_at).await;
+    assert!(entity.peek(SubQueue::Main).await.is_empty());
+
+    quiet_until(
+        &mut entity.idle,
+        entity.started + peek_at + idle_after - MILLISECOND,
+    )
+    .await;
+    assert_eq!(next_idle(&mut entity).await.as_deref(), Some(PATH));
+    assert_eq!(entity.elapsed(), peek_at + idle_after);
+    let gone = entity
+        .handle
+        .send(Command::DetachReceiver {
+            receiver: ReceiverId(1),
+        })
+        .await;
+    assert_eq!(gone, Err(EntityError::NotFound(PATH.to_string())));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_attached_receiver_keeps_an_entity_alive_until_it_detaches() {
+    // rules IDL-1, IDL-2
+    let idle_after = Duration::from_secs(60);
+    let mut entity = Entity::spawn(|settings| settings.auto_delete_on_idle = Some(idle_after));
+    let receiver = ReceiverId(1);
+    let _deliveries = entity
+        .attach(receiver, SubQueue::Main, ReceiveMode::PeekLock, 10)
+        .await;
+
+    let watched = Duration::from_secs(3_600);
+    quiet_until(&mut entity.idle, entity.started + watched).await;
+    entity.command(Command::DetachReceiver { receiver }).await;
+
+    quiet_until(
+        &mut entity.idle,
+        entity.started + watched + idle_after - MILLISECOND,
+    )
+    .await;
+    assert_eq!(next_idle(&mut entity).await.as_deref(), Some(PATH));
+    assert_eq!(entity.elapsed(), watched + idle_after);
+}
