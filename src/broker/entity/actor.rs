@@ -12,7 +12,7 @@ use super::{
     Command, Delivery, EntityHandle, Notification, NotificationSender, Reply, SessionOperation,
 };
 use crate::broker::forwarder::{Forward, ForwardSender};
-use crate::broker::types::ReceiverId;
+use crate::broker::types::{EntityError, ReceiverId};
 use crate::clock::Clock;
 
 /// Commands an entity may have queued before senders wait.
@@ -84,8 +84,13 @@ impl Actor {
                 }
             }
             if self.carry_out_effects() {
-                // Deleted for idleness (rule IDL-1): stop; handles now report not-found.
+                // Deleted for idleness (rule IDL-1): stop taking commands, answer the ones
+                // already queued with not-found, and stop; handles then report not-found.
                 let _ = self.on_idle.send(self.state.settings().path.clone());
+                inbox.close();
+                while let Some(command) = inbox.recv().await {
+                    self.refuse(command);
+                }
                 break;
             }
         }
@@ -238,6 +243,32 @@ impl Actor {
                     .collect();
                 reply.send(result.map(Reply::Expirations));
             }
+        }
+    }
+
+    /// Answers a command that arrived after the entity deleted itself.
+    fn refuse(&self, command: Command) {
+        let gone = EntityError::NotFound(self.state.settings().path.clone());
+        match command {
+            Command::Send {
+                reply: Some(reply), ..
+            }
+            | Command::Settle {
+                reply: Some(reply), ..
+            }
+            | Command::RenewLocks { reply, .. }
+            | Command::Peek { reply, .. }
+            | Command::ReceiveDeferred { reply, .. }
+            | Command::CancelScheduled { reply, .. }
+            | Command::Session { reply, .. }
+            | Command::ListSessions { reply, .. } => reply.send(Err(gone)),
+            Command::AttachSessionReceiver { receiver, sink, .. } => {
+                let _ = sink.send(Notification::SessionRefused {
+                    receiver,
+                    error: gone,
+                });
+            }
+            _ => {}
         }
     }
 

@@ -8,13 +8,15 @@
 //! and by the requests the connection made.
 
 pub mod actor;
+#[cfg(test)]
+mod actor_tests;
 pub mod duplicates;
 pub mod settings;
 pub mod state;
 #[cfg(test)]
-mod state_tests;
-#[cfg(test)]
 mod state_proptests;
+#[cfg(test)]
+mod state_tests;
 
 use std::sync::Arc;
 

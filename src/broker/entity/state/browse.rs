@@ -17,8 +17,9 @@ impl EntityState {
         count: usize,
         session_id: Option<&str>,
     ) -> Vec<Record> {
-        self.advance(now);
+        // Activity first: a command arriving at the idle deadline keeps the entity.
         self.touch(now);
+        self.advance(now);
         self.store(sub_queue)
             .records
             .range(from..)
@@ -40,8 +41,9 @@ impl EntityState {
         sequence_numbers: &[SequenceNumber],
         mode: ReceiveMode,
     ) -> Result<Vec<Record>, EntityError> {
-        self.advance(now);
+        // Activity first: a command arriving at the idle deadline keeps the entity.
         self.touch(now);
+        self.advance(now);
         for sequence_number in sequence_numbers {
             let deferred = matches!(
                 self.store(sub_queue).records.get(sequence_number),
@@ -55,7 +57,13 @@ impl EntityState {
             }
         }
         let mut records = Vec::with_capacity(sequence_numbers.len());
-        for &sequence_number in sequence_numbers {
+        let mut unique: Vec<SequenceNumber> = Vec::with_capacity(sequence_numbers.len());
+        for number in sequence_numbers {
+            if !unique.contains(number) {
+                unique.push(*number);
+            }
+        }
+        for sequence_number in unique {
             match mode {
                 ReceiveMode::PeekLock => {
                     let lock = self.new_lock(now);
@@ -84,8 +92,9 @@ impl EntityState {
     /// Cancels scheduled messages (rule SCH-4). Unknown or already activated numbers are
     /// ignored: activation wins a race with cancellation.
     pub fn cancel_scheduled(&mut self, now: Timestamp, sequence_numbers: &[SequenceNumber]) {
-        self.advance(now);
+        // Activity first: a command arriving at the idle deadline keeps the entity.
         self.touch(now);
+        self.advance(now);
         for sequence_number in sequence_numbers {
             let scheduled = matches!(
                 self.main.records.get(sequence_number),
@@ -104,8 +113,9 @@ impl EntityState {
         now: Timestamp,
         token: LockToken,
     ) -> Result<Timestamp, EntityError> {
-        self.advance(now);
+        // Activity first: a command arriving at the idle deadline keeps the entity.
         self.touch(now);
+        self.advance(now);
         let (sub_queue, sequence_number) = self.locked(now, token).ok_or(EntityError::LockLost)?;
         let until = now.plus(self.settings.lock_duration);
         if let Some(record) = self.store_mut(sub_queue).records.get_mut(&sequence_number) {

@@ -145,8 +145,9 @@ impl EntityState {
         reason: String,
         description: String,
     ) {
-        self.advance(now);
+        // Activity first: a command arriving at the idle deadline keeps the entity.
         self.touch(now);
+        self.advance(now);
         let sequence_number = self.allocate_sequence_number();
         self.stored_bytes += message.size() as u64;
         let record = self.arrival_record(message, sequence_number, now, Vec::new());
@@ -165,7 +166,12 @@ impl EntityState {
         description: Option<String>,
     ) {
         if sub_queue != SubQueue::Main {
-            self.dead_letter.available.insert(sequence_number);
+            // Already a dead letter: it just becomes receivable again (and not deferred).
+            let store = self.store_mut(sub_queue);
+            if let Some(record) = store.records.get_mut(&sequence_number) {
+                record.state = MessageState::Active;
+                store.available.insert(sequence_number);
+            }
             return;
         }
         self.session_remove_available(sequence_number);

@@ -335,7 +335,9 @@ impl EntityState {
             match deadline {
                 Deadline::Lock(token) => self.expire_lock(now, token),
                 Deadline::Expiry(sequence_number) => self.expire_if_due(now, sequence_number),
-                Deadline::Activation(sequence_number) => self.activate(now, sequence_number),
+                // Activation is stamped with the scheduled time, even when the timer ran
+                // late, so TTL counts from the scheduled time (rule TTL-10).
+                Deadline::Activation(sequence_number) => self.activate(now, at, sequence_number),
                 Deadline::SessionLock(receiver) => self.session_lock_expired(now, receiver),
                 Deadline::SessionWait(receiver) => self.session_wait_expired(now, receiver),
             }
@@ -356,8 +358,9 @@ impl EntityState {
         now: Timestamp,
         messages: Vec<Arc<Message>>,
     ) -> Result<Vec<SequenceNumber>, EntityError> {
-        self.advance(now);
+        // Activity first: a command arriving at the idle deadline keeps the entity.
         self.touch(now);
+        self.advance(now);
         let incoming: u64 = messages.iter().map(|message| message.size() as u64).sum();
         if self.stored_bytes + incoming > self.settings.max_size_bytes {
             return Err(EntityError::QuotaExceeded {
@@ -500,7 +503,7 @@ impl EntityState {
     }
 
     /// A scheduled message materialises with a new sequence number (rules SCH-3, TTL-10).
-    fn activate(&mut self, now: Timestamp, sequence_number: SequenceNumber) {
+    fn activate(&mut self, now: Timestamp, at: Timestamp, sequence_number: SequenceNumber) {
         let scheduled = matches!(
             self.main.records.get(&sequence_number),
             Some(record) if record.state == MessageState::Scheduled
@@ -508,10 +511,27 @@ impl EntityState {
         if !scheduled {
             return;
         }
+        self.scheduled_count -= 1;
+        self.touch(now);
+        let already_expired = self
+            .main
+            .records
+            .get(&sequence_number)
+            .and_then(|record| record.time_to_live)
+            .is_some_and(|ttl| at.plus(ttl) <= now);
+        if already_expired {
+            // The timer ran so late that the message expired before it could be seen:
+            // expire it under its scheduling sequence number (rules TTL-10, TTL-6).
+            if let Some(record) = self.main.records.get_mut(&sequence_number) {
+                record.state = MessageState::Active;
+                record.enqueued_time = at;
+                record.expires_at = record.time_to_live.map(|ttl| at.plus(ttl));
+            }
+            self.expire(now, sequence_number);
+            return;
+        }
         if let Some(record) = self.main.records.remove(&sequence_number) {
-            self.scheduled_count -= 1;
-            self.touch(now);
-            self.append(now, record.message, 0, record.property_changes);
+            self.append(at, record.message, 0, record.property_changes);
         }
     }
 
@@ -523,8 +543,9 @@ impl EntityState {
         sub_queue: SubQueue,
         mode: ReceiveMode,
     ) {
-        self.advance(now);
+        // Activity first: a command arriving at the idle deadline keeps the entity.
         self.touch(now);
+        self.advance(now);
         self.receivers.insert(
             receiver,
             ReceiverState {
@@ -570,8 +591,9 @@ impl EntityState {
         credit_limit: u32,
         drain: bool,
     ) {
-        self.advance(now);
+        // Activity first: a command arriving at the idle deadline keeps the entity.
         self.touch(now);
+        self.advance(now);
         if let Some(state) = self.receivers.get_mut(&receiver) {
             state.credit_limit = credit_limit;
             state.drain = drain;
@@ -616,7 +638,11 @@ impl EntityState {
         for (receiver, state) in self.receivers.iter_mut() {
             if state.drain {
                 state.drain = false;
-                state.delivered = state.credit_limit;
+                // Consume the remaining credit; never move the delivery count backwards
+                // (the client's view of it may lag deliveries in flight).
+                if (state.credit_limit.wrapping_sub(state.delivered) as i32) > 0 {
+                    state.delivered = state.credit_limit;
+                }
                 self.effects.push(Effect::Drained {
                     receiver: *receiver,
                     delivery_count: state.delivered,
@@ -763,8 +789,9 @@ impl EntityState {
         token: LockToken,
         settlement: Settlement,
     ) -> Result<(), EntityError> {
-        self.advance(now);
+        // Activity first: a command arriving at the idle deadline keeps the entity.
         self.touch(now);
+        self.advance(now);
         let (sub_queue, sequence_number) = self.locked(now, token).ok_or(EntityError::LockLost)?;
         if sub_queue == SubQueue::Main && !self.session_lock_held(now, sequence_number) {
             return Err(EntityError::SessionLockLost(

@@ -121,8 +121,9 @@ impl EntityState {
         requested: Option<String>,
         wait: Duration,
     ) {
-        self.advance(now);
+        // Activity first: a command arriving at the idle deadline keeps the entity.
         self.touch(now);
+        self.advance(now);
         if !self.settings.requires_session {
             self.effects.push(Effect::SessionRefused {
                 receiver,
@@ -287,8 +288,9 @@ impl EntityState {
         now: Timestamp,
         session_id: &str,
     ) -> Result<Timestamp, EntityError> {
-        self.advance(now);
+        // Activity first: a command arriving at the idle deadline keeps the entity.
         self.touch(now);
+        self.advance(now);
         let until = now.plus(self.settings.lock_duration);
         let entry = self.held_session(now, session_id)?;
         entry.locked_until = until;
@@ -307,8 +309,9 @@ impl EntityState {
         session_id: &str,
         state: Option<Vec<u8>>,
     ) -> Result<(), EntityError> {
-        self.advance(now);
+        // Activity first: a command arriving at the idle deadline keeps the entity.
         self.touch(now);
+        self.advance(now);
         let entry = self.held_session(now, session_id)?;
         entry.state = state;
         entry.last_updated = now;
@@ -321,8 +324,9 @@ impl EntityState {
         now: Timestamp,
         session_id: &str,
     ) -> Result<Option<Vec<u8>>, EntityError> {
-        self.advance(now);
+        // Activity first: a command arriving at the idle deadline keeps the entity.
         self.touch(now);
+        self.advance(now);
         Ok(self.held_session(now, session_id)?.state.clone())
     }
 
