@@ -792,7 +792,17 @@ impl EntityState {
         // Activity first: a command arriving at the idle deadline keeps the entity.
         self.touch(now);
         self.advance(now);
-        let (sub_queue, sequence_number) = self.locked(now, token).ok_or(EntityError::LockLost)?;
+        let lost = || {
+            if self.settings.requires_session {
+                // In a session entity message locks live and die with the session lock.
+                EntityError::SessionLockLost(
+                    "The session lock was lost; accept the session again.".to_string(),
+                )
+            } else {
+                EntityError::LockLost
+            }
+        };
+        let (sub_queue, sequence_number) = self.locked(now, token).ok_or_else(lost)?;
         if sub_queue == SubQueue::Main && !self.session_lock_held(now, sequence_number) {
             return Err(EntityError::SessionLockLost(
                 "The session lock was lost; accept the session again.".to_string(),
@@ -913,9 +923,17 @@ impl EntityState {
                 && matches!(record.expires_at, Some(at) if at <= now)
         );
         if due {
+            let session_id = self.session_of(sequence_number);
             self.session_remove_available(sequence_number);
             self.main.available.remove(&sequence_number);
             self.expire(now, sequence_number);
+            // Rule TTL-9: while a listener is active, one expired message expires its
+            // whole session.
+            if let Some(session_id) = session_id
+                && !self.receivers.is_empty()
+            {
+                self.expire_session(now, &session_id);
+            }
         }
     }
 

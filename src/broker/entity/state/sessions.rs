@@ -295,6 +295,24 @@ impl EntityState {
         let entry = self.held_session(now, session_id)?;
         entry.locked_until = until;
         let holder = entry.holder;
+        // The session's message locks are extended with it (the SDKs cannot renew them).
+        let tokens: Vec<_> = self
+            .locks
+            .iter()
+            .filter(|(_, (sub_queue, sequence_number))| {
+                *sub_queue == SubQueue::Main
+                    && self.session_of(*sequence_number).as_deref() == Some(session_id)
+            })
+            .map(|(token, (_, sequence_number))| (*token, *sequence_number))
+            .collect();
+        for (token, sequence_number) in tokens {
+            if let Some(record) = self.main.records.get_mut(&sequence_number)
+                && let Some(lock) = record.lock.as_mut()
+            {
+                lock.until = until;
+                self.deadlines.insert((until, Deadline::Lock(token)));
+            }
+        }
         if let Some(receiver) = holder {
             self.deadlines
                 .insert((until, Deadline::SessionLock(receiver)));
