@@ -106,6 +106,9 @@ pub struct Connection {
     pub grants: Vec<Grant>,
     /// The peer's container id, for logs.
     pub container_id: String,
+    /// Entities of receivers detached by this connection: deliveries still in flight to
+    /// them are returned to the entity.
+    pub detached_receivers: HashMap<ReceiverId, crate::broker::entity::EntityHandle>,
     /// Attach replies of session receivers waiting for the entity to lock a session.
     pub deferred_attaches: HashMap<ReceiverId, fe2o3_amqp_types::performatives::Attach>,
 }
@@ -272,6 +275,7 @@ pub async fn run(
         grants: Vec::new(),
         container_id: open.container_id.clone(),
         deferred_attaches: HashMap::new(),
+        detached_receivers: HashMap::new(),
     };
     tracing::debug!(container_id = %open.container_id, "connection open");
     let our_open = Open {

@@ -545,6 +545,7 @@ impl Connection {
             self.receivers.remove(&receiver);
             self.deferred_attaches.remove(&receiver);
             let _ = entity.send(Command::DetachReceiver { receiver }).await;
+            self.detached_receivers.insert(receiver, entity);
         }
     }
 

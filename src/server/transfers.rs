@@ -630,7 +630,17 @@ impl Connection {
         };
         let lock = delivery.record.lock.map(|lock| (lock.token, lock.until));
         let Some(&(channel, handle)) = self.receivers.get(&receiver) else {
-            return Ok(()); // link gone: the lock lapses and the message returns
+            // The link went away while this delivery was on its way: give the message back
+            // untouched (no delivery counted), so a receive-and-delete message is not lost.
+            if let Some(entity) = self.detached_receivers.get(&receiver) {
+                let _ = entity
+                    .send(Command::Return {
+                        sub_queue: delivery.sub_queue,
+                        record: Box::new(delivery.record),
+                    })
+                    .await;
+            }
+            return Ok(());
         };
         let mut payload = BytesMut::with_capacity(delivery.record.message.size() + 128);
         message::encode_delivery(

@@ -112,6 +112,9 @@ impl Actor {
             } => self
                 .state
                 .enqueue_transfer_dead_lettered(now, message, reason, description),
+            Command::Return { sub_queue, record } => {
+                self.state.return_undelivered(now, sub_queue, *record)
+            }
             Command::DeadLetterOnArrival { messages } => {
                 for (message, reason, description) in messages {
                     self.state
@@ -201,6 +204,7 @@ impl Actor {
                     records
                         .into_iter()
                         .map(|record| Delivery {
+                            sub_queue,
                             receiver: None,
                             record,
                         })
@@ -221,6 +225,7 @@ impl Actor {
                             records
                                 .into_iter()
                                 .map(|record| Delivery {
+                                    sub_queue,
                                     receiver: None,
                                     record,
                                 })

@@ -141,6 +141,13 @@ pub enum Command {
         /// Details.
         description: String,
     },
+    /// Take back a delivery that could not be handed to its (detached) receiver.
+    Return {
+        /// The sub-queue it was delivered from.
+        sub_queue: SubQueue,
+        /// The record as it was delivered.
+        record: Box<Record>,
+    },
     /// Attach a receiving link.
     AttachReceiver {
         /// The link's id.

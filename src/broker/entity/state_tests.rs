@@ -229,3 +229,29 @@ fn drain_consumes_remaining_credit_after_delivering() {
         })
     ));
 }
+
+#[test]
+fn a_receive_and_delete_delivery_that_never_reached_its_link_is_restored() {
+    // No message loss: the link detached while the delivery was in flight.
+    let mut state = entity(|_| {});
+    state.enqueue(START, vec![message("a")]).expect("accepted");
+    state.attach_receiver(
+        START,
+        RECEIVER,
+        SubQueue::Main,
+        ReceiveMode::ReceiveAndDelete,
+    );
+    let mut credit = 0;
+    let record = receive_one(&mut state, START, &mut credit).expect("delivered");
+    assert_eq!(state.message_count(SubQueue::Main), 0);
+    state.detach_receiver(START, RECEIVER);
+    state.return_undelivered(START, SubQueue::Main, record);
+    let restored = state
+        .record(SubQueue::Main, SequenceNumber(1))
+        .expect("restored");
+    assert_eq!(restored.delivery_count, 0);
+    let other = ReceiverId(2);
+    state.attach_receiver(START, other, SubQueue::Main, ReceiveMode::PeekLock);
+    state.set_credit(START, other, 1, false);
+    assert_eq!(deliveries(&mut state).len(), 1, "deliverable again");
+}

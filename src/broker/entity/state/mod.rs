@@ -77,6 +77,8 @@ pub struct Delivery {
     pub receiver: Option<ReceiverId>,
     /// A snapshot of the record at delivery time.
     pub record: Record,
+    /// The sub-queue it came from.
+    pub sub_queue: SubQueue,
 }
 
 /// A consequence of an operation that the shell carries out.
@@ -535,6 +537,30 @@ impl EntityState {
         }
     }
 
+    /// Takes back a record whose delivery never reached its receiver (the link detached
+    /// meanwhile): a receive-and-delete record is restored, a locked one is released, in
+    /// both cases without counting a delivery.
+    pub fn return_undelivered(&mut self, now: Timestamp, sub_queue: SubQueue, record: Record) {
+        self.advance(now);
+        let sequence_number = record.sequence_number;
+        let stored = self.store(sub_queue).records.contains_key(&sequence_number);
+        match (record.lock, stored) {
+            (Some(lock), true) => {
+                let _ = self.settle(now, lock.token, Settlement::Release);
+            }
+            (None, false) => {
+                // Removed on delivery: restore it where receive-and-delete took it from.
+                self.stored_bytes += record.message.size() as u64;
+                self.store_mut(sub_queue)
+                    .records
+                    .insert(sequence_number, record);
+                self.make_available(now, sub_queue, sequence_number);
+                self.dispatch(now);
+            }
+            _ => {}
+        }
+    }
+
     /// Attaches a receiver with no credit.
     pub fn attach_receiver(
         &mut self,
@@ -747,6 +773,7 @@ impl EntityState {
                 state.delivered = state.delivered.wrapping_add(1);
             }
             self.effects.push(Effect::Deliver(Delivery {
+                sub_queue,
                 receiver: Some(receiver),
                 record,
             }));
