@@ -271,6 +271,7 @@ brokerTest("an invalid SQL filter or action is refused with the position of the 
       "invalid SQL filter",
     );
     assert.ok(isServiceBusError(filterError), `expected a ServiceBusError, got ${filterError?.name}: ${filterError?.message}`);
+    assert.equal(filterError.code, "GeneralError", `wrong error code; message: ${filterError.message}`);
     assert.ok(!filterError.retryable, "a syntax error is not retryable");
     // "color = = 1": the second '=' is at column 9.
     assert.match(filterError.message, /column 9\b/, `message: ${filterError.message}`);
