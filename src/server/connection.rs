@@ -377,6 +377,12 @@ async fn event_loop(
     let mut last_heard = tokio::time::Instant::now();
     let max_frame_size = connection.context.settings.max_frame_size;
     loop {
+        // Frames already buffered (pipelined behind `open`, or several in one read).
+        while let Some(frame) = frame::take_frame(input, max_frame_size)? {
+            if connection.handle_frame(frame).await? {
+                return Ok(());
+            }
+        }
         stream.write_all(&connection.output).await?;
         let wrote = !connection.output.is_empty();
         connection.output.clear();
@@ -395,11 +401,6 @@ async fn event_loop(
                     return Err(ConnectionError::Closed);
                 }
                 last_heard = tokio::time::Instant::now();
-                while let Some(frame) = frame::take_frame(input, max_frame_size)? {
-                    if connection.handle_frame(frame).await? {
-                        return Ok(());
-                    }
-                }
                 if input.capacity() - input.len() < 4096 {
                     input.reserve(64 * 1024);
                 }

@@ -4,4 +4,5 @@
 mod forwarding;
 mod harness;
 mod queues;
+mod raw;
 mod wire;
