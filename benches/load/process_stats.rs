@@ -78,3 +78,28 @@ impl Snapshot {
         }
     }
 }
+
+/// Busy CPU seconds of the whole machine so far (all CPUs, every process), from the first
+/// line of `/proc/stat`: what other processes used during a run is this minus the broker's
+/// and the generator's share.
+pub fn machine_busy_seconds() -> f64 {
+    let Ok(stat) = fs::read_to_string("/proc/stat") else {
+        return 0.0;
+    };
+    let Some(line) = stat.lines().find(|line| line.starts_with("cpu ")) else {
+        return 0.0;
+    };
+    let ticks: Vec<f64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|field| field.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal …: all but idle and iowait are busy.
+    let busy: f64 = ticks
+        .iter()
+        .enumerate()
+        .filter(|(index, _)| !matches!(index, 3 | 4) && *index < 8)
+        .map(|(_, value)| value)
+        .sum();
+    busy / CLOCK_TICKS_PER_SECOND
+}

@@ -13,7 +13,7 @@ use tokio::task::JoinHandle;
 use crate::histogram::Histogram;
 use crate::options::{RunOptions, SettleMode};
 use crate::payload;
-use crate::process_stats::{Process, Snapshot};
+use crate::process_stats::{self, Process, Snapshot};
 use crate::receiver::{self, Group, Policy, ReceiverReport, Shared};
 use crate::sender::{self, Progress, SendPlan, SenderReport};
 use crate::tally::Tally;
@@ -74,6 +74,7 @@ async fn run(options: Arc<RunOptions>) -> ExitCode {
     let broker = options.connect.broker_pid.map(Process::Pid);
     let broker_before = broker.map(Snapshot::take).unwrap_or_default();
     let myself_before = Snapshot::take(Process::Myself);
+    let machine_before = process_stats::machine_busy_seconds();
     let started = Instant::now();
     let deadline = started + Duration::from_secs_f64(options.max_time);
     let addresses = if options.receive_from.is_empty() {
@@ -186,11 +187,13 @@ async fn run(options: Arc<RunOptions>) -> ExitCode {
     let _ = watchdog.await;
     let broker_after = broker.map(Snapshot::take).unwrap_or_default();
     let myself_after = Snapshot::take(Process::Myself);
+    let machine_busy = process_stats::machine_busy_seconds() - machine_before;
 
     let summary = Summary::new(&sent, &receivers, &drained, &mut errors);
     let send_seconds = span(sender_totals.first_send, sender_totals.last_outcome);
     let receive_seconds = span(summary.first_receive, summary.last_receive);
     let broker_cpu = broker_after.cpu_seconds - broker_before.cpu_seconds;
+    let loadgen_cpu = myself_after.cpu_seconds - myself_before.cpu_seconds;
     let sent_count = sent.distinct();
     let latency = &summary.latency;
     let micros = |nanos: u64| nanos as f64 / 1000.0;
@@ -201,7 +204,7 @@ async fn run(options: Arc<RunOptions>) -> ExitCode {
          abandoned={} dead_lettered={} dead_letter_received={} dead_letter_missing={} \
          broker_cpu_s={:.2} broker_us_per_msg={:.2} broker_us_per_delivery={:.2} \
          broker_peak_rss_kib={} broker_rss_kib={} \
-         loadgen_cpu_s={:.2} worst_lag_ms={:.1} elapsed_s={:.2} errors={}",
+         loadgen_cpu_s={:.2} other_cpu_s={:.2} worst_lag_ms={:.1} elapsed_s={:.2} errors={}",
         options.connect.scenario,
         options.connect.target,
         options.size,
@@ -230,7 +233,8 @@ async fn run(options: Arc<RunOptions>) -> ExitCode {
         per_message(broker_cpu, summary.settled),
         broker_after.peak_resident_kib,
         broker_after.resident_kib,
-        myself_after.cpu_seconds - myself_before.cpu_seconds,
+        loadgen_cpu,
+        (machine_busy - broker_cpu - loadgen_cpu).max(0.0),
         sender_totals.worst_lag.as_secs_f64() * 1000.0,
         started.elapsed().as_secs_f64(),
         errors.len(),
