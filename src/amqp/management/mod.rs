@@ -2,21 +2,24 @@
 //! SDKs call (wire contract §6). Each request becomes a plan the connection carries out
 //! against the entity; the entity's reply is turned back into a response here.
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use serde_amqp::Value;
 
-use super::codec::Writer;
 use super::errors::{self, Failure};
-use super::message::{self as amqp_message, DeliveryView};
-use super::request::{self, Request, StatusKeys};
-use crate::broker::entity::{Reply, SessionOperation};
-use crate::broker::filter::{CorrelationFilter, Filter, SqlFilter, SqlRuleAction};
+
+mod response;
+mod rules;
+
+use super::message as amqp_message;
+use super::request::Request;
+use crate::broker::entity::SessionOperation;
 use crate::broker::message::Message;
-use crate::broker::rules::Rule;
 use crate::broker::topic::RuleOperation;
 use crate::broker::types::{
-    EntityError, LockToken, PropertyChanges, PropertyValue, ReceiveMode, SequenceNumber, Settlement,
+    LockToken, PropertyChanges, PropertyValue, ReceiveMode, SequenceNumber, Settlement,
 };
+pub use response::{failure_response, reply_response};
+use rules::{rule_from_request, undescribed};
 
 /// What the connection should do for a request.
 #[derive(Debug)]
@@ -117,7 +120,7 @@ pub struct PendingResponse {
     pub kind: ResponseKind,
 }
 
-fn body_entry<'a>(body: &'a Value, key: &str) -> Option<&'a Value> {
+pub(super) fn body_entry<'a>(body: &'a Value, key: &str) -> Option<&'a Value> {
     let Value::Map(map) = body else { return None };
     map.iter().find_map(|(name, value)| match name {
         Value::String(text) if text == key => Some(value),
@@ -126,7 +129,7 @@ fn body_entry<'a>(body: &'a Value, key: &str) -> Option<&'a Value> {
     })
 }
 
-fn body_text(body: &Value, key: &str) -> Option<String> {
+pub(super) fn body_text(body: &Value, key: &str) -> Option<String> {
     match body_entry(body, key)? {
         Value::String(text) => Some(text.clone()),
         Value::Symbol(symbol) => Some(symbol.0.clone()),
@@ -134,7 +137,7 @@ fn body_text(body: &Value, key: &str) -> Option<String> {
     }
 }
 
-fn values(value: &Value) -> Vec<&Value> {
+pub(super) fn values(value: &Value) -> Vec<&Value> {
     match value {
         Value::Array(array) => array.iter().collect(),
         Value::List(list) => list.iter().collect(),
@@ -154,7 +157,7 @@ fn lock_tokens(body: &Value) -> Result<Vec<LockToken>, Failure> {
         .collect()
 }
 
-fn integer(value: &Value) -> Option<i64> {
+pub(super) fn integer(value: &Value) -> Option<i64> {
     match value {
         Value::Ubyte(number) => Some(*number as i64),
         Value::Ushort(number) => Some(*number as i64),
@@ -181,165 +184,11 @@ fn sequence_numbers(body: &Value) -> Result<Vec<SequenceNumber>, Failure> {
         .collect()
 }
 
-/// The value of a map entry, looking through a described wrapper.
-fn undescribed(value: &Value) -> &Value {
-    match value {
-        Value::Described(described) => &described.value,
-        other => other,
-    }
-}
-
-fn rule_from_request(body: &Value) -> Result<Rule, Failure> {
-    let name = body_text(body, "rule-name").ok_or_else(|| argument("rule-name is required"))?;
-    let description = body_entry(body, "rule-description")
-        .map(undescribed)
-        .ok_or_else(|| argument("rule-description is required"))?;
-    let syntax = |error: crate::broker::filter::FilterSyntaxError| argument(&error.to_string());
-    let filter = if let Some(sql) = body_entry(description, "sql-filter").map(undescribed) {
-        let expression = body_text(sql, "expression")
-            .ok_or_else(|| argument("sql-filter needs an expression"))?;
-        Filter::Sql(SqlFilter::parse(&expression).map_err(syntax)?)
-    } else if let Some(correlation) = body_entry(description, "correlation-filter").map(undescribed)
-    {
-        let field = |key: &str| body_text(correlation, key);
-        let properties = property_changes(body_entry(correlation, "properties"))
-            .into_iter()
-            .map(|(key, value)| {
-                let value = match value {
-                    PropertyValue::Long(number) => {
-                        crate::broker::filter::FilterValue::Integer(number)
-                    }
-                    PropertyValue::Double(number) => {
-                        crate::broker::filter::FilterValue::Float(number)
-                    }
-                    PropertyValue::Bool(flag) => crate::broker::filter::FilterValue::Bool(flag),
-                    PropertyValue::String(text) => crate::broker::filter::FilterValue::String(text),
-                    PropertyValue::Timestamp(millis) => {
-                        crate::broker::filter::FilterValue::Timestamp(millis)
-                    }
-                    PropertyValue::Uuid(bytes) => crate::broker::filter::FilterValue::Uuid(bytes),
-                    _ => crate::broker::filter::FilterValue::Null,
-                };
-                (key, value)
-            })
-            .collect();
-        Filter::Correlation(CorrelationFilter {
-            correlation_id: field("correlation-id"),
-            message_id: field("message-id"),
-            to: field("to"),
-            reply_to: field("reply-to"),
-            label: field("label"),
-            session_id: field("session-id"),
-            reply_to_session_id: field("reply-to-session-id"),
-            content_type: field("content-type"),
-            properties,
-        })
-    } else {
-        Filter::True
-    };
-    let action = match body_entry(description, "sql-rule-action").map(undescribed) {
-        Some(action) => match body_text(action, "expression") {
-            Some(expression) if !expression.trim().is_empty() => {
-                Some(SqlRuleAction::parse(&expression).map_err(syntax)?)
-            }
-            _ => None,
-        },
-        None => None,
-    };
-    Ok(Rule {
-        name,
-        filter,
-        action,
-        created_at: 0,
-    })
-}
-
-fn write_optional_text(writer: &mut Writer<'_>, value: &Option<String>) {
-    match value {
-        Some(text) => writer.string(text),
-        None => writer.null(),
-    }
-}
-
-/// Writes a rule description as the SDKs decode it (wire contract §6.4, numeric
-/// descriptors).
-fn write_rule(writer: &mut Writer<'_>, rule: &Rule) {
-    writer.descriptor_ulong(0x0000_0137_0000_0004);
-    let mut description = writer.start_list();
-    match &rule.filter {
-        Filter::True | Filter::False => {
-            let (code, text) = match rule.filter {
-                Filter::True => (0x0000_0013_7000_0007, "1=1"),
-                _ => (0x0000_0013_7000_0008, "1=0"),
-            };
-            writer.descriptor_ulong(code);
-            let mut list = writer.start_list();
-            writer.string(text);
-            writer.int(20);
-            list.count = 2;
-            writer.finish_compound(list);
-        }
-        Filter::Sql(filter) => {
-            writer.descriptor_ulong(0x0000_0013_7000_0006);
-            let mut list = writer.start_list();
-            writer.string(filter.expression());
-            writer.int(20);
-            list.count = 2;
-            writer.finish_compound(list);
-        }
-        Filter::Correlation(filter) => {
-            writer.descriptor_ulong(0x0000_0013_7000_0009);
-            let mut list = writer.start_list();
-            for field in [
-                &filter.correlation_id,
-                &filter.message_id,
-                &filter.to,
-                &filter.reply_to,
-                &filter.label,
-                &filter.session_id,
-                &filter.reply_to_session_id,
-                &filter.content_type,
-            ] {
-                write_optional_text(writer, field);
-            }
-            let mut properties = writer.start_map();
-            for (name, value) in &filter.properties {
-                writer.string(name);
-                let value = crate::broker::rules::property_value(value);
-                super::message::write_property_value(writer, &value);
-                properties.count += 2;
-            }
-            writer.finish_compound(properties);
-            list.count = 9;
-            writer.finish_compound(list);
-        }
-    }
-    match &rule.action {
-        Some(action) => {
-            writer.descriptor_ulong(0x0000_0137_0000_0006);
-            let mut list = writer.start_list();
-            writer.string(action.expression());
-            writer.int(20);
-            list.count = 2;
-            writer.finish_compound(list);
-        }
-        None => {
-            writer.descriptor_ulong(0x0000_0137_0000_0005);
-            let list = writer.start_list();
-            writer.finish_compound(list);
-        }
-    }
-    writer.string(&rule.name);
-    writer.timestamp(rule.created_at);
-    description.count = 4;
-    writer.finish_compound(description);
-}
-
 fn session_id(body: &Value) -> Result<String, Failure> {
     body_text(body, "session-id").ok_or_else(|| argument("session-id is required"))
 }
 
-fn argument(description: &str) -> Failure {
+pub(super) fn argument(description: &str) -> Failure {
     Failure::new(errors::ARGUMENT_ERROR, description, 400)
 }
 
@@ -512,178 +361,4 @@ pub fn plan(request: &Request) -> Result<Plan, Failure> {
             501,
         )),
     }
-}
-
-/// Writes an array32 of longs.
-fn write_long_array(writer: &mut Writer<'_>, numbers: impl ExactSizeIterator<Item = i64>) {
-    let count = numbers.len();
-    writer.raw(&[0xf0]);
-    writer.raw(&((count * 8 + 5) as u32).to_be_bytes());
-    writer.raw(&(count as u32).to_be_bytes());
-    writer.raw(&[0x81]);
-    for number in numbers {
-        writer.raw(&number.to_be_bytes());
-    }
-}
-
-/// Encodes a failure response.
-pub fn failure_response(correlation: Option<&Bytes>, failure: &Failure) -> Bytes {
-    request::response(
-        correlation,
-        StatusKeys::Management,
-        failure.status_code,
-        &failure.description,
-        Some(failure.condition),
-        None,
-    )
-}
-
-/// Encodes the response to an entity reply.
-pub fn reply_response(pending: &PendingResponse, result: Result<Reply, EntityError>) -> Bytes {
-    let correlation = pending.correlation.as_ref();
-    let reply = match result {
-        Ok(reply) => reply,
-        Err(error) => return failure_response(correlation, &errors::entity_failure(&error)),
-    };
-    let mut body = BytesMut::new();
-    match (pending.kind, reply) {
-        (ResponseKind::Expirations, Reply::Expirations(expirations)) => {
-            let mut writer = Writer::new(&mut body);
-            let mut map = writer.start_map();
-            writer.string("expirations");
-            // array32 of timestamps
-            let mut array = BytesMut::new();
-            for expiration in &expirations {
-                array.extend_from_slice(&expiration.0.to_be_bytes());
-            }
-            writer.raw(&[0xf0]);
-            writer.raw(&((array.len() + 5) as u32).to_be_bytes());
-            writer.raw(&(expirations.len() as u32).to_be_bytes());
-            writer.raw(&[0x83]);
-            writer.raw(&array);
-            map.count += 2;
-            writer.finish_compound(map);
-        }
-        (ResponseKind::SequenceNumbers, Reply::SequenceNumbers(numbers)) => {
-            let mut writer = Writer::new(&mut body);
-            let mut map = writer.start_map();
-            writer.string("sequence-numbers");
-            write_long_array(&mut writer, numbers.iter().map(|number| number.0));
-            map.count += 2;
-            writer.finish_compound(map);
-        }
-        (ResponseKind::SessionExpiration, Reply::Expirations(expirations)) => {
-            let mut writer = Writer::new(&mut body);
-            let mut map = writer.start_map();
-            writer.string("expiration");
-            writer.timestamp(expirations.first().map(|at| at.0).unwrap_or(0));
-            map.count += 2;
-            writer.finish_compound(map);
-        }
-        (ResponseKind::SessionState, Reply::SessionState(state)) => {
-            let mut writer = Writer::new(&mut body);
-            let mut map = writer.start_map();
-            writer.string("session-state");
-            match state {
-                Some(bytes) => writer.binary(&bytes),
-                None => writer.null(),
-            }
-            map.count += 2;
-            writer.finish_compound(map);
-        }
-        (ResponseKind::SessionIds, Reply::Sessions(sessions)) => {
-            let mut writer = Writer::new(&mut body);
-            let mut map = writer.start_map();
-            writer.string("sessions-ids");
-            let mut list = writer.start_list();
-            for session in &sessions {
-                writer.string(session);
-                list.count += 1;
-            }
-            writer.finish_compound(list);
-            map.count += 2;
-            writer.finish_compound(map);
-        }
-        (ResponseKind::Rules, Reply::Rules(rules)) if rules.is_empty() => {
-            return request::response(
-                correlation,
-                StatusKeys::Management,
-                204,
-                "No rules",
-                None,
-                None,
-            );
-        }
-        (ResponseKind::Rules, Reply::Rules(rules)) => {
-            let mut writer = Writer::new(&mut body);
-            let mut map = writer.start_map();
-            writer.string("rules");
-            let mut list = writer.start_list();
-            for rule in &rules {
-                let mut entry = writer.start_map();
-                writer.string("rule-description");
-                write_rule(&mut writer, rule);
-                entry.count = 2;
-                writer.finish_compound(entry);
-                list.count += 1;
-            }
-            writer.finish_compound(list);
-            map.count += 2;
-            writer.finish_compound(map);
-        }
-        (ResponseKind::Peeked, Reply::Messages(messages)) if messages.is_empty() => {
-            return request::response(
-                correlation,
-                StatusKeys::Management,
-                204,
-                "No messages",
-                None,
-                None,
-            );
-        }
-        (kind @ (ResponseKind::Peeked | ResponseKind::Deferred), Reply::Messages(messages)) => {
-            let mut writer = Writer::new(&mut body);
-            let mut map = writer.start_map();
-            writer.string("messages");
-            let mut list = writer.start_list();
-            for delivery in &messages {
-                let lock = delivery.record.lock.map(|lock| (lock.token, lock.until));
-                let mut encoded = BytesMut::new();
-                amqp_message::encode_delivery(
-                    DeliveryView {
-                        record: &delivery.record,
-                        lock,
-                    },
-                    &mut encoded,
-                );
-                let mut entry = writer.start_map();
-                if let (ResponseKind::Deferred, Some((token, _))) = (kind, lock) {
-                    writer.string("lock-token");
-                    writer.uuid(&token.0);
-                    entry.count += 2;
-                }
-                writer.string("message");
-                writer.binary(&encoded);
-                entry.count += 2;
-                writer.finish_compound(entry);
-                list.count += 1;
-            }
-            writer.finish_compound(list);
-            map.count += 2;
-            writer.finish_compound(map);
-        }
-        _ => {
-            let mut writer = Writer::new(&mut body);
-            let map = writer.start_map();
-            writer.finish_compound(map);
-        }
-    }
-    request::response(
-        correlation,
-        StatusKeys::Management,
-        200,
-        "OK",
-        None,
-        Some(&body),
-    )
 }
