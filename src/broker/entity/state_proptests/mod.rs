@@ -21,6 +21,7 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestCaseError};
 
+mod checks;
 mod harness;
 
 use super::settings::EntitySettings;
