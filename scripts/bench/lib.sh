@@ -7,6 +7,7 @@
 #   BENCH_BROKER_CPU   CPU the broker is pinned to (default 0)
 #   BENCH_LOAD_CPU     CPU the load generator is pinned to (default 1)
 #   BENCH_NO_PIN=1     do not pin (also automatic on a machine with one CPU)
+# shellcheck disable=SC2034 # variables here are used by the scripts that source this file
 
 BENCH_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BENCH_OUT=${BENCH_OUT:-$BENCH_ROOT/target/bench}
@@ -40,6 +41,7 @@ bench_build() {
   bench_log "cargo bench --bench load --no-run"
   LOAD_BIN=$(cd "$BENCH_ROOT" &&
     cargo bench --locked --bench load --no-run --message-format=json 2>/dev/null |
+    grep '"kind":\["bench"\]' | grep '"name":"load"' |
     sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
   if [ -z "$LOAD_BIN" ] || [ ! -x "$LOAD_BIN" ]; then
     echo "could not build the load generator (cargo bench --bench load --no-run)" >&2

@@ -1,6 +1,7 @@
 # Peer brokers for the side-by-side run (sourced after lib.sh): RabbitMQ with its AMQP 1.0
 # plugin and Qpid Proton's C example broker, both from Debian packages, both bound to
 # 127.0.0.1 on ephemeral ports, started and stopped by PID.
+# shellcheck disable=SC2034 # variables here are used by the scripts that source this file
 
 PEER_PACKAGES=(rabbitmq-server libqpid-proton11-dev-examples libqpid-proton11-dev gcc pkg-config)
 PROTON_BROKER=$BENCH_OUT/peers/proton-broker
