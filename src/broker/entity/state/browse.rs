@@ -81,6 +81,7 @@ impl EntityState {
                     if let Some(record) = self.store_mut(sub_queue).records.remove(&sequence_number)
                     {
                         self.stored_bytes -= record.message.size() as u64;
+                        self.forget_deadlines(&record);
                         records.push(record);
                     }
                 }
@@ -101,6 +102,10 @@ impl EntityState {
                 Some(record) if record.state == MessageState::Scheduled
             );
             if scheduled && let Some(record) = self.main.records.remove(sequence_number) {
+                if let Some(at) = record.message.scheduled_enqueue_time {
+                    self.deadlines
+                        .remove(&(at, Deadline::Activation(*sequence_number)));
+                }
                 self.stored_bytes -= record.message.size() as u64;
                 self.scheduled_count -= 1;
             }
@@ -118,8 +123,11 @@ impl EntityState {
         self.advance(now);
         let (sub_queue, sequence_number) = self.locked(now, token).ok_or(EntityError::LockLost)?;
         let until = now.plus(self.settings.lock_duration);
-        if let Some(record) = self.store_mut(sub_queue).records.get_mut(&sequence_number) {
-            record.lock = Some(Lock { token, until });
+        if let Some(record) = self.store_mut(sub_queue).records.get_mut(&sequence_number)
+            && let Some(previous) = record.lock.replace(Lock { token, until })
+        {
+            self.deadlines
+                .remove(&(previous.until, Deadline::Lock(previous.token)));
         }
         self.deadlines.insert((until, Deadline::Lock(token)));
         Ok(until)

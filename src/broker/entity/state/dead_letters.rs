@@ -179,6 +179,7 @@ impl EntityState {
         let Some(record) = self.main.records.remove(&sequence_number) else {
             return;
         };
+        self.forget_deadlines(&record);
         self.store_dead_letter(record, reason, description);
     }
 }

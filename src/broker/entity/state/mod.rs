@@ -761,6 +761,7 @@ impl EntityState {
                         return false;
                     };
                     self.stored_bytes -= record.message.size() as u64;
+                    self.forget_deadlines(&record);
                     record
                 }
             };
@@ -839,11 +840,18 @@ impl EntityState {
         let Some(record) = self.store_mut(sub_queue).records.get_mut(&sequence_number) else {
             return Err(EntityError::LockLost);
         };
-        record.lock = None;
+        if let Some(lock) = record.lock.take() {
+            self.deadlines
+                .remove(&(lock.until, Deadline::Lock(lock.token)));
+        }
+        let Some(record) = self.store_mut(sub_queue).records.get_mut(&sequence_number) else {
+            return Err(EntityError::LockLost);
+        };
         match settlement {
             Settlement::Complete => {
                 if let Some(record) = self.store_mut(sub_queue).records.remove(&sequence_number) {
                     self.stored_bytes -= record.message.size() as u64;
+                    self.forget_deadlines(&record);
                 }
             }
             Settlement::Release => self.make_available(now, sub_queue, sequence_number),
@@ -978,7 +986,21 @@ impl EntityState {
             self.main.available.remove(&sequence_number);
             if let Some(record) = self.main.records.remove(&sequence_number) {
                 self.stored_bytes -= record.message.size() as u64;
+                self.forget_deadlines(&record);
             }
+        }
+    }
+
+    /// Drops the pending expiry and lock deadlines of a record leaving the log, so the
+    /// deadline set stays as small as the set of live records.
+    pub(super) fn forget_deadlines(&mut self, record: &Record) {
+        if let Some(at) = record.expires_at {
+            self.deadlines
+                .remove(&(at, Deadline::Expiry(record.sequence_number)));
+        }
+        if let Some(lock) = record.lock {
+            self.deadlines
+                .remove(&(lock.until, Deadline::Lock(lock.token)));
         }
     }
 }
