@@ -297,7 +297,10 @@ pub fn encode_delivery(view: DeliveryView<'_>, output: &mut BytesMut) {
     annotations.count += message.annotation_element_count;
     writer.finish_compound(annotations);
 
-    writer.raw(&message.properties_section);
+    match lowered_ttl_properties(record) {
+        Some(properties) => writer.raw(&properties),
+        None => writer.raw(&message.properties_section),
+    }
     if record.property_changes.is_empty() && message.extra_properties.is_empty() {
         writer.raw(&message.application_properties_section);
     } else if message.extra_properties.is_empty() {
@@ -308,6 +311,26 @@ pub fn encode_delivery(view: DeliveryView<'_>, output: &mut BytesMut) {
         write_changed_application_properties(&mut writer, message, &changes);
     }
     writer.raw(&message.body);
+}
+
+/// When the entity lowered the message's TTL (rule TTL-2), the properties section with
+/// `absolute-expiry-time` = `creation-time` + the effective TTL: the JS SDK derives
+/// `timeToLive` from those two timestamps when both are present.
+fn lowered_ttl_properties(record: &Record) -> Option<Vec<u8>> {
+    let effective = record.time_to_live?;
+    if record.message.header.time_to_live == Some(effective)
+        || record.message.properties_section.is_empty()
+    {
+        return None;
+    }
+    let mut properties: Properties =
+        serde_amqp::from_slice(&record.message.properties_section).ok()?;
+    let creation = properties.creation_time.as_ref()?.milliseconds();
+    properties.absolute_expiry_time?;
+    let expiry = creation.saturating_add(effective.as_millis().min(i64::MAX as u128) as i64);
+    properties.absolute_expiry_time =
+        Some(serde_amqp::primitives::Timestamp::from_milliseconds(expiry));
+    serde_amqp::to_vec(&properties).ok()
 }
 
 pub fn write_property_value(writer: &mut Writer<'_>, value: &PropertyValue) {
