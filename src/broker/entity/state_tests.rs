@@ -255,3 +255,62 @@ fn a_receive_and_delete_delivery_that_never_reached_its_link_is_restored() {
     state.set_credit(START, other, 1, false);
     assert_eq!(deliveries(&mut state).len(), 1, "deliverable again");
 }
+
+#[test]
+fn next_available_hands_out_each_of_ten_thousand_sessions_once_in_arrival_order() {
+    // rules SES-1, SES-2: next-available takes the unlocked session with the oldest message;
+    // selection is an index lookup, so 10,000 sessions and receivers stay cheap.
+    let mut state = entity(|settings| settings.requires_session = true);
+    let sessions = 10_000u64;
+    for index in 0..sessions {
+        let mut with_session = Message {
+            body: Bytes::from(format!("m{index}")),
+            ..Message::default()
+        };
+        with_session.system.session_id = Some(format!("session-{index}"));
+        state
+            .enqueue(START, vec![Arc::new(with_session)])
+            .expect("accepted");
+    }
+    for index in 0..sessions {
+        let receiver = ReceiverId(index + 1);
+        state.attach_session_receiver(
+            START,
+            receiver,
+            ReceiveMode::PeekLock,
+            None,
+            Duration::from_secs(1),
+        );
+        let accepted = state
+            .take_effects()
+            .into_iter()
+            .find_map(|effect| match effect {
+                Effect::SessionAccepted { session_id, .. } => Some(session_id),
+                _ => None,
+            });
+        assert_eq!(accepted, Some(format!("session-{index}")));
+    }
+    let late = ReceiverId(sessions + 1);
+    state.attach_session_receiver(
+        START,
+        late,
+        ReceiveMode::PeekLock,
+        None,
+        Duration::from_secs(1),
+    );
+    assert!(
+        state.take_effects().is_empty(),
+        "every session is locked: the receiver waits"
+    );
+    state.advance(START.plus(Duration::from_secs(1)));
+    assert!(
+        state.take_effects().iter().any(|effect| matches!(
+            effect,
+            Effect::SessionRefused {
+                error: EntityError::Timeout(_),
+                ..
+            }
+        )),
+        "the wait ends with a timeout"
+    );
+}

@@ -11,7 +11,7 @@
 //! one store (main or dead-letter); `available` holds exactly the active, unlocked records
 //! of its store; a lock token maps to exactly one locked record.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -224,6 +224,10 @@ pub struct EntityState {
     ready: BTreeSet<(SequenceNumber, String)>,
     /// Next-available receivers waiting for a session, oldest first.
     waiters: VecDeque<ReceiverId>,
+    /// Locked sessions to serve at the next dispatch (new messages or holder credit).
+    dirty_sessions: HashSet<String>,
+    /// Receivers with a drain request to answer at the next dispatch.
+    draining: Vec<ReceiverId>,
 }
 
 fn mix(mut value: u64) -> u64 {
@@ -247,6 +251,8 @@ impl EntityState {
             sessions: HashMap::new(),
             ready: BTreeSet::new(),
             waiters: VecDeque::new(),
+            dirty_sessions: HashSet::new(),
+            draining: Vec::new(),
             settings,
             next_sequence_number: 1,
             main: Store::default(),
@@ -623,13 +629,39 @@ impl EntityState {
         if let Some(state) = self.receivers.get_mut(&receiver) {
             state.credit_limit = credit_limit;
             state.drain = drain;
+            if drain {
+                self.draining.push(receiver);
+            }
+            if let Some(session_id) = state.session.clone() {
+                self.dirty_sessions.insert(session_id);
+            }
         }
         self.dispatch(now);
     }
 
     /// Hands available messages to receivers with credit, round-robin, in sequence order.
+    ///
+    /// Session receivers are not in `receiver_order`: they are served through
+    /// `dirty_sessions` (sessions whose holder got credit or that got messages), so the cost
+    /// of an operation does not grow with the number of session receivers.
     fn dispatch(&mut self, now: Timestamp) {
         self.assign_waiting_sessions(now);
+        for session_id in std::mem::take(&mut self.dirty_sessions) {
+            let holder = self
+                .sessions
+                .get(&session_id)
+                .and_then(|entry| entry.holder);
+            let Some(receiver) = holder else { continue };
+            while let Some(state) = self.receivers.get(&receiver) {
+                let mode = state.mode;
+                if !state.has_credit()
+                    || state.session.as_deref() != Some(session_id.as_str())
+                    || !self.deliver_from_session(now, receiver, &session_id, mode)
+                {
+                    break;
+                }
+            }
+        }
         loop {
             let mut delivered_any = false;
             for _ in 0..self.receiver_order.len() {
@@ -661,7 +693,10 @@ impl EntityState {
                 break;
             }
         }
-        for (receiver, state) in self.receivers.iter_mut() {
+        for receiver in std::mem::take(&mut self.draining) {
+            let Some(state) = self.receivers.get_mut(&receiver) else {
+                continue;
+            };
             if state.drain {
                 state.drain = false;
                 // Consume the remaining credit; never move the delivery count backwards
@@ -670,7 +705,7 @@ impl EntityState {
                     state.delivered = state.credit_limit;
                 }
                 self.effects.push(Effect::Drained {
-                    receiver: *receiver,
+                    receiver,
                     delivery_count: state.delivered,
                 });
             }

@@ -63,11 +63,11 @@ impl EntityState {
         let Some(session_id) = self.session_of(sequence_number) else {
             return;
         };
-        self.sessions
-            .entry(session_id.clone())
-            .or_default()
-            .available
-            .insert(sequence_number);
+        let entry = self.sessions.entry(session_id.clone()).or_default();
+        entry.available.insert(sequence_number);
+        if entry.holder.is_some() {
+            self.dirty_sessions.insert(session_id.clone());
+        }
         self.refresh_ready(&session_id);
     }
 
@@ -100,6 +100,7 @@ impl EntityState {
             state.session = Some(session_id.to_string());
             state.session_wait_until = None;
         }
+        self.dirty_sessions.insert(session_id.to_string());
         self.refresh_ready(session_id);
         self.effects.push(Effect::SessionAccepted {
             receiver,
@@ -135,6 +136,8 @@ impl EntityState {
             return;
         }
         self.attach_receiver(now, receiver, SubQueue::Main, mode);
+        // Session receivers are served through their session, not the round-robin.
+        self.receiver_order.retain(|id| *id != receiver);
         match requested {
             Some(session_id) => {
                 let held = self
