@@ -6,7 +6,7 @@
 //! `write` system call. Transfers larger than the peer's max-frame-size are split.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use fe2o3_amqp_types::performatives::{Performative, Transfer};
+use fe2o3_amqp_types::performatives::Performative;
 use serde::Serialize;
 
 /// `AMQP` 0 1 0 0: the plain AMQP protocol header.
@@ -183,68 +183,119 @@ pub fn write_heartbeat(output: &mut BytesMut) {
     output.put_slice(&[0, 0, 0, 8, 2, FRAME_TYPE_AMQP, 0, 0]);
 }
 
-/// Appends a transfer and its payload, split into several frames when it would exceed
-/// `max_frame_size`. Only the first frame repeats delivery id, tag and format.
-pub fn write_transfer(
+/// What the first frame of an outgoing delivery carries.
+#[derive(Debug, Clone, Copy)]
+pub struct DeliveryHeader<'a> {
+    /// Link handle.
+    pub handle: u32,
+    /// Session delivery id.
+    pub delivery_id: u32,
+    /// 16-byte delivery tag (the lock token in .NET order, or a fresh GUID).
+    pub tag: &'a [u8],
+    /// Sent pre-settled (receive-and-delete, responses).
+    pub settled: bool,
+}
+
+/// Hand-encodes a transfer performative (the hot path: no serde, no allocation). The
+/// first frame carries delivery id, tag, format and settled; continuation frames only
+/// the handle and `more`.
+fn write_transfer_performative(
+    output: &mut BytesMut,
+    header: &DeliveryHeader<'_>,
+    first: bool,
+    more: bool,
+) {
+    let mut writer = crate::amqp::codec::Writer::new(output);
+    writer.descriptor(0x14);
+    let mut list = writer.start_list();
+    writer.uint(header.handle);
+    if first {
+        writer.uint(header.delivery_id);
+        writer.binary(header.tag);
+        writer.uint(0);
+        writer.boolean(header.settled);
+    } else {
+        for _ in 0..4 {
+            writer.null();
+        }
+    }
+    writer.boolean(more);
+    list.count = 6;
+    writer.finish_compound(list);
+}
+
+/// Appends a delivery, split into several frames when it would exceed `max_frame_size`.
+/// Returns the number of frames written (each counts against the session window).
+pub fn write_delivery(
     output: &mut BytesMut,
     channel: u16,
-    mut transfer: Transfer,
+    header: &DeliveryHeader<'_>,
     payload: &[u8],
     max_frame_size: u32,
-) -> Result<(), FrameError> {
+) -> u32 {
     let max_frame_size = max_frame_size.max(MIN_MAX_FRAME_SIZE) as usize;
-    let start = begin_frame(output, FRAME_TYPE_AMQP, channel);
-    serialize_into(output, &Performative::Transfer(transfer.clone()))?;
-    if output.len() - start + payload.len() <= max_frame_size {
-        output.put_slice(payload);
-        end_frame(output, start);
-        return Ok(());
-    }
-    // Too big for one frame: rewrite the first frame with more=true and continue.
-    output.truncate(start);
-    let final_more = transfer.more;
     let mut remaining = payload;
     let mut first = true;
-    while first || !remaining.is_empty() {
+    let mut frames = 0;
+    loop {
         let start = begin_frame(output, FRAME_TYPE_AMQP, channel);
-        transfer.more = true;
-        serialize_into(output, &Performative::Transfer(transfer.clone()))?;
-        let room = max_frame_size.saturating_sub(output.len() - start);
+        write_transfer_performative(output, header, first, false);
+        let room = max_frame_size.saturating_sub(output.len() - start).max(1);
         if room >= remaining.len() {
-            // Last fragment: re-encode with the caller's `more`.
-            output.truncate(start + 8);
-            transfer.more = final_more;
-            serialize_into(output, &Performative::Transfer(transfer.clone()))?;
             output.put_slice(remaining);
-            remaining = &[];
-        } else {
-            let (chunk, rest) = remaining.split_at(room.max(1));
-            output.put_slice(chunk);
-            remaining = rest;
-        }
-        end_frame(output, start);
-        if first {
-            first = false;
-            transfer.delivery_id = None;
-            transfer.delivery_tag = None;
-            transfer.message_format = None;
-            transfer.settled = None;
-            transfer.rcv_settle_mode = None;
-        }
-        if remaining.is_empty() && transfer.more != final_more {
-            // The payload ended exactly at a frame boundary with `more` set: close it.
-            let start = begin_frame(output, FRAME_TYPE_AMQP, channel);
-            transfer.more = final_more;
-            serialize_into(output, &Performative::Transfer(transfer.clone()))?;
             end_frame(output, start);
+            return frames + 1;
         }
+        // Rewrite this frame's performative with more=true and fill it.
+        output.truncate(start + 8);
+        write_transfer_performative(output, header, first, true);
+        let room = max_frame_size.saturating_sub(output.len() - start).max(1);
+        let (chunk, rest) = remaining.split_at(room.min(remaining.len()));
+        output.put_slice(chunk);
+        end_frame(output, start);
+        remaining = rest;
+        first = false;
+        frames += 1;
     }
-    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn large_deliveries_are_split_into_frames_that_decode() {
+        let payload = vec![7u8; 3000];
+        let tag = [1u8; 16];
+        let header = DeliveryHeader {
+            handle: 3,
+            delivery_id: 9,
+            tag: &tag,
+            settled: false,
+        };
+        let mut output = BytesMut::new();
+        let frames = write_delivery(&mut output, 1, &header, &payload, 1024);
+        assert!(
+            frames >= 3,
+            "3000 bytes need at least 3 frames of 1024, got {frames}"
+        );
+        let mut reassembled = Vec::new();
+        let mut more_flags = Vec::new();
+        while let Some(raw) = take_frame(&mut output, 1024).expect("valid framing") {
+            assert!(raw.body.len() + 8 <= 1024);
+            let (performative, rest) = decode_performative(&raw.body).expect("decodes");
+            let Performative::Transfer(transfer) = performative else {
+                panic!("not a transfer")
+            };
+            assert_eq!(transfer.handle.0, 3);
+            more_flags.push(transfer.more);
+            reassembled.extend_from_slice(&rest);
+        }
+        assert_eq!(more_flags.len(), frames as usize);
+        assert_eq!(more_flags.last(), Some(&false));
+        assert!(more_flags[..more_flags.len() - 1].iter().all(|more| *more));
+        assert_eq!(reassembled, payload);
+    }
 
     #[test]
     fn a_rejected_disposition_with_string_info_keys_decodes() {

@@ -598,28 +598,31 @@ impl Connection {
             link.credit = link.credit.saturating_sub(1);
         }
         let tag = tag.unwrap_or_else(ids::unique_guid_bytes);
-        let transfer = Transfer {
-            handle: Handle(handle),
-            delivery_id: Some(delivery_id),
-            delivery_tag: Some(serde_bytes::ByteBuf::from(tag.to_vec())),
-            message_format: Some(0),
-            settled: Some(settled),
-            more: false,
-            rcv_settle_mode: None,
-            state: None,
-            resume: false,
-            aborted: false,
-            batchable: false,
+        let header = frame::DeliveryHeader {
+            handle,
+            delivery_id,
+            tag: &tag,
+            settled,
         };
+        let Some(session) = self.sessions.get_mut(&channel) else {
+            return Ok(());
+        };
+        if session.queued.is_empty() && session.remote_incoming_window > 0 {
+            // The common case: straight into the connection's output buffer.
+            let units = frame::write_delivery(
+                &mut self.output,
+                channel,
+                &header,
+                &payload,
+                peer_max_frame_size,
+            );
+            session.remote_incoming_window -= units as i64;
+            session.next_outgoing_id = session.next_outgoing_id.wrapping_add(units);
+            return Ok(());
+        }
         let mut frames = BytesMut::with_capacity(payload.len() + 64);
-        frame::write_transfer(
-            &mut frames,
-            channel,
-            transfer,
-            &payload,
-            peer_max_frame_size,
-        )?;
-        let units = 1 + (payload.len() as u32) / peer_max_frame_size.max(512);
+        let units =
+            frame::write_delivery(&mut frames, channel, &header, &payload, peer_max_frame_size);
         self.send_transfer_frames(channel, frames.freeze(), units)
     }
 
