@@ -286,14 +286,28 @@ impl Actor {
     /// Carries out effects; returns true when the entity must be deleted.
     fn carry_out_effects(&mut self) -> bool {
         let mut idle = false;
+        let mut returned = Vec::new();
         for effect in self.state.take_effects() {
             match effect {
                 Effect::Deliver(delivery) => {
                     let Some(receiver) = delivery.receiver else {
                         continue;
                     };
-                    if let Some(sink) = self.sinks.get(&receiver) {
-                        let _ = sink.send(Notification::Deliver(delivery));
+                    let undelivered = match self.sinks.get(&receiver) {
+                        Some(sink) => match sink.send(Notification::Deliver(delivery)) {
+                            Ok(()) => None,
+                            Err(mpsc::error::SendError(Notification::Deliver(delivery))) => {
+                                Some(delivery)
+                            }
+                            Err(_) => None,
+                        },
+                        None => Some(delivery),
+                    };
+                    if let Some(delivery) = undelivered {
+                        // The connection is gone: take the message back (no loss, no
+                        // delivery counted) and stop serving that receiver.
+                        returned.push(delivery);
+                        self.sinks.remove(&receiver);
                     }
                 }
                 Effect::Drained {
@@ -340,6 +354,18 @@ impl Actor {
                     }
                 }
             }
+        }
+        if !returned.is_empty() {
+            let now = self.clock.now();
+            for delivery in returned {
+                if let Some(receiver) = delivery.receiver {
+                    self.state.detach_receiver(now, receiver);
+                }
+                self.state
+                    .return_undelivered(now, delivery.sub_queue, delivery.record);
+            }
+            // Returning may dispatch to other receivers.
+            idle |= self.carry_out_effects();
         }
         idle
     }

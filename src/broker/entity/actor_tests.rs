@@ -387,3 +387,38 @@ async fn an_attached_receiver_keeps_an_entity_alive_until_it_detaches() {
     assert_eq!(next_idle(&mut entity).await.as_deref(), Some(PATH));
     assert_eq!(entity.elapsed(), watched + idle_after);
 }
+
+#[tokio::test(start_paused = true)]
+async fn deliveries_to_a_closed_connection_return_to_the_entity() {
+    // No message loss: a receive-and-delete receiver whose connection died (its sink is
+    // closed) gets nothing, and the message stays for the next receiver.
+    let mut entity = Entity::spawn(|_| {});
+    let dead = entity
+        .attach(
+            ReceiverId(1),
+            SubQueue::Main,
+            ReceiveMode::ReceiveAndDelete,
+            10,
+        )
+        .await;
+    drop(dead);
+    entity
+        .send(Message {
+            body: Bytes::from_static(b"survivor"),
+            ..Message::default()
+        })
+        .await;
+    let mut alive = entity
+        .attach(ReceiverId(2), SubQueue::Main, ReceiveMode::PeekLock, 10)
+        .await;
+    match alive.recv().await {
+        Some(Notification::Deliver(delivery)) => {
+            assert_eq!(
+                delivery.record.message.body,
+                Bytes::from_static(b"survivor")
+            );
+            assert_eq!(delivery.record.delivery_count, 0);
+        }
+        other => panic!("expected the returned message, got {other:?}"),
+    }
+}
