@@ -7,6 +7,7 @@
 //! itself when idle. It awaits its subscriptions' replies (await order: topic →
 //! subscription, never the reverse) and answers the sender once every copy is stored.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,7 +19,7 @@ use super::entity::{Command, EntityHandle, Notification, Reply, ReplyTo, Request
 use super::filter::PropertyChange;
 use super::message::Message;
 use super::rules::{self, FilterView, Rule};
-use super::types::EntityError;
+use super::types::{EntityError, SequenceNumber, Timestamp};
 use crate::clock::Clock;
 use crate::config::TopicConfig;
 
@@ -54,6 +55,21 @@ pub enum TopicCommand {
         messages: Vec<Arc<Message>>,
         /// Who waits for the outcome.
         reply: Option<ReplyTo>,
+    },
+    /// Schedule messages on the topic (`schedule-message` on `<topic>/$management`): they
+    /// are published at their `x-opt-scheduled-enqueue-time` (rules SCH-1..4).
+    Schedule {
+        /// The messages.
+        messages: Vec<Arc<Message>>,
+        /// Who waits for the sequence numbers.
+        reply: ReplyTo,
+    },
+    /// Cancel scheduled messages by sequence number.
+    CancelScheduled {
+        /// Their sequence numbers.
+        sequence_numbers: Vec<SequenceNumber>,
+        /// Who waits.
+        reply: ReplyTo,
     },
     /// Manage a subscription's rules.
     Rules {
@@ -113,6 +129,10 @@ struct Topic {
     clock: Clock,
     /// Applies rule actions.
     rewriter: Rewriter,
+    /// Next topic-level sequence number for scheduled messages.
+    next_sequence_number: i64,
+    /// Scheduled messages by (due time, sequence number).
+    scheduled: BTreeMap<(Timestamp, SequenceNumber), Arc<Message>>,
 }
 
 /// Starts a topic's task.
@@ -137,6 +157,8 @@ pub fn spawn(
         auto_delete_on_idle: config.auto_delete_on_idle,
         clock,
         rewriter,
+        next_sequence_number: 1,
+        scheduled: BTreeMap::new(),
     };
     tokio::spawn(topic.run(inbox, on_idle));
     handle
@@ -157,12 +179,26 @@ impl Topic {
         loop {
             let idle = async {
                 match self.auto_delete_on_idle {
-                    Some(after) => tokio::time::sleep_until(last_activity + after).await,
+                    // Pending scheduled messages keep the topic alive (rule IDL-2).
+                    Some(after) if self.scheduled.is_empty() => {
+                        tokio::time::sleep_until(last_activity + after).await
+                    }
+                    _ => std::future::pending().await,
+                }
+            };
+            let due = self.scheduled.keys().next().map(|(at, _)| *at);
+            let activation = async {
+                match due {
+                    Some(at) => tokio::time::sleep_until(self.clock.instant_at(at)).await,
                     None => std::future::pending().await,
                 }
             };
             let command = tokio::select! {
                 command = inbox.recv() => command,
+                () = activation => {
+                    self.activate_due(&sink, &mut replies).await;
+                    continue;
+                }
                 () = idle => {
                     let _ = on_idle.send(self.path.clone());
                     break;
@@ -177,11 +213,53 @@ impl Topic {
                         reply.send(outcome);
                     }
                 }
+                TopicCommand::Schedule { messages, reply } => {
+                    let now = self.clock.now();
+                    let numbers = messages
+                        .into_iter()
+                        .map(|message| {
+                            let sequence_number = SequenceNumber(self.next_sequence_number);
+                            self.next_sequence_number += 1;
+                            let at = message.scheduled_enqueue_time.unwrap_or(now);
+                            self.scheduled.insert((at, sequence_number), message);
+                            sequence_number
+                        })
+                        .collect();
+                    reply.send(Ok(Reply::SequenceNumbers(numbers)));
+                    self.activate_due(&sink, &mut replies).await;
+                }
+                TopicCommand::CancelScheduled {
+                    sequence_numbers,
+                    reply,
+                } => {
+                    self.scheduled
+                        .retain(|(_, number), _| !sequence_numbers.contains(number));
+                    reply.send(Ok(Reply::Done));
+                }
                 TopicCommand::Rules {
                     subscription,
                     operation,
                     reply,
                 } => reply.send(self.manage_rules(&subscription, operation)),
+            }
+        }
+    }
+
+    /// Publishes every scheduled message whose time has come (rule SCH-3): the copies are
+    /// enqueued in the subscriptions as new messages.
+    async fn activate_due(
+        &mut self,
+        sink: &mpsc::UnboundedSender<Notification>,
+        replies: &mut mpsc::UnboundedReceiver<Notification>,
+    ) {
+        let now = self.clock.now();
+        while let Some(entry) = self.scheduled.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            let message = entry.remove();
+            if let Err(error) = self.publish(vec![message], sink, replies).await {
+                tracing::warn!(topic = %self.path, %error, "a scheduled message could not be published");
             }
         }
     }
@@ -267,7 +345,7 @@ impl Topic {
                 .filter(|message| match &message.system.message_id {
                     Some(id) if detector.check(now, id).is_some() => false,
                     Some(id) => {
-                        detector.remember(now, id, super::types::SequenceNumber(0));
+                        detector.remember(now, id, SequenceNumber(0));
                         true
                     }
                     None => true,

@@ -364,6 +364,13 @@ impl Connection {
         let entity = match self.context.registry.lookup(&path) {
             Some(crate::broker::registry::Entity::Queue(handle))
             | Some(crate::broker::registry::Entity::Subscription(handle)) => handle,
+            Some(crate::broker::registry::Entity::Topic(topic))
+                if matches!(plan, Plan::Schedule(_) | Plan::Cancel(_)) =>
+            {
+                return self
+                    .schedule_on_topic(channel, reply_to, correlation, path, topic, plan)
+                    .await;
+            }
             _ => {
                 let failure = Failure::new(
                     errors::NOT_ALLOWED,
@@ -479,6 +486,55 @@ impl Connection {
             }
         };
         if let Err(error) = sent
+            && let Some(Pending::Management(pending)) = self.pending.remove(&request_id)
+        {
+            let response = management::reply_response(&pending, Err(error));
+            return self.send_response(channel, pending.reply_to.as_deref(), Some(&path), response);
+        }
+        Ok(())
+    }
+
+    /// `schedule-message` / `cancel-scheduled-message` on a topic: the topic holds the
+    /// scheduled messages and publishes them when due.
+    async fn schedule_on_topic(
+        &mut self,
+        channel: u16,
+        reply_to: Option<String>,
+        correlation: Option<Bytes>,
+        path: String,
+        topic: crate::broker::topic::TopicHandle,
+        plan: Plan,
+    ) -> Result<(), ConnectionError> {
+        let kind = plan.response_kind();
+        let request_id = self.register(Pending::Management(PendingResponse {
+            channel,
+            reply_to,
+            path: path.clone(),
+            correlation,
+            kind,
+        }));
+        let reply = ReplyTo {
+            sink: self.notifications.clone(),
+            request: request_id,
+        };
+        let command = match plan {
+            Plan::Schedule(messages) => TopicCommand::Schedule {
+                messages: messages
+                    .into_iter()
+                    .map(|mut message| {
+                        message.user_properties = rewrite::decode_user_properties(&message);
+                        Arc::new(message)
+                    })
+                    .collect(),
+                reply,
+            },
+            Plan::Cancel(sequence_numbers) => TopicCommand::CancelScheduled {
+                sequence_numbers,
+                reply,
+            },
+            _ => return Ok(()),
+        };
+        if let Err(error) = topic.send(command).await
             && let Some(Pending::Management(pending)) = self.pending.remove(&request_id)
         {
             let response = management::reply_response(&pending, Err(error));
