@@ -446,6 +446,13 @@ impl Connection {
         if frame.body.is_empty() {
             return Ok(false); // heartbeat
         }
+        if let Some((transfer, payload)) = frame::decode_transfer(&frame.body) {
+            if !self.sessions.contains_key(&frame.channel) {
+                return Ok(false);
+            }
+            self.transfer(frame.channel, transfer, payload).await?;
+            return Ok(false);
+        }
         let (performative, payload) = frame::decode_performative(&frame.body)?;
         tracing::trace!(channel = frame.channel, ?performative, "frame received");
         let channel = frame.channel;
@@ -474,7 +481,17 @@ impl Connection {
             Performative::Attach(attach) => self.attach(channel, attach).await?,
             Performative::Detach(detach) => self.detach(channel, detach).await?,
             Performative::Flow(flow) => self.flow(channel, flow).await?,
-            Performative::Transfer(transfer) => self.transfer(channel, transfer, payload).await?,
+            Performative::Transfer(transfer) => {
+                let transfer = frame::IncomingTransfer {
+                    handle: transfer.handle.0,
+                    delivery_id: transfer.delivery_id,
+                    message_format: transfer.message_format,
+                    settled: transfer.settled,
+                    more: transfer.more,
+                    aborted: transfer.aborted,
+                };
+                self.transfer(channel, transfer, payload).await?
+            }
             Performative::Disposition(disposition) => {
                 self.disposition(channel, disposition).await?
             }

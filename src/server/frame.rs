@@ -183,6 +183,87 @@ pub fn write_heartbeat(output: &mut BytesMut) {
     output.put_slice(&[0, 0, 0, 8, 2, FRAME_TYPE_AMQP, 0, 0]);
 }
 
+/// The fields of an incoming transfer the broker uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IncomingTransfer {
+    /// Link handle.
+    pub handle: u32,
+    /// Delivery id (first frame of a delivery).
+    pub delivery_id: Option<u32>,
+    /// Message format (first frame).
+    pub message_format: Option<u32>,
+    /// Pre-settled by the sender.
+    pub settled: Option<bool>,
+    /// More frames follow.
+    pub more: bool,
+    /// The sender aborted the delivery.
+    pub aborted: bool,
+}
+
+fn read_uint(bytes: &[u8]) -> Option<Option<u32>> {
+    match bytes {
+        [0x40] => Some(None),
+        [0x43] => Some(Some(0)),
+        [0x52, value] => Some(Some(*value as u32)),
+        [0x70, a, b, c, d] => Some(Some(u32::from_be_bytes([*a, *b, *c, *d]))),
+        _ => None,
+    }
+}
+
+fn read_bool(bytes: &[u8]) -> Option<Option<bool>> {
+    match bytes {
+        [0x40] => Some(None),
+        [0x41] | [0x56, 0x01] => Some(Some(true)),
+        [0x42] | [0x56, 0x00] => Some(Some(false)),
+        _ => None,
+    }
+}
+
+/// Decodes a transfer frame body by hand (the hot path): `None` if the body is not a
+/// transfer or uses an encoding this reader does not handle — then the general decoder
+/// runs. Returns the transfer and its payload.
+pub fn decode_transfer(body: &Bytes) -> Option<(IncomingTransfer, Bytes)> {
+    use crate::amqp::codec::{compound_elements, section_code, value_length};
+    if section_code(body, 0)? != 0x14 || body.get(1) != Some(&0x53) {
+        return None;
+    }
+    let elements = compound_elements(body, 3).ok()?;
+    let end = 3 + value_length(body, 3).ok()?;
+    let field = |index: usize| elements.get(index).map(|range| &body[range.clone()]);
+    let handle = read_uint(field(0)?)??;
+    let delivery_id = match field(1) {
+        Some(bytes) => read_uint(bytes)?,
+        None => None,
+    };
+    let message_format = match field(3) {
+        Some(bytes) => read_uint(bytes)?,
+        None => None,
+    };
+    let settled = match field(4) {
+        Some(bytes) => read_bool(bytes)?,
+        None => None,
+    };
+    let more = match field(5) {
+        Some(bytes) => read_bool(bytes)?.unwrap_or(false),
+        None => false,
+    };
+    let aborted = match field(9) {
+        Some(bytes) => read_bool(bytes)?.unwrap_or(false),
+        None => false,
+    };
+    Some((
+        IncomingTransfer {
+            handle,
+            delivery_id,
+            message_format,
+            settled,
+            more,
+            aborted,
+        },
+        body.slice(end..),
+    ))
+}
+
 /// What the first frame of an outgoing delivery carries.
 #[derive(Debug, Clone, Copy)]
 pub struct DeliveryHeader<'a> {
@@ -262,6 +343,35 @@ pub fn write_delivery(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hand_decoded_transfers_match_the_general_decoder() {
+        let tag = [5u8; 16];
+        let header = DeliveryHeader {
+            handle: 300,
+            delivery_id: 70_000,
+            tag: &tag,
+            settled: true,
+        };
+        let mut output = BytesMut::new();
+        write_delivery(&mut output, 2, &header, b"payload bytes", 65_536);
+        let raw = take_frame(&mut output, 65_536)
+            .expect("framing")
+            .expect("a frame");
+        let (fast, fast_payload) = decode_transfer(&raw.body).expect("hand decoder handles it");
+        let (Performative::Transfer(general), general_payload) =
+            decode_performative_strict(&raw.body).expect("decodes")
+        else {
+            panic!("not a transfer")
+        };
+        assert_eq!(fast.handle, general.handle.0);
+        assert_eq!(fast.delivery_id, general.delivery_id);
+        assert_eq!(fast.message_format, general.message_format);
+        assert_eq!(fast.settled, general.settled);
+        assert_eq!(fast.more, general.more);
+        assert_eq!(fast_payload, general_payload);
+        assert_eq!(&fast_payload[..], b"payload bytes");
+    }
 
     #[test]
     fn large_deliveries_are_split_into_frames_that_decode() {

@@ -6,7 +6,7 @@
 use bytes::{Bytes, BytesMut};
 use fe2o3_amqp_types::definitions::{Handle, Role};
 use fe2o3_amqp_types::messaging::{Accepted, DeliveryState, Modified, Rejected, Released};
-use fe2o3_amqp_types::performatives::{Disposition, Performative, Transfer};
+use fe2o3_amqp_types::performatives::{Disposition, Performative};
 use fe2o3_amqp_types::primitives::Value;
 use std::sync::Arc;
 
@@ -114,11 +114,11 @@ impl Connection {
     pub(super) async fn transfer(
         &mut self,
         channel: u16,
-        transfer: Transfer,
+        transfer: frame::IncomingTransfer,
         payload: Bytes,
     ) -> Result<(), ConnectionError> {
         self.count_incoming_transfer(channel)?;
-        let handle = transfer.handle.0;
+        let handle = transfer.handle;
         let session = self.session(channel)?;
         let Some(link) = session.links.get_mut(&handle) else {
             return Err(unattached_handle(handle));
