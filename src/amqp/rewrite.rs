@@ -78,22 +78,6 @@ fn set_system(properties: &mut Properties, property: SystemProperty, value: Opti
     }
 }
 
-fn write_value(writer: &mut Writer<'_>, value: &PropertyValue) {
-    match value {
-        PropertyValue::Null => writer.null(),
-        PropertyValue::Bool(flag) => writer.boolean(*flag),
-        PropertyValue::Long(number) => writer.long(*number),
-        PropertyValue::Double(number) => {
-            writer.raw(&[0x82]);
-            writer.raw(&number.to_be_bytes());
-        }
-        PropertyValue::String(text) => writer.string(text),
-        PropertyValue::Timestamp(millis) => writer.timestamp(*millis),
-        PropertyValue::Uuid(bytes) => writer.uuid(bytes),
-        PropertyValue::Binary(bytes) => writer.binary(bytes),
-    }
-}
-
 /// The copy of `message` that a rule action produces.
 pub fn apply_rule_action(
     message: &Message,
@@ -155,7 +139,7 @@ pub fn apply_rule_action(
     let mut map = writer.start_map();
     for (name, value) in &user {
         writer.string(name);
-        write_value(&mut writer, value);
+        super::message::write_property_value(&mut writer, value);
         map.count += 2;
     }
     writer.finish_compound(map);

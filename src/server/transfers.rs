@@ -283,6 +283,35 @@ impl Connection {
         Ok(())
     }
 
+    /// Parses a `$cbs` / `$management` request and settles its delivery: `accepted`, or
+    /// `rejected` with a decode error (then `None`: there is nothing to answer).
+    fn accept_request(
+        &mut self,
+        channel: u16,
+        delivery_id: u32,
+        settled: bool,
+        payload: &Bytes,
+    ) -> Result<Option<request::Request>, ConnectionError> {
+        let state = match request::parse(payload) {
+            Ok(request) => {
+                if !settled {
+                    self.write(
+                        channel,
+                        disposition(
+                            Role::Receiver,
+                            delivery_id,
+                            DeliveryState::Accepted(Accepted {}),
+                        ),
+                    )?;
+                }
+                return Ok(Some(request));
+            }
+            Err(error) => rejected(&Failure::new(errors::DECODE_ERROR, error.to_string(), 400)),
+        };
+        self.write(channel, disposition(Role::Receiver, delivery_id, state))?;
+        Ok(None)
+    }
+
     fn cbs_request(
         &mut self,
         channel: u16,
@@ -290,26 +319,9 @@ impl Connection {
         settled: bool,
         payload: &Bytes,
     ) -> Result<(), ConnectionError> {
-        let request = match request::parse(payload) {
-            Ok(request) => request,
-            Err(error) => {
-                let failure = Failure::new(errors::DECODE_ERROR, error.to_string(), 400);
-                return self.write(
-                    channel,
-                    disposition(Role::Receiver, delivery_id, rejected(&failure)),
-                );
-            }
+        let Some(request) = self.accept_request(channel, delivery_id, settled, payload)? else {
+            return Ok(());
         };
-        if !settled {
-            self.write(
-                channel,
-                disposition(
-                    Role::Receiver,
-                    delivery_id,
-                    DeliveryState::Accepted(Accepted {}),
-                ),
-            )?;
-        }
         let now = self.context.clock.now().0 / 1000;
         let outcome = cbs::handle(&request, &self.context.settings.keys, now);
         if let Some(grant) = outcome.grant {
@@ -327,26 +339,9 @@ impl Connection {
         path: String,
         sub_queue: SubQueue,
     ) -> Result<(), ConnectionError> {
-        let request = match request::parse(payload) {
-            Ok(request) => request,
-            Err(error) => {
-                let failure = Failure::new(errors::DECODE_ERROR, error.to_string(), 400);
-                return self.write(
-                    channel,
-                    disposition(Role::Receiver, delivery_id, rejected(&failure)),
-                );
-            }
+        let Some(request) = self.accept_request(channel, delivery_id, settled, payload)? else {
+            return Ok(());
         };
-        if !settled {
-            self.write(
-                channel,
-                disposition(
-                    Role::Receiver,
-                    delivery_id,
-                    DeliveryState::Accepted(Accepted {}),
-                ),
-            )?;
-        }
         let reply_to = request.reply_to.clone();
         let correlation = request.message_id.clone();
         let plan = match management::plan(&request) {
