@@ -100,3 +100,27 @@ fn without_a_config_file_the_built_in_default_is_served() {
         "{line}"
     );
 }
+
+#[test]
+fn sigterm_stops_the_broker_cleanly() {
+    let dir = scratch_dir("sigterm");
+    let mut child = Command::new(BINARY)
+        .args(["--listen", "127.0.0.1:0"])
+        .current_dir(&dir)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starts");
+    let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
+    let mut line = String::new();
+    stderr.read_line(&mut line).expect("a start-up line");
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+    let exit = child.wait().expect("exits");
+    assert_eq!(exit.code(), Some(0), "a clean stop exits 0");
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).expect("stderr");
+    assert!(rest.contains("shutting down"), "{rest}");
+}
