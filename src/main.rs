@@ -16,26 +16,33 @@ fn load_config(cli: &Cli) -> Result<(Config, String), String> {
     }
 }
 
-async fn wait_for_signal() {
-    let interrupt = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
+/// Installs the SIGINT/SIGTERM handlers now (before the start-up line is logged, so a
+/// signal sent right after it stops the broker cleanly) and returns a future that
+/// completes on the first signal.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    let terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).ok();
+    async move {
         let terminate = async {
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(mut signal) => {
+            match terminate {
+                Some(mut signal) => {
                     signal.recv().await;
                 }
-                Err(_) => std::future::pending::<()>().await,
+                None => std::future::pending::<()>().await,
+            }
+        };
+        let interrupt = async {
+            match interrupt {
+                Some(mut signal) => {
+                    signal.recv().await;
+                }
+                None => std::future::pending::<()>().await,
             }
         };
         tokio::select! {
-            _ = interrupt => {}
             () = terminate => {}
+            () = interrupt => {}
         }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = interrupt.await;
     }
 }
 
@@ -96,6 +103,7 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
+        let signal = shutdown_signal();
         let address = listener
             .local_addr()
             .map(|address| address.to_string())
@@ -111,7 +119,7 @@ fn main() -> ExitCode {
                 tracing::error!("{error}");
             }
         });
-        wait_for_signal().await;
+        signal.await;
         tracing::info!("shutting down");
         let _ = stop.send(true);
         let _ = tokio::time::timeout(std::time::Duration::from_secs(2), server).await;
