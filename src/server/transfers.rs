@@ -18,7 +18,7 @@ use crate::amqp::errors::{self, Failure};
 use crate::amqp::management::{self, PendingResponse, Plan};
 use crate::amqp::message::{self, DeliveryView};
 use crate::amqp::{cbs, ids, request, rewrite};
-use crate::broker::entity::{Command, Delivery, Reply, ReplyTo};
+use crate::broker::entity::{Command, Delivery, Reply, ReplyTo, RequestId};
 use crate::broker::topic::TopicCommand;
 use crate::broker::types::{EntityError, LockToken, ReceiverId, Settlement, SubQueue};
 
@@ -342,19 +342,22 @@ impl Connection {
         let Some(request) = self.accept_request(channel, delivery_id, settled, payload)? else {
             return Ok(());
         };
-        let reply_to = request.reply_to.clone();
-        let correlation = request.message_id.clone();
-        let plan = match management::plan(&request) {
+        let plan = management::plan(&request);
+        let pending = PendingResponse {
+            channel,
+            reply_to: request.reply_to,
+            path: path.clone(),
+            correlation: request.message_id,
+            kind: plan
+                .as_ref()
+                .map_or(management::ResponseKind::Empty, Plan::response_kind),
+        };
+        let plan = match plan {
             Ok(plan) => plan,
-            Err(failure) => {
-                let response = management::failure_response(correlation.as_ref(), &failure);
-                return self.send_response(channel, reply_to.as_deref(), Some(&path), response);
-            }
+            Err(failure) => return self.respond_failure(&pending, &failure),
         };
         if let Plan::Rules(operation) = plan {
-            return self
-                .manage_rules(channel, reply_to, correlation, path, operation)
-                .await;
+            return self.manage_rules(pending, operation).await;
         }
         let entity = match self.context.registry.lookup(&path) {
             Some(crate::broker::registry::Entity::Queue(handle))
@@ -362,9 +365,7 @@ impl Connection {
             Some(crate::broker::registry::Entity::Topic(topic))
                 if matches!(plan, Plan::Schedule(_) | Plan::Cancel(_)) =>
             {
-                return self
-                    .schedule_on_topic(channel, reply_to, correlation, path, topic, plan)
-                    .await;
+                return self.schedule_on_topic(pending, topic, plan).await;
             }
             _ => {
                 let failure = Failure::new(
@@ -374,22 +375,11 @@ impl Connection {
                     ),
                     400,
                 );
-                let response = management::failure_response(correlation.as_ref(), &failure);
-                return self.send_response(channel, reply_to.as_deref(), Some(&path), response);
+                return self.respond_failure(&pending, &failure);
             }
         };
-        let kind = plan.response_kind();
-        let request_id = self.register(Pending::Management(PendingResponse {
-            channel,
-            reply_to,
-            path: path.clone(),
-            correlation,
-            kind,
-        }));
-        let reply = ReplyTo {
-            sink: self.notifications.clone(),
-            request: request_id,
-        };
+        let reply = self.await_management(pending);
+        let request = reply.request;
         let sent = match plan {
             Plan::RenewLocks(tokens) => entity.send(Command::RenewLocks { tokens, reply }).await,
             Plan::Peek {
@@ -480,11 +470,51 @@ impl Connection {
                 outcome
             }
         };
+        self.management_sent(request, sent)
+    }
+
+    /// Answers a management request with a failure at once.
+    fn respond_failure(
+        &mut self,
+        pending: &PendingResponse,
+        failure: &Failure,
+    ) -> Result<(), ConnectionError> {
+        let response = management::failure_response(pending.correlation.as_ref(), failure);
+        self.send_response(
+            pending.channel,
+            pending.reply_to.as_deref(),
+            Some(&pending.path),
+            response,
+        )
+    }
+
+    /// Registers a management request as waiting for its entity; returns where the
+    /// entity's reply goes.
+    fn await_management(&mut self, pending: PendingResponse) -> ReplyTo {
+        let request = self.register(Pending::Management(pending));
+        ReplyTo {
+            sink: self.notifications.clone(),
+            request,
+        }
+    }
+
+    /// After handing a management request to an entity: if it could not be delivered
+    /// (the entity is gone), answer the waiting request with that error.
+    fn management_sent(
+        &mut self,
+        request: RequestId,
+        sent: Result<(), EntityError>,
+    ) -> Result<(), ConnectionError> {
         if let Err(error) = sent
-            && let Some(Pending::Management(pending)) = self.pending.remove(&request_id)
+            && let Some(Pending::Management(pending)) = self.pending.remove(&request)
         {
             let response = management::reply_response(&pending, Err(error));
-            return self.send_response(channel, pending.reply_to.as_deref(), Some(&path), response);
+            return self.send_response(
+                pending.channel,
+                pending.reply_to.as_deref(),
+                Some(&pending.path),
+                response,
+            );
         }
         Ok(())
     }
@@ -493,25 +523,12 @@ impl Connection {
     /// scheduled messages and publishes them when due.
     async fn schedule_on_topic(
         &mut self,
-        channel: u16,
-        reply_to: Option<String>,
-        correlation: Option<Bytes>,
-        path: String,
+        pending: PendingResponse,
         topic: crate::broker::topic::TopicHandle,
         plan: Plan,
     ) -> Result<(), ConnectionError> {
-        let kind = plan.response_kind();
-        let request_id = self.register(Pending::Management(PendingResponse {
-            channel,
-            reply_to,
-            path: path.clone(),
-            correlation,
-            kind,
-        }));
-        let reply = ReplyTo {
-            sink: self.notifications.clone(),
-            request: request_id,
-        };
+        let reply = self.await_management(pending);
+        let request = reply.request;
         let command = match plan {
             Plan::Schedule(messages) => TopicCommand::Schedule {
                 messages: messages
@@ -529,49 +546,29 @@ impl Connection {
             },
             _ => return Ok(()),
         };
-        if let Err(error) = topic.send(command).await
-            && let Some(Pending::Management(pending)) = self.pending.remove(&request_id)
-        {
-            let response = management::reply_response(&pending, Err(error));
-            return self.send_response(channel, pending.reply_to.as_deref(), Some(&path), response);
-        }
-        Ok(())
+        let sent = topic.send(command).await;
+        self.management_sent(request, sent)
     }
 
     async fn manage_rules(
         &mut self,
-        channel: u16,
-        reply_to: Option<String>,
-        correlation: Option<Bytes>,
-        path: String,
+        pending: PendingResponse,
         operation: crate::broker::topic::RuleOperation,
     ) -> Result<(), ConnectionError> {
-        let Some((topic, subscription)) = self.context.registry.subscription_topic(&path) else {
+        let Some((topic, subscription)) = self.context.registry.subscription_topic(&pending.path)
+        else {
             let failure = Failure::new(
                 errors::NOT_ALLOWED,
-                format!("Rules belong to subscriptions; '{path}' is not a subscription."),
+                format!(
+                    "Rules belong to subscriptions; '{}' is not a subscription.",
+                    pending.path
+                ),
                 400,
             );
-            let response = management::failure_response(correlation.as_ref(), &failure);
-            return self.send_response(channel, reply_to.as_deref(), Some(&path), response);
+            return self.respond_failure(&pending, &failure);
         };
-        let kind = match operation {
-            crate::broker::topic::RuleOperation::Enumerate { .. } => {
-                management::ResponseKind::Rules
-            }
-            _ => management::ResponseKind::Empty,
-        };
-        let request_id = self.register(Pending::Management(PendingResponse {
-            channel,
-            reply_to,
-            path: path.clone(),
-            correlation,
-            kind,
-        }));
-        let reply = ReplyTo {
-            sink: self.notifications.clone(),
-            request: request_id,
-        };
+        let reply = self.await_management(pending);
+        let request = reply.request;
         let sent = topic
             .send(TopicCommand::Rules {
                 subscription,
@@ -579,13 +576,7 @@ impl Connection {
                 reply,
             })
             .await;
-        if let Err(error) = sent
-            && let Some(Pending::Management(pending)) = self.pending.remove(&request_id)
-        {
-            let response = management::reply_response(&pending, Err(error));
-            return self.send_response(channel, pending.reply_to.as_deref(), Some(&path), response);
-        }
-        Ok(())
+        self.management_sent(request, sent)
     }
 
     /// Sends a response message on the response link that matches `reply_to`: a link of
