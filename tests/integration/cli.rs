@@ -12,6 +12,27 @@ fn scratch_dir(name: &str) -> std::path::PathBuf {
     dir
 }
 
+/// Starts the binary on an ephemeral port in `dir` (no `--config`) and returns it with its
+/// stderr and the start-up line it logged.
+fn start_in(
+    dir: &std::path::Path,
+) -> (
+    std::process::Child,
+    BufReader<std::process::ChildStderr>,
+    String,
+) {
+    let mut child = Command::new(BINARY)
+        .args(["--listen", "127.0.0.1:0"])
+        .current_dir(dir)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starts");
+    let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
+    let mut line = String::new();
+    stderr.read_line(&mut line).expect("a start-up line");
+    (child, stderr, line)
+}
+
 #[test]
 fn check_config_lists_the_entities_and_exits_zero() {
     let output = Command::new(BINARY)
@@ -80,18 +101,7 @@ fn invalid_rule_sql_stops_the_broker_with_the_position() {
 #[test]
 fn without_a_config_file_the_built_in_default_is_served() {
     // No --config and no config/ferrobus.toml in the working directory.
-    let dir = scratch_dir("default");
-    let mut child = Command::new(BINARY)
-        .args(["--listen", "127.0.0.1:0"])
-        .current_dir(&dir)
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starts");
-    let stderr = child.stderr.take().expect("stderr");
-    let mut line = String::new();
-    BufReader::new(stderr)
-        .read_line(&mut line)
-        .expect("a start-up line");
+    let (mut child, _, line) = start_in(&scratch_dir("default"));
     let _ = child.kill();
     let _ = child.wait();
     assert!(line.contains("listening on 127.0.0.1:"), "{line}");
@@ -103,16 +113,7 @@ fn without_a_config_file_the_built_in_default_is_served() {
 
 #[test]
 fn sigterm_stops_the_broker_cleanly() {
-    let dir = scratch_dir("sigterm");
-    let mut child = Command::new(BINARY)
-        .args(["--listen", "127.0.0.1:0"])
-        .current_dir(&dir)
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starts");
-    let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
-    let mut line = String::new();
-    stderr.read_line(&mut line).expect("a start-up line");
+    let (mut child, mut stderr, _) = start_in(&scratch_dir("sigterm"));
     let status = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
