@@ -4,10 +4,10 @@ use std::time::Duration;
 
 use fe2o3_amqp::types::messaging::Body;
 use fe2o3_amqp::types::primitives::{SimpleValue, Value};
-use fe2o3_amqp::{Delivery, Receiver, Sender};
+use fe2o3_amqp::{Receiver, Sender};
 use fe2o3_amqp_types::definitions;
 
-use crate::harness::Broker;
+use crate::harness::{Broker, annotation, property, receive};
 
 const CONFIG: &str = r#"
 [[queues]]
@@ -63,32 +63,6 @@ forward_to = "sink-from-topic"
 [[queues]]
 name = "sink-from-topic"
 "#;
-
-async fn receive(receiver: &mut Receiver) -> Delivery<Body<Value>> {
-    tokio::time::timeout(Duration::from_secs(5), receiver.recv::<Body<Value>>())
-        .await
-        .expect("a message arrives within 5 s")
-        .expect("receive succeeds")
-}
-
-fn annotation(delivery: &Delivery<Body<Value>>, key: &str) -> Option<Value> {
-    let annotations = delivery.message().message_annotations.as_ref()?;
-    annotations.0.iter().find_map(|(name, value)| {
-        format!("{name:?}")
-            .contains(&format!("\"{key}\""))
-            .then(|| value.clone())
-    })
-}
-
-fn property(delivery: &Delivery<Body<Value>>, key: &str) -> Option<SimpleValue> {
-    delivery
-        .message()
-        .application_properties
-        .as_ref()?
-        .0
-        .get(key)
-        .cloned()
-}
 
 #[tokio::test]
 async fn forwarded_messages_arrive_at_the_target_with_their_original_sequence_number() {

@@ -2,9 +2,14 @@
 
 use std::net::SocketAddr;
 
+use std::time::Duration;
+
 use fe2o3_amqp::connection::ConnectionHandle;
 use fe2o3_amqp::session::SessionHandle;
+use fe2o3_amqp::types::messaging::Body;
+use fe2o3_amqp::types::primitives::{SimpleValue, Value};
 use fe2o3_amqp::{Connection, Session};
+use fe2o3_amqp::{Delivery, Receiver};
 use tokio::sync::watch;
 
 /// A running broker; stopped on drop.
@@ -57,4 +62,33 @@ impl Broker {
             .expect("session begins");
         (connection, session)
     }
+}
+
+/// The next delivery on `receiver`, failing the test after 5 s.
+pub async fn receive(receiver: &mut Receiver) -> Delivery<Body<Value>> {
+    tokio::time::timeout(Duration::from_secs(5), receiver.recv::<Body<Value>>())
+        .await
+        .expect("a message arrives within 5 s")
+        .expect("receive succeeds")
+}
+
+/// A message annotation of a delivery, by symbol name.
+pub fn annotation(delivery: &Delivery<Body<Value>>, key: &str) -> Option<Value> {
+    let annotations = delivery.message().message_annotations.as_ref()?;
+    annotations.0.iter().find_map(|(name, value)| {
+        format!("{name:?}")
+            .contains(&format!("\"{key}\""))
+            .then(|| value.clone())
+    })
+}
+
+/// An application property of a delivery.
+pub fn property(delivery: &Delivery<Body<Value>>, key: &str) -> Option<SimpleValue> {
+    delivery
+        .message()
+        .application_properties
+        .as_ref()?
+        .0
+        .get(key)
+        .cloned()
 }

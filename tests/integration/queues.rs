@@ -8,7 +8,7 @@ use fe2o3_amqp::types::primitives::Value;
 use fe2o3_amqp::{Delivery, Receiver, Sender};
 use fe2o3_amqp_types::definitions::{self, SenderSettleMode};
 
-use crate::harness::Broker;
+use crate::harness::{Broker, annotation, receive};
 
 const CONFIG: &str = r#"
 [[queues]]
@@ -16,14 +16,6 @@ name = "orders"
 lock_duration = "5s"
 max_delivery_count = 2
 "#;
-
-fn annotation(delivery: &Delivery<Body<Value>>, key: &str) -> Option<Value> {
-    let annotations = delivery.message().message_annotations.as_ref()?;
-    annotations.0.iter().find_map(|(name, value)| {
-        let name = format!("{name:?}");
-        name.contains(&format!("\"{key}\"")).then(|| value.clone())
-    })
-}
 
 fn sequence_number(delivery: &Delivery<Body<Value>>) -> i64 {
     match annotation(delivery, "x-opt-sequence-number") {
@@ -39,13 +31,6 @@ fn delivery_count(delivery: &Delivery<Body<Value>>) -> u32 {
         .as_ref()
         .map(|header| header.delivery_count)
         .unwrap_or(0)
-}
-
-async fn receive(receiver: &mut Receiver) -> Delivery<Body<Value>> {
-    tokio::time::timeout(Duration::from_secs(5), receiver.recv::<Body<Value>>())
-        .await
-        .expect("a message arrives within 5 s")
-        .expect("receive succeeds")
 }
 
 #[tokio::test]
