@@ -7,13 +7,27 @@ use std::collections::HashMap;
 use tokio::sync::mpsc;
 
 use super::settings::EntitySettings;
-use super::state::{Effect, EntityState};
+use super::state::{Effect, EntityState, Record};
 use super::{
     Command, Delivery, EntityHandle, Notification, NotificationSender, Reply, SessionOperation,
 };
 use crate::broker::forwarder::{Forward, ForwardSender};
-use crate::broker::types::{EntityError, ReceiverId};
+use crate::broker::types::{EntityError, ReceiverId, SubQueue};
 use crate::clock::Clock;
+
+/// A management reply carrying records of `sub_queue` (peek, deferred receive).
+fn messages(sub_queue: SubQueue, records: Vec<Record>) -> Reply {
+    Reply::Messages(
+        records
+            .into_iter()
+            .map(|record| Delivery {
+                sub_queue,
+                receiver: None,
+                record,
+            })
+            .collect(),
+    )
+}
 
 /// Commands an entity may have queued before senders wait.
 const COMMAND_CAPACITY: usize = 1024;
@@ -200,16 +214,7 @@ impl Actor {
                 let records = self
                     .state
                     .peek(now, sub_queue, from, count, session_id.as_deref());
-                reply.send(Ok(Reply::Messages(
-                    records
-                        .into_iter()
-                        .map(|record| Delivery {
-                            sub_queue,
-                            receiver: None,
-                            record,
-                        })
-                        .collect(),
-                )));
+                reply.send(Ok(messages(sub_queue, records)));
             }
             Command::ReceiveDeferred {
                 sub_queue,
@@ -220,18 +225,7 @@ impl Actor {
                 let result = self
                     .state
                     .receive_deferred(now, sub_queue, &sequence_numbers, mode)
-                    .map(|records| {
-                        Reply::Messages(
-                            records
-                                .into_iter()
-                                .map(|record| Delivery {
-                                    sub_queue,
-                                    receiver: None,
-                                    record,
-                                })
-                                .collect(),
-                        )
-                    });
+                    .map(|records| messages(sub_queue, records));
                 reply.send(result);
             }
             Command::CancelScheduled {

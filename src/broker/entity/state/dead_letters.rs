@@ -42,27 +42,6 @@ impl EntityState {
         });
     }
 
-    pub(super) fn arrival_record(
-        &self,
-        message: Arc<Message>,
-        sequence_number: SequenceNumber,
-        now: Timestamp,
-        property_changes: PropertyChanges,
-    ) -> Record {
-        let time_to_live = self.effective_time_to_live(&message);
-        Record {
-            message,
-            sequence_number,
-            enqueued_time: now,
-            time_to_live,
-            expires_at: None,
-            delivery_count: 0,
-            state: MessageState::Active,
-            lock: None,
-            property_changes,
-        }
-    }
-
     /// Stores a message that could not be forwarded in the transfer dead-letter queue
     /// (rule FWD-3).
     pub fn enqueue_transfer_dead_lettered(

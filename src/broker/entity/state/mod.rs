@@ -454,32 +454,43 @@ impl EntityState {
             self.forward(now, message, sequence_number, property_changes);
             return sequence_number;
         }
-        let time_to_live = self.effective_time_to_live(&message);
-        let expires_at = time_to_live.map(|ttl| now.plus(ttl));
-        if let Some(at) = expires_at {
+        let mut record = self.arrival_record(message, sequence_number, now, property_changes);
+        record.delivery_count = delivery_count;
+        record.expires_at = record.time_to_live.map(|ttl| now.plus(ttl));
+        if let Some(at) = record.expires_at {
             self.deadlines
                 .insert((at, Deadline::Expiry(sequence_number)));
         }
-        self.main.records.insert(
-            sequence_number,
-            Record {
-                message,
-                sequence_number,
-                enqueued_time: now,
-                time_to_live,
-                expires_at,
-                delivery_count,
-                state: MessageState::Active,
-                lock: None,
-                property_changes,
-            },
-        );
+        self.main.records.insert(sequence_number, record);
         if self.settings.requires_session {
             self.session_make_available(sequence_number);
         } else {
             self.main.available.insert(sequence_number);
         }
         sequence_number
+    }
+
+    /// A fresh active record for an arriving message: its effective TTL (rule TTL-2), no
+    /// expiry yet, no deliveries.
+    pub(super) fn arrival_record(
+        &self,
+        message: Arc<Message>,
+        sequence_number: SequenceNumber,
+        now: Timestamp,
+        property_changes: PropertyChanges,
+    ) -> Record {
+        let time_to_live = self.effective_time_to_live(&message);
+        Record {
+            message,
+            sequence_number,
+            enqueued_time: now,
+            time_to_live,
+            expires_at: None,
+            delivery_count: 0,
+            state: MessageState::Active,
+            lock: None,
+            property_changes,
+        }
     }
 
     fn insert_scheduled(
@@ -489,24 +500,12 @@ impl EntityState {
         at: Timestamp,
     ) -> SequenceNumber {
         let sequence_number = self.allocate_sequence_number();
-        let time_to_live = self.effective_time_to_live(&message);
         self.scheduled_count += 1;
         self.deadlines
             .insert((at, Deadline::Activation(sequence_number)));
-        self.main.records.insert(
-            sequence_number,
-            Record {
-                message,
-                sequence_number,
-                enqueued_time: now,
-                time_to_live,
-                expires_at: None,
-                delivery_count: 0,
-                state: MessageState::Scheduled,
-                lock: None,
-                property_changes: Vec::new(),
-            },
-        );
+        let mut record = self.arrival_record(message, sequence_number, now, Vec::new());
+        record.state = MessageState::Scheduled;
+        self.main.records.insert(sequence_number, record);
         sequence_number
     }
 
