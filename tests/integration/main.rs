@@ -6,4 +6,5 @@ mod forwarding;
 mod harness;
 mod queues;
 mod raw;
+mod topics;
 mod wire;

@@ -1,0 +1,104 @@
+//! Topic behaviour that the SDK suites do not reach: duplicate detection before fan-out and
+//! a topic deleting itself when idle.
+
+use std::time::Duration;
+
+use fe2o3_amqp::link::SenderAttachError;
+use fe2o3_amqp::types::messaging::{AmqpValue, Body, Message, Properties};
+use fe2o3_amqp::types::primitives::Value;
+use fe2o3_amqp::{Receiver, Sender};
+
+use crate::harness::{Broker, receive};
+
+const CONFIG: &str = r#"
+[[topics]]
+name = "deduplicated"
+requires_duplicate_detection = true
+duplicate_detection_history_time_window = "10s"
+[[topics.subscriptions]]
+name = "a"
+[[topics.subscriptions]]
+name = "b"
+
+[[topics]]
+name = "ephemeral"
+auto_delete_on_idle = "300ms"
+[[topics.subscriptions]]
+name = "s"
+"#;
+
+fn with_id(id: &str, body: &str) -> Message<AmqpValue<String>> {
+    Message::builder()
+        .properties(Properties::builder().message_id(id.to_string()).build())
+        .value(body.to_string())
+        .build()
+}
+
+#[tokio::test]
+async fn a_topic_drops_a_duplicate_message_id_before_fan_out() {
+    // duplicate detection on a topic: accepted, not copied again to any subscription
+    let broker = Broker::start(CONFIG).await;
+    let (mut connection, mut session) = broker.connect().await;
+    let mut sender = Sender::attach(&mut session, "sender", "deduplicated")
+        .await
+        .expect("attach");
+    sender
+        .send(with_id("order-1", "first"))
+        .await
+        .expect("accepted");
+    sender
+        .send(with_id("order-1", "again"))
+        .await
+        .expect("a duplicate is accepted too");
+    sender
+        .send(with_id("order-2", "second"))
+        .await
+        .expect("accepted");
+    for subscription in ["a", "b"] {
+        // A session per subscription: the client cannot reuse one after a cancelled receive.
+        let mut session = fe2o3_amqp::Session::begin(&mut connection)
+            .await
+            .expect("session");
+        let address = format!("deduplicated/Subscriptions/{subscription}");
+        let mut receiver = Receiver::attach(&mut session, subscription, address.as_str())
+            .await
+            .expect("attach");
+        for expected in ["first", "second"] {
+            let delivery = receive(&mut receiver).await;
+            assert!(
+                matches!(delivery.body(), Body::Value(value) if value.0 == Value::String(expected.into())),
+                "{subscription}: expected {expected}, got {:?}",
+                delivery.body()
+            );
+            receiver.accept(&delivery).await.expect("complete");
+        }
+        let nothing =
+            tokio::time::timeout(Duration::from_millis(300), receiver.recv::<Body<Value>>()).await;
+        assert!(
+            nothing.is_err(),
+            "{subscription}: the duplicate was not delivered"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_idle_topic_and_its_subscriptions_are_deleted() {
+    // rule IDL-1 for a topic
+    let broker = Broker::start(CONFIG).await;
+    let (_connection, mut session) = broker.connect().await;
+    let mut sender = Sender::attach(&mut session, "early", "ephemeral")
+        .await
+        .expect("attach");
+    sender.send("while alive").await.expect("accepted");
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    let late = Sender::attach(&mut session, "late", "ephemeral").await;
+    let Err(error) = late else {
+        panic!("the idle topic should be gone")
+    };
+    assert!(
+        matches!(&error, SenderAttachError::RemoteClosedWithError(e) if e.description.as_deref().unwrap_or("").contains("could not be found")),
+        "unexpected error {error:?}"
+    );
+    let receiver = Receiver::attach(&mut session, "sub", "ephemeral/Subscriptions/s").await;
+    assert!(receiver.is_err(), "its subscriptions are gone with it");
+}
