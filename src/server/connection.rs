@@ -85,32 +85,32 @@ pub enum Pending {
 /// Per-connection state.
 pub struct Connection {
     /// Shared broker context.
-    pub context: Arc<Context>,
+    pub(super) context: Arc<Context>,
     /// Frames waiting to be flushed.
-    pub output: BytesMut,
+    pub(super) output: BytesMut,
     /// The peer's max-frame-size.
-    pub peer_max_frame_size: u32,
+    pub(super) peer_max_frame_size: u32,
     /// Sessions by the peer's channel (our channel is the same number).
-    pub sessions: HashMap<u16, Session>,
+    pub(super) sessions: HashMap<u16, Session>,
     /// Where entities send this connection's notifications.
-    pub notifications: NotificationSender,
+    pub(super) notifications: NotificationSender,
     /// Receiver id → (channel, handle) of the link it belongs to.
-    pub receivers: HashMap<ReceiverId, (u16, u32)>,
+    pub(super) receivers: HashMap<ReceiverId, (u16, u32)>,
     /// Requests waiting for entity replies.
-    pub pending: HashMap<RequestId, Pending>,
+    pub(super) pending: HashMap<RequestId, Pending>,
     /// Next request id.
-    pub next_request_id: u64,
+    pub(super) next_request_id: u64,
     /// Rights from SASL PLAIN, covering every entity.
-    pub sasl_rights: Option<Rights>,
+    pub(super) sasl_rights: Option<Rights>,
     /// Rights from CBS tokens.
-    pub grants: Vec<Grant>,
+    pub(super) grants: Vec<Grant>,
     /// The peer's container id, for logs.
-    pub container_id: String,
+    pub(super) container_id: String,
     /// Entities of receivers detached by this connection: deliveries still in flight to
     /// them are returned to the entity.
-    pub detached_receivers: HashMap<ReceiverId, crate::broker::entity::EntityHandle>,
+    pub(super) detached_receivers: HashMap<ReceiverId, crate::broker::entity::EntityHandle>,
     /// Attach replies of session receivers waiting for the entity to lock a session.
-    pub deferred_attaches: HashMap<ReceiverId, fe2o3_amqp_types::performatives::Attach>,
+    pub(super) deferred_attaches: HashMap<ReceiverId, fe2o3_amqp_types::performatives::Attach>,
 }
 
 impl Connection {

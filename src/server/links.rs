@@ -13,6 +13,7 @@ use super::connection::{Connection, ConnectionError};
 use super::session::unattached_handle;
 use crate::amqp::address::{self, Node};
 use crate::amqp::errors::{self, Failure};
+use crate::amqp::link_properties;
 use crate::amqp::sas::Right;
 use crate::broker::entity::{Command, EntityHandle};
 use crate::broker::registry::Entity;
@@ -23,30 +24,6 @@ use crate::broker::types::{ReceiveMode, ReceiverId, SubQueue};
 pub const SENDER_CREDIT: u32 = 1000;
 /// How long a next-available session receiver waits when the client gives no timeout.
 const DEFAULT_SESSION_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// The `com.microsoft:session-filter` of an attach: `None` without one, `Some(None)` for
-/// next available (null), `Some(Some(id))` for a named session (plain or described string).
-fn session_filter(attach: &Attach) -> Option<Option<String>> {
-    use fe2o3_amqp_types::primitives::Value;
-    let filter = attach.source.as_ref()?.filter.as_ref()?;
-    let (_, value) = filter
-        .iter()
-        .find(|(key, _)| key.0 == "com.microsoft:session-filter")?;
-    let value = match value {
-        Value::Described(described) => &described.value,
-        other => other,
-    };
-    Some(match value {
-        Value::String(text) => Some(text.clone()),
-        Value::Symbol(symbol) => Some(symbol.0.clone()),
-        _ => None,
-    })
-}
-
-/// .NET ticks (100 ns since 0001-01-01) for a Unix-millisecond time.
-pub fn dotnet_ticks(unix_milliseconds: i64) -> i64 {
-    unix_milliseconds * 10_000 + 621_355_968_000_000_000
-}
 
 /// Largest message accepted when an entity sets no limit.
 const DEFAULT_MAX_MESSAGE_SIZE: u64 = 1024 * 1024;
@@ -206,7 +183,9 @@ impl Connection {
             reply.target = Some(Box::new(TargetArchetype::Target(Default::default())));
         }
         let deferred = match &kind {
-            LinkKind::EntityReceiver { receiver, .. } if session_filter(&attach).is_some() => {
+            LinkKind::EntityReceiver { receiver, .. }
+                if link_properties::session_filter(&attach).is_some() =>
+            {
                 Some(*receiver)
             }
             _ => None,
@@ -347,7 +326,7 @@ impl Connection {
                 ));
             }
         };
-        let session_filter = session_filter(attach);
+        let session_filter = link_properties::session_filter(attach);
         let session_entity = sub_queue == SubQueue::Main && self.context.requires_session(&path);
         match (&session_filter, session_entity) {
             (Some(_), false) => {
@@ -382,28 +361,7 @@ impl Connection {
         );
         let command = match session_filter {
             Some(session_id) => {
-                let wait = attach
-                    .properties
-                    .as_ref()
-                    .and_then(|properties| {
-                        properties
-                            .iter()
-                            .find(|(key, _)| key.0 == "com.microsoft:timeout")
-                            .map(|(_, value)| value.clone())
-                    })
-                    .and_then(|value| match value {
-                        fe2o3_amqp_types::primitives::Value::Uint(millis) => Some(millis as u64),
-                        fe2o3_amqp_types::primitives::Value::Int(millis) => {
-                            Some(millis.max(0) as u64)
-                        }
-                        fe2o3_amqp_types::primitives::Value::Ulong(millis) => Some(millis),
-                        fe2o3_amqp_types::primitives::Value::Long(millis) => {
-                            Some(millis.max(0) as u64)
-                        }
-                        _ => None,
-                    })
-                    .map(std::time::Duration::from_millis)
-                    .unwrap_or(DEFAULT_SESSION_WAIT);
+                let wait = link_properties::session_wait(attach).unwrap_or(DEFAULT_SESSION_WAIT);
                 Command::AttachSessionReceiver {
                     receiver,
                     mode,
@@ -585,7 +543,7 @@ impl Connection {
         let mut properties = fe2o3_amqp_types::definitions::Fields::new();
         properties.insert(
             Symbol::from("com.microsoft:locked-until-utc"),
-            Value::Long(dotnet_ticks(locked_until.0)),
+            Value::Long(link_properties::dotnet_ticks(locked_until.0)),
         );
         reply.properties = Some(properties);
         self.write(channel, Performative::Attach(reply))

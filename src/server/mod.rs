@@ -3,11 +3,14 @@
 //! It owns no message state and must not implement Service Bus rules.
 
 mod connection;
+mod dispositions;
 pub mod frame;
+mod incoming;
 mod links;
+mod outgoing;
+mod requests;
 mod sasl;
 mod session;
-mod transfers;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -15,6 +18,7 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
+use tracing::Instrument;
 
 use crate::amqp::sas::AccessKey;
 use crate::broker::registry::Registry;
@@ -90,12 +94,13 @@ pub async fn serve(
         let permit = permits.clone().try_acquire_owned().ok();
         let context = context.clone();
         let shutdown = shutdown.clone();
-        tokio::spawn(async move {
-            let span = tracing::info_span!("connection", %peer);
-            let _entered = span.enter();
-            drop(_entered);
-            connection::run(stream, context, shutdown, permit.is_some()).await;
-            drop(permit);
-        });
+        let span = tracing::info_span!("connection", %peer);
+        tokio::spawn(
+            async move {
+                connection::run(stream, context, shutdown, permit.is_some()).await;
+                drop(permit);
+            }
+            .instrument(span),
+        );
     }
 }

@@ -1,0 +1,158 @@
+//! Dispositions: client settlements of our deliveries (mapped to Service Bus settlements
+//! by [`crate::amqp::outcome`] and echoed as the SDKs require, §5.2), and our answers to
+//! the client's transfers and settlements once the entity replied.
+
+use fe2o3_amqp_types::definitions::Role;
+use fe2o3_amqp_types::messaging::{Accepted, DeliveryState, Rejected};
+use fe2o3_amqp_types::performatives::{Disposition, Performative};
+
+use super::connection::{Connection, ConnectionError, Pending};
+use super::links::LinkKind;
+use super::session::Unsettled;
+use crate::amqp::errors::{self, Failure};
+use crate::amqp::management::{self};
+use crate::broker::entity::{Command, Reply, ReplyTo};
+use crate::broker::types::{EntityError, LockToken};
+
+pub(super) fn disposition(role: Role, delivery_id: u32, state: DeliveryState) -> Performative {
+    Performative::Disposition(Disposition {
+        role,
+        first: delivery_id,
+        last: None,
+        settled: true,
+        state: Some(state),
+        batchable: false,
+    })
+}
+
+pub(super) fn rejected(failure: &Failure) -> DeliveryState {
+    DeliveryState::Rejected(Rejected {
+        error: Some(failure.to_error()),
+    })
+}
+
+impl Connection {
+    /// Handles a client disposition for deliveries we sent.
+    pub(super) async fn disposition(
+        &mut self,
+        channel: u16,
+        disposition_frame: Disposition,
+    ) -> Result<(), ConnectionError> {
+        if disposition_frame.role != Role::Receiver {
+            return Ok(()); // the client settling its own transfers: nothing to do
+        }
+        let first = disposition_frame.first;
+        let last = disposition_frame.last.unwrap_or(first);
+        let count = last.wrapping_sub(first).min(100_000);
+        for offset in 0..=count {
+            let delivery_id = first.wrapping_add(offset);
+            let Some(unsettled) = self.session(channel)?.unsettled.remove(&delivery_id) else {
+                continue;
+            };
+            self.settle_delivery(channel, delivery_id, unsettled, &disposition_frame)
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn settle_delivery(
+        &mut self,
+        channel: u16,
+        delivery_id: u32,
+        unsettled: Unsettled,
+        disposition_frame: &Disposition,
+    ) -> Result<(), ConnectionError> {
+        let entity = match self
+            .session(channel)?
+            .links
+            .get(&unsettled.handle)
+            .map(|link| &link.kind)
+        {
+            Some(LinkKind::EntityReceiver { entity, .. }) => entity.clone(),
+            _ => return Ok(()),
+        };
+        let (settlement, echo) =
+            crate::amqp::outcome::settlement_for(disposition_frame.state.as_ref());
+        let reply = if disposition_frame.settled {
+            None
+        } else {
+            let request = self.register(Pending::Settle {
+                channel,
+                delivery_id,
+                echo,
+            });
+            Some(ReplyTo {
+                sink: self.notifications.clone(),
+                request,
+            })
+        };
+        let token: LockToken = unsettled.token;
+        let sent = entity
+            .send(Command::Settle {
+                token,
+                settlement,
+                reply: reply.clone(),
+            })
+            .await;
+        if let (Err(error), Some(reply)) = (sent, reply) {
+            self.pending.remove(&reply.request);
+            let failure = errors::entity_failure(&error);
+            self.write(
+                channel,
+                disposition(Role::Sender, delivery_id, rejected(&failure)),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Completes a pending request with the entity's reply.
+    pub(super) fn reply(
+        &mut self,
+        pending: Pending,
+        result: Result<Reply, EntityError>,
+    ) -> Result<(), ConnectionError> {
+        match pending {
+            Pending::Enqueue {
+                channel,
+                delivery_id,
+            } => {
+                if !self.sessions.contains_key(&channel) {
+                    return Ok(());
+                }
+                let state = match result {
+                    Ok(_) => DeliveryState::Accepted(Accepted {}),
+                    Err(error) => {
+                        let failure = errors::entity_failure(&error);
+                        tracing::info!(condition = failure.condition, description = %failure.description, "send refused");
+                        rejected(&failure)
+                    }
+                };
+                self.write(channel, disposition(Role::Receiver, delivery_id, state))
+            }
+            Pending::Settle {
+                channel,
+                delivery_id,
+                echo,
+            } => {
+                if !self.sessions.contains_key(&channel) {
+                    return Ok(());
+                }
+                let state = match result {
+                    Ok(_) => echo,
+                    Err(error) => rejected(&errors::entity_failure(&error)),
+                };
+                self.write(channel, disposition(Role::Sender, delivery_id, state))
+            }
+            Pending::Management(pending) => {
+                let response = management::reply_response(&pending, result);
+                let path = pending.path.clone();
+                self.send_response(
+                    pending.channel,
+                    pending.reply_to.as_deref(),
+                    Some(&path),
+                    response,
+                )
+            }
+        }
+    }
+}

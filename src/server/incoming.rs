@@ -1,0 +1,203 @@
+//! Client transfers: assembly of multi-frame deliveries, size limits, batches, and the
+//! hand-off of messages to queues and topics; `$cbs` and `$management` requests go on to
+//! [`super::requests`].
+
+use bytes::{Bytes, BytesMut};
+use fe2o3_amqp_types::definitions::Role;
+use std::sync::Arc;
+
+use super::connection::{Connection, ConnectionError, Pending};
+use super::dispositions::{disposition, rejected};
+use super::frame;
+use super::links::{LinkKind, PartialTransfer, SENDER_CREDIT, SendTarget};
+use super::session::unattached_handle;
+use crate::amqp::errors::{self, Failure};
+use crate::amqp::message::{self};
+use crate::amqp::rewrite;
+use crate::broker::entity::{Command, ReplyTo};
+use crate::broker::topic::TopicCommand;
+
+impl Connection {
+    /// Handles a transfer frame from the client.
+    pub(super) async fn transfer(
+        &mut self,
+        channel: u16,
+        transfer: frame::IncomingTransfer,
+        payload: Bytes,
+    ) -> Result<(), ConnectionError> {
+        self.count_incoming_transfer(channel)?;
+        let handle = transfer.handle;
+        let session = self.session(channel)?;
+        let Some(link) = session.links.get_mut(&handle) else {
+            return Err(unattached_handle(handle));
+        };
+        if matches!(link.kind, LinkKind::Refused) {
+            return Ok(());
+        }
+        // Assemble multi-frame deliveries.
+        let partial = match link.partial.take() {
+            Some(mut partial) => {
+                partial.payload.extend_from_slice(&payload);
+                partial
+            }
+            None => PartialTransfer {
+                delivery_id: transfer.delivery_id.unwrap_or(0),
+                settled: transfer.settled.unwrap_or(false),
+                message_format: transfer.message_format.unwrap_or(0),
+                payload: BytesMut::from(&payload[..]),
+            },
+        };
+        if transfer.aborted {
+            return Ok(());
+        }
+        let limit = match &link.kind {
+            LinkKind::EntitySender {
+                max_message_size, ..
+            } => *max_message_size,
+            _ => 1024 * 1024,
+        };
+        if transfer.more {
+            if partial.payload.len() as u64 > limit + 64 * 1024 {
+                // Refuse early rather than buffer an unbounded message.
+                let failure = size_exceeded(partial.payload.len() as u64, limit);
+                return self
+                    .detach_with_error(channel, handle, failure.to_error())
+                    .await;
+            }
+            link.partial = Some(partial);
+            return Ok(());
+        }
+        link.delivery_count = link.delivery_count.wrapping_add(1);
+        link.credit = link.credit.saturating_sub(1);
+        let top_up = link.credit < SENDER_CREDIT / 2;
+        let payload = partial.payload.freeze();
+        let delivery_id = partial.delivery_id;
+        let settled = partial.settled;
+        let kind = match &link.kind {
+            LinkKind::EntitySender {
+                target,
+                max_message_size,
+            } => Some((target.clone(), *max_message_size)),
+            _ => None,
+        };
+        let link_kind_is_cbs = matches!(link.kind, LinkKind::CbsRequest);
+        let management = match &link.kind {
+            LinkKind::ManagementRequest { path, sub_queue } => Some((path.clone(), *sub_queue)),
+            _ => None,
+        };
+        if top_up {
+            self.grant_sender_credit(channel, handle)?;
+        }
+        if let Some((target, max_message_size)) = kind {
+            return self
+                .enqueue(
+                    channel,
+                    delivery_id,
+                    settled,
+                    partial.message_format,
+                    payload,
+                    target,
+                    max_message_size,
+                )
+                .await;
+        }
+        if link_kind_is_cbs {
+            return self.cbs_request(channel, delivery_id, settled, &payload);
+        }
+        if let Some((path, sub_queue)) = management {
+            return self
+                .management_request(channel, delivery_id, settled, &payload, path, sub_queue)
+                .await;
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn enqueue(
+        &mut self,
+        channel: u16,
+        delivery_id: u32,
+        settled: bool,
+        message_format: u32,
+        payload: Bytes,
+        target: SendTarget,
+        max_message_size: u64,
+    ) -> Result<(), ConnectionError> {
+        let refuse = |connection: &mut Connection, failure: Failure| {
+            tracing::info!(condition = failure.condition, description = %failure.description, "transfer refused");
+            if settled {
+                return Ok(());
+            }
+            connection.write(
+                channel,
+                disposition(Role::Receiver, delivery_id, rejected(&failure)),
+            )
+        };
+        if payload.len() as u64 > max_message_size {
+            return refuse(self, size_exceeded(payload.len() as u64, max_message_size));
+        }
+        let messages = match message::parse_transfer(payload, message_format) {
+            Ok(messages) => messages,
+            Err(error) => {
+                return refuse(
+                    self,
+                    Failure::new(errors::DECODE_ERROR, error.to_string(), 400),
+                );
+            }
+        };
+        let messages: Vec<_> = messages.into_iter().map(Arc::new).collect();
+        let reply = if settled {
+            None
+        } else {
+            let request = self.register(Pending::Enqueue {
+                channel,
+                delivery_id,
+            });
+            Some(ReplyTo {
+                sink: self.notifications.clone(),
+                request,
+            })
+        };
+        let sent = match &target {
+            SendTarget::Queue(handle) => {
+                handle
+                    .send(Command::Send {
+                        messages,
+                        reply: reply.clone(),
+                    })
+                    .await
+            }
+            SendTarget::Topic(handle) => {
+                let messages = messages
+                    .into_iter()
+                    .map(|message| {
+                        let mut message = Arc::unwrap_or_clone(message);
+                        message.user_properties = rewrite::decode_user_properties(&message);
+                        Arc::new(message)
+                    })
+                    .collect();
+                handle
+                    .send(TopicCommand::Publish {
+                        messages,
+                        reply: reply.clone(),
+                    })
+                    .await
+            }
+        };
+        if let (Err(error), Some(reply)) = (sent, reply) {
+            self.pending.remove(&reply.request);
+            return refuse(self, errors::entity_failure(&error));
+        }
+        Ok(())
+    }
+}
+
+fn size_exceeded(size: u64, limit: u64) -> Failure {
+    Failure::new(
+        errors::MESSAGE_SIZE_EXCEEDED,
+        format!(
+            "The received message (size {size} bytes) exceeds the limit ({limit} bytes) currently allowed on the link."
+        ),
+        413,
+    )
+}
