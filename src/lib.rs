@@ -101,6 +101,7 @@ pub async fn run(
             idle_timeout: config.server.idle_timeout,
             max_frame_size: config.server.max_frame_size,
             max_connections: config.server.max_connections,
+            shutdown_grace_period: config.server.shutdown_grace_period,
             keys,
         },
         registry,

@@ -114,6 +114,7 @@ fn main() -> ExitCode {
             config.entity_count()
         );
         let (stop, stopped) = tokio::sync::watch::channel(false);
+        let grace = config.server.shutdown_grace_period;
         let server = tokio::spawn(async move {
             if let Err(error) = ferrobus::run(listener, &config, stopped).await {
                 tracing::error!("{error}");
@@ -122,7 +123,8 @@ fn main() -> ExitCode {
         signal.await;
         tracing::info!("shutting down");
         let _ = stop.send(true);
-        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), server).await;
+        // The server returns once every connection has closed (bounded by the grace period).
+        let _ = tokio::time::timeout(grace + std::time::Duration::from_secs(8), server).await;
         ExitCode::SUCCESS
     })
 }

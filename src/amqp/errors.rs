@@ -32,6 +32,8 @@ pub const FRAMING_ERROR: &str = "amqp:connection:framing-error";
 pub const WINDOW_VIOLATION: &str = "amqp:session:window-violation";
 /// `amqp:session:unattached-handle`.
 pub const UNATTACHED_HANDLE: &str = "amqp:session:unattached-handle";
+/// The link name was attached again elsewhere (AMQP 1.0 §2.8.16).
+pub const LINK_STOLEN: &str = "amqp:link:stolen";
 /// `com.microsoft:message-lock-lost`.
 pub const MESSAGE_LOCK_LOST: &str = "com.microsoft:message-lock-lost";
 /// `com.microsoft:message-not-found`.

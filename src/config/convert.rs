@@ -73,6 +73,12 @@ fn convert_server(raw: RawServer) -> Result<ServerConfig, ConfigError> {
             .unwrap_or(defaults.idle_timeout),
         max_frame_size: raw.max_frame_size.unwrap_or(defaults.max_frame_size),
         max_connections: raw.max_connections.unwrap_or(defaults.max_connections),
+        shutdown_grace_period: duration(
+            "server",
+            "shutdown_grace_period",
+            raw.shutdown_grace_period,
+        )?
+        .unwrap_or(defaults.shutdown_grace_period),
     })
 }
 

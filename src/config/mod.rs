@@ -38,6 +38,8 @@ pub use entities::{
 pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 5672));
 /// Default connection idle timeout advertised in `open`.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+/// Time receivers get to settle at shutdown.
+pub const DEFAULT_SHUTDOWN_GRACE_PERIOD: Duration = Duration::from_secs(5);
 /// Default largest AMQP frame accepted, in bytes.
 pub const DEFAULT_MAX_FRAME_SIZE: u32 = 1_048_576;
 /// Smallest frame size AMQP 1.0 allows (`MIN-MAX-FRAME-SIZE`).
@@ -110,6 +112,9 @@ pub struct ServerConfig {
     pub max_frame_size: u32,
     /// Connections accepted at once before new ones are refused (at least 1).
     pub max_connections: usize,
+    /// On SIGTERM/SIGINT, how long receivers may still settle what they hold before every
+    /// connection is closed with `amqp:connection:forced`.
+    pub shutdown_grace_period: Duration,
 }
 
 impl Default for ServerConfig {
@@ -119,6 +124,7 @@ impl Default for ServerConfig {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             max_frame_size: DEFAULT_MAX_FRAME_SIZE,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            shutdown_grace_period: DEFAULT_SHUTDOWN_GRACE_PERIOD,
         }
     }
 }

@@ -32,6 +32,7 @@ pub(super) struct RawServer {
     pub idle_timeout: Option<String>,
     pub max_frame_size: Option<u32>,
     pub max_connections: Option<usize>,
+    pub shutdown_grace_period: Option<String>,
 }
 
 /// `[auth]`.

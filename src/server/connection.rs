@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Buf, BytesMut};
 use fe2o3_amqp_types::definitions::Error as AmqpError;
 use fe2o3_amqp_types::performatives::{ChannelMax, Close, MaxFrameSize, Open, Performative};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -109,6 +109,10 @@ pub struct Connection {
     /// Entities of receivers detached by this connection: deliveries still in flight to
     /// them are returned to the entity.
     pub(super) detached_receivers: HashMap<ReceiverId, crate::broker::entity::EntityHandle>,
+    /// The broker is shutting down: no new messages in or out; receivers may settle.
+    pub(super) draining: bool,
+    /// Some receiver link is held back (see `outgoing.rs`).
+    pub(super) receivers_blocked: bool,
     /// Attach replies of session receivers waiting for the entity to lock a session.
     pub(super) deferred_attaches: HashMap<ReceiverId, fe2o3_amqp_types::performatives::Attach>,
 }
@@ -253,7 +257,7 @@ pub async fn run(
         Ok(Ok(done)) => done,
         Ok(Err(error)) => {
             tracing::debug!(%error, "handshake failed");
-            let _ = stream.write_all(&output).await;
+            write_last(&mut stream, &output).await;
             return;
         }
         Err(_) => {
@@ -276,6 +280,8 @@ pub async fn run(
         container_id: open.container_id.clone(),
         deferred_attaches: HashMap::new(),
         detached_receivers: HashMap::new(),
+        receivers_blocked: false,
+        draining: false,
     };
     tracing::debug!(container_id = %open.container_id, "connection open");
     let our_open = Open {
@@ -310,7 +316,7 @@ pub async fn run(
                 ),
             )),
         );
-        let _ = stream.write_all(&connection.output).await;
+        write_last(&mut stream, &connection.output).await;
         return;
     }
     let result = event_loop(
@@ -346,9 +352,35 @@ pub async fn run(
         Err(ConnectionError::Io(error)) => tracing::debug!(%error, "connection i/o error"),
         Err(ConnectionError::Closed) | Ok(()) => {}
     }
-    let _ = stream.write_all(&connection.output).await;
+    write_last(&mut stream, &connection.output).await;
     tracing::debug!(container_id = %connection.container_id, "connection closed");
     connection.detach_all().await;
+    // Deliveries that reached this connection but were never written go back untouched.
+    inbox.close();
+    while let Some(notification) = inbox.recv().await {
+        if let Notification::Deliver(delivery) = notification {
+            let _ = connection.deliver(delivery).await;
+        }
+    }
+}
+
+/// How long the last frames (a `close`) may take to reach a peer that is not reading.
+const LAST_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Writes the last bytes of a connection, giving up after [`LAST_WRITE_TIMEOUT`].
+async fn write_last(stream: &mut TcpStream, bytes: &[u8]) {
+    let _ = tokio::time::timeout(LAST_WRITE_TIMEOUT, stream.write_all(bytes)).await;
+}
+
+/// Closes the connection because the broker is shutting down.
+fn close_forced(connection: &mut Connection) -> Result<(), ConnectionError> {
+    close_with(
+        connection,
+        Some(errors::amqp_error(
+            errors::CONNECTION_FORCED,
+            "The broker is shutting down.",
+        )),
+    )
 }
 
 fn close_with(
@@ -356,6 +388,28 @@ fn close_with(
     error: Option<AmqpError>,
 ) -> Result<(), ConnectionError> {
     connection.write(0, Performative::Close(Close { error }))
+}
+
+/// Output bytes above which we stop reading the peer's frames until it reads ours: a peer
+/// that sends but never reads cannot make the broker buffer without limit.
+const OUTPUT_READ_PAUSE: usize = 4 * 1024 * 1024;
+
+/// Writes as much of `output` as the socket takes now, without waiting. Returns whether
+/// anything was written.
+fn flush_now(stream: &TcpStream, output: &mut BytesMut) -> Result<bool, ConnectionError> {
+    let mut wrote = false;
+    while !output.is_empty() {
+        match stream.try_write(output) {
+            Ok(0) => return Err(ConnectionError::Closed),
+            Ok(written) => {
+                output.advance(written);
+                wrote = true;
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Ok(wrote)
 }
 
 async fn event_loop(
@@ -376,19 +430,34 @@ async fn event_loop(
         .map(|millis| Duration::from_millis(millis as u64 * 2));
     let mut last_heard = tokio::time::Instant::now();
     let max_frame_size = connection.context.settings.max_frame_size;
+    let mut drain_deadline: Option<tokio::time::Instant> = None;
     loop {
-        // Frames already buffered (pipelined behind `open`, or several in one read).
-        while let Some(frame) = frame::take_frame(input, max_frame_size)? {
+        if drain_deadline.is_some() && connection.nothing_unsettled() {
+            close_forced(connection)?;
+            return Ok(());
+        }
+        // Frames already buffered (pipelined behind `open`, or several in one read), unless
+        // the peer is not reading what we owe it.
+        while connection.output.len() < OUTPUT_READ_PAUSE {
+            let Some(frame) = frame::take_frame(input, max_frame_size)? else {
+                break;
+            };
             if connection.handle_frame(frame).await? {
                 return Ok(());
             }
         }
-        stream.write_all(&connection.output).await?;
-        let wrote = !connection.output.is_empty();
-        connection.output.clear();
-        if wrote {
+        if flush_now(stream, &mut connection.output)? {
             heartbeat.reset();
         }
+        connection.unblock_receivers().await;
+        let reading = connection.output.len() < OUTPUT_READ_PAUSE;
+        let writing = !connection.output.is_empty();
+        let drain_timer = async {
+            match drain_deadline {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         let idle_deadline = async {
             match peer_idle {
                 Some(limit) => tokio::time::sleep_until(last_heard + limit).await,
@@ -396,15 +465,21 @@ async fn event_loop(
             }
         };
         tokio::select! {
-            read = stream.read_buf(input) => {
-                if read? == 0 {
-                    return Err(ConnectionError::Closed);
-                }
-                last_heard = tokio::time::Instant::now();
-                if input.capacity() - input.len() < 4096 {
-                    input.reserve(64 * 1024);
+            readable = stream.readable(), if reading => {
+                readable?;
+                match stream.try_read_buf(input) {
+                    Ok(0) => return Err(ConnectionError::Closed),
+                    Ok(_) => {
+                        last_heard = tokio::time::Instant::now();
+                        if input.capacity() - input.len() < 4096 {
+                            input.reserve(64 * 1024);
+                        }
+                    }
+                    Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(error) => return Err(error.into()),
                 }
             }
+            writable = stream.writable(), if writing => writable?,
             notification = inbox.recv() => {
                 if let Some(notification) = notification {
                     connection.handle_notification(notification).await?;
@@ -423,11 +498,14 @@ async fn event_loop(
                     "local-idle-timeout expired",
                 ));
             }
-            _ = shutdown.changed() => {
-                close_with(connection, Some(errors::amqp_error(
-                    "amqp:connection:forced",
-                    "The broker is shutting down.",
-                )))?;
+            _ = shutdown.changed(), if drain_deadline.is_none() => {
+                drain_deadline = Some(
+                    tokio::time::Instant::now() + connection.context.settings.shutdown_grace_period,
+                );
+                connection.start_draining().await;
+            }
+            () = drain_timer => {
+                close_forced(connection)?;
                 return Ok(());
             }
         }
@@ -438,9 +516,17 @@ impl Connection {
     /// Handles one frame; returns true when the connection is closed.
     async fn handle_frame(&mut self, frame: RawFrame) -> Result<bool, ConnectionError> {
         if frame.frame_type != FRAME_TYPE_AMQP {
+            let description = if frame.frame_type == FRAME_TYPE_SASL {
+                "unexpected SASL frame after the SASL exchange".to_string()
+            } else {
+                format!(
+                    "unknown frame type {} (AMQP frames are type 0, SASL frames type 1)",
+                    frame.frame_type
+                )
+            };
             return Err(ConnectionError::protocol(
-                errors::DECODE_ERROR,
-                "unexpected SASL frame",
+                errors::FRAMING_ERROR,
+                description,
             ));
         }
         if frame.body.is_empty() {
@@ -517,6 +603,10 @@ impl Connection {
             } => self.session_accepted(receiver, session_id, locked_until),
             Notification::SessionRefused { receiver, error } => {
                 self.session_refused(receiver, error).await
+            }
+            Notification::ReceiverDetached { receiver } => {
+                self.detached_receivers.remove(&receiver);
+                Ok(())
             }
             Notification::SessionLost { receiver } => {
                 let Some(&(channel, handle)) = self.receivers.get(&receiver) else {

@@ -43,9 +43,33 @@ impl Connection {
         }
         let first = disposition_frame.first;
         let last = disposition_frame.last.unwrap_or(first);
-        let count = last.wrapping_sub(first).min(100_000);
-        for offset in 0..=count {
-            let delivery_id = first.wrapping_add(offset);
+        // Delivery ids are serial numbers (RFC 1982): a range whose end lies before its
+        // start is malformed, not a request to walk four billion ids.
+        let span = last.wrapping_sub(first);
+        if (span as i32) < 0 {
+            return Err(ConnectionError::protocol(
+                errors::INVALID_FIELD,
+                format!("disposition range {first}..={last} ends before it starts"),
+            ));
+        }
+        // Settle only deliveries that exist: walk the range or the unsettled map, whichever
+        // is smaller, so a wide range costs no more than the deliveries it names.
+        let session = self.session(channel)?;
+        let mut delivery_ids: Vec<u32> = if span as usize >= session.unsettled.len() {
+            session
+                .unsettled
+                .keys()
+                .copied()
+                .filter(|id| id.wrapping_sub(first) <= span)
+                .collect()
+        } else {
+            (0..=span)
+                .map(|offset| first.wrapping_add(offset))
+                .filter(|id| session.unsettled.contains_key(id))
+                .collect()
+        };
+        delivery_ids.sort_unstable_by_key(|id| id.wrapping_sub(first));
+        for delivery_id in delivery_ids {
             let Some(unsettled) = self.session(channel)?.unsettled.remove(&delivery_id) else {
                 continue;
             };

@@ -133,6 +133,16 @@ impl Connection {
                 disposition(Role::Receiver, delivery_id, rejected(&failure)),
             )
         };
+        if self.draining {
+            return refuse(
+                self,
+                Failure::new(
+                    errors::CONNECTION_FORCED,
+                    "The broker is shutting down and accepts no more messages.",
+                    503,
+                ),
+            );
+        }
         if payload.len() as u64 > max_message_size {
             return refuse(self, size_exceeded(payload.len() as u64, max_message_size));
         }

@@ -102,6 +102,9 @@ pub struct Link {
     pub credit: u32,
     /// A message being assembled from several frames.
     pub partial: Option<PartialTransfer>,
+    /// Receiver links: deliveries are held back at the entity (window closed or output
+    /// backed up) until the connection can write again.
+    pub blocked: bool,
 }
 
 fn source_address(attach: &Attach) -> Option<String> {
@@ -145,6 +148,7 @@ impl Connection {
             ));
         }
         let client_sends = attach.role == Role::Sender;
+        self.steal_link_name(channel, &attach).await?;
         let address = if client_sends {
             target_address(&attach)
         } else {
@@ -204,6 +208,7 @@ impl Connection {
             delivery_count: attach.initial_delivery_count.unwrap_or(0),
             credit: 0,
             partial: None,
+            blocked: false,
         };
         let grants_credit = client_sends;
         if let LinkKind::EntityReceiver {
@@ -216,6 +221,41 @@ impl Connection {
         self.session(channel)?.links.insert(handle, link);
         if grants_credit {
             self.grant_sender_credit(channel, handle)?;
+        }
+        Ok(())
+    }
+
+    /// A link is named by its name and direction (AMQP 1.0 §2.6.1): attaching a name that
+    /// is already attached in the same direction on this session takes it over, and the
+    /// old attachment is detached with `amqp:link:stolen`.
+    async fn steal_link_name(
+        &mut self,
+        channel: u16,
+        attach: &Attach,
+    ) -> Result<(), ConnectionError> {
+        let client_sends = attach.role == Role::Sender;
+        let existing = self
+            .session(channel)?
+            .links
+            .iter()
+            .find_map(|(handle, link)| {
+                let same_direction = match &link.kind {
+                    LinkKind::EntitySender { .. }
+                    | LinkKind::CbsRequest
+                    | LinkKind::ManagementRequest { .. } => client_sends,
+                    LinkKind::EntityReceiver { .. }
+                    | LinkKind::CbsResponse
+                    | LinkKind::ManagementResponse { .. } => !client_sends,
+                    LinkKind::Refused => false,
+                };
+                (same_direction && link.name == attach.name).then_some(*handle)
+            });
+        if let Some(handle) = existing {
+            let error = errors::amqp_error(
+                errors::LINK_STOLEN,
+                "The link name was attached again on this session; this attachment is closed.",
+            );
+            self.detach_with_error(channel, handle, error).await?;
         }
         Ok(())
     }
@@ -432,6 +472,7 @@ impl Connection {
                 delivery_count: 0,
                 credit: 0,
                 partial: None,
+                blocked: false,
             },
         );
         Ok(())
@@ -473,11 +514,8 @@ impl Connection {
         let link = self.session(channel)?.links.remove(&handle);
         if let Some(mut link) = link {
             link.kind = match link.kind {
-                LinkKind::EntityReceiver {
-                    receiver, entity, ..
-                } => {
-                    let _ = entity.send(Command::DetachReceiver { receiver }).await;
-                    self.receivers.remove(&receiver);
+                LinkKind::EntityReceiver { receiver, entity } => {
+                    self.forget_receiver(receiver, entity).await;
                     LinkKind::Refused
                 }
                 _ => LinkKind::Refused,
@@ -496,13 +534,23 @@ impl Connection {
 
     /// Forgets a link at its entity.
     pub(super) async fn release_link(&mut self, link: Link) {
-        if let LinkKind::EntityReceiver {
-            receiver, entity, ..
-        } = link.kind
+        if let LinkKind::EntityReceiver { receiver, entity } = link.kind {
+            self.forget_receiver(receiver, entity).await;
+        }
+    }
+
+    /// Detaches a receiver at its entity. Until the entity confirms
+    /// ([`Notification::ReceiverDetached`](crate::broker::entity::Notification)), deliveries
+    /// still on their way are returned to it untouched, so the map stays as small as the
+    /// number of detaches in flight.
+    async fn forget_receiver(&mut self, receiver: ReceiverId, entity: EntityHandle) {
+        self.receivers.remove(&receiver);
+        self.deferred_attaches.remove(&receiver);
+        if entity
+            .send(Command::DetachReceiver { receiver })
+            .await
+            .is_ok()
         {
-            self.receivers.remove(&receiver);
-            self.deferred_attaches.remove(&receiver);
-            let _ = entity.send(Command::DetachReceiver { receiver }).await;
             self.detached_receivers.insert(receiver, entity);
         }
     }
@@ -607,6 +655,7 @@ impl Connection {
             }
             return Ok(());
         };
+        let draining = self.draining;
         let session = self.session(channel)?;
         let Some(link) = session.links.get_mut(&handle) else {
             return Err(unattached_handle(handle));
@@ -614,12 +663,21 @@ impl Connection {
         let credit = flow.link_credit.unwrap_or(0);
         let limit = flow.delivery_count.unwrap_or(0).wrapping_add(credit);
         match &link.kind {
-            LinkKind::EntityReceiver {
-                receiver, entity, ..
-            } => {
+            LinkKind::EntityReceiver { receiver, entity } => {
+                // Link credit is a full uint (§2.7.4): what we sent that the client has not
+                // seen yet uses part of it; never compare in wrapping limit space.
+                let unseen = flow
+                    .delivery_count
+                    .map(|count| link.delivery_count.wrapping_sub(count))
+                    .filter(|unseen| (*unseen as i32) > 0)
+                    .unwrap_or(0);
+                link.credit = credit.saturating_sub(unseen);
                 let command = Command::Credit {
                     receiver: *receiver,
-                    credit_limit: limit,
+                    delivery_count: flow.delivery_count,
+                    // A held-back link gets its credit back when it can send again.
+                    // (nor does any link while the broker shuts down).
+                    link_credit: if link.blocked || draining { 0 } else { credit },
                     drain: flow.drain,
                 };
                 let entity = entity.clone();

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use crate::amqp::sas::AccessKey;
@@ -35,6 +36,8 @@ pub struct ServerSettings {
     pub max_connections: usize,
     /// Shared access keys; empty accepts any token (emulator behaviour).
     pub keys: Vec<AccessKey>,
+    /// At shutdown, how long receivers may settle what they hold before the close.
+    pub shutdown_grace_period: Duration,
 }
 
 /// What every connection task shares.
@@ -70,16 +73,21 @@ impl Context {
     }
 }
 
-/// Serves connections from `listener` until `shutdown` turns true.
+/// Serves connections from `listener` until `shutdown` turns true, then stops accepting,
+/// lets every connection drain (receivers may settle for the grace period; then each is
+/// closed with `amqp:connection:forced`) and returns once all have ended.
 pub async fn serve(
     listener: TcpListener,
     context: Arc<Context>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let permits = Arc::new(Semaphore::new(context.settings.max_connections));
+    let mut connections = JoinSet::new();
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
+            // Reap finished connection tasks as they end.
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
             _ = shutdown.changed() => break,
         };
         let (stream, peer) = match accepted {
@@ -95,12 +103,32 @@ pub async fn serve(
         let context = context.clone();
         let shutdown = shutdown.clone();
         let span = tracing::info_span!("connection", %peer);
-        tokio::spawn(
+        connections.spawn(
             async move {
                 connection::run(stream, context, shutdown, permit.is_some()).await;
                 drop(permit);
             }
             .instrument(span),
         );
+    }
+    drop(listener);
+    let open = connections.len();
+    if open > 0 {
+        tracing::info!(connections = open, "draining connections");
+    }
+    // Each connection closes itself at the end of the grace period; the margin covers the
+    // last writes (bounded too).
+    let limit = context.settings.shutdown_grace_period + Duration::from_secs(6);
+    if tokio::time::timeout(limit, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await
+    .is_err()
+    {
+        tracing::warn!(
+            connections = connections.len(),
+            "connections still open at shutdown; aborted"
+        );
+        connections.abort_all();
     }
 }

@@ -7,11 +7,16 @@ use fe2o3_amqp_types::performatives::Performative;
 
 use super::connection::{Connection, ConnectionError};
 use super::frame;
+use super::links::LinkKind;
 use super::session::Unsettled;
 use crate::amqp::ids;
 use crate::amqp::message::{self, DeliveryView};
 use crate::broker::entity::{Command, Delivery};
 use crate::broker::types::ReceiverId;
+
+/// Output bytes waiting for the socket above which deliveries are held back at their
+/// entity instead of piling up here (the peer is not reading fast enough).
+pub(super) const OUTPUT_HIGH_WATER: usize = 1024 * 1024;
 
 impl Connection {
     /// Sends a message on a broker-sender link.
@@ -72,6 +77,7 @@ impl Connection {
             if let Some(entity) = self.detached_receivers.get(&receiver) {
                 let _ = entity
                     .send(Command::Return {
+                        receiver: None,
                         sub_queue: delivery.sub_queue,
                         record: Box::new(delivery.record),
                     })
@@ -79,6 +85,9 @@ impl Connection {
             }
             return Ok(());
         };
+        if self.cannot_send(channel, handle) {
+            return self.hold_back(channel, handle, receiver, delivery).await;
+        }
         let mut payload = BytesMut::with_capacity(delivery.record.message.size() + 128);
         message::encode_delivery(
             DeliveryView {
@@ -96,6 +105,132 @@ impl Connection {
                 .insert(delivery_id, Unsettled { handle, token });
         }
         self.send_on_link(channel, handle, payload.freeze(), settled, tag)
+    }
+
+    /// Whether a delivery to this link would not reach the socket now: the peer's session
+    /// window is closed, or the peer is not reading what we already have for it.
+    fn cannot_send(&mut self, channel: u16, handle: u32) -> bool {
+        if self.output.len() >= OUTPUT_HIGH_WATER {
+            return true;
+        }
+        let Some(session) = self.sessions.get(&channel) else {
+            return true;
+        };
+        session.remote_incoming_window <= 0
+            || !session.queued.is_empty()
+            || session.links.get(&handle).is_none_or(|link| link.blocked)
+    }
+
+    /// A delivery that cannot be written goes back to the entity untouched — a transfer
+    /// that never left counts as no delivery attempt (issue 10, item 4) — and the link's
+    /// credit at the entity is withdrawn until [`Self::unblock_receivers`] restores it.
+    async fn hold_back(
+        &mut self,
+        channel: u16,
+        handle: u32,
+        receiver: ReceiverId,
+        delivery: Delivery,
+    ) -> Result<(), ConnectionError> {
+        let Some(link) = self
+            .sessions
+            .get_mut(&channel)
+            .and_then(|session| session.links.get_mut(&handle))
+        else {
+            return Ok(());
+        };
+        let LinkKind::EntityReceiver { entity, .. } = &link.kind else {
+            return Ok(());
+        };
+        let entity = entity.clone();
+        if !link.blocked {
+            link.blocked = true;
+            self.receivers_blocked = true;
+            let _ = entity
+                .send(Command::Credit {
+                    receiver,
+                    delivery_count: Some(link.delivery_count),
+                    link_credit: 0,
+                    drain: false,
+                })
+                .await;
+        }
+        let _ = entity
+            .send(Command::Return {
+                receiver: Some(receiver),
+                sub_queue: delivery.sub_queue,
+                record: Box::new(delivery.record),
+            })
+            .await;
+        Ok(())
+    }
+
+    /// Shutdown: every receiver link stops taking messages (its credit at the entity is
+    /// withdrawn; deliveries already on their way go back), while what the receivers
+    /// hold can still be settled.
+    pub(super) async fn start_draining(&mut self) {
+        self.draining = true;
+        let mut withdrawals = Vec::new();
+        for session in self.sessions.values_mut() {
+            for link in session.links.values_mut() {
+                if let LinkKind::EntityReceiver { receiver, entity } = &link.kind {
+                    link.blocked = true;
+                    withdrawals.push((
+                        entity.clone(),
+                        Command::Credit {
+                            receiver: *receiver,
+                            delivery_count: Some(link.delivery_count),
+                            link_credit: 0,
+                            drain: false,
+                        },
+                    ));
+                }
+            }
+        }
+        for (entity, command) in withdrawals {
+            let _ = entity.send(command).await;
+        }
+    }
+
+    /// Whether the client holds no delivery of ours unsettled.
+    pub(super) fn nothing_unsettled(&self) -> bool {
+        self.sessions
+            .values()
+            .all(|session| session.unsettled.is_empty())
+    }
+
+    /// Gives held-back receiver links their credit again once their session window is
+    /// open and the output has drained.
+    pub(super) async fn unblock_receivers(&mut self) {
+        if self.draining || !self.receivers_blocked || self.output.len() >= OUTPUT_HIGH_WATER / 2 {
+            return;
+        }
+        let mut still_blocked = false;
+        let mut grants = Vec::new();
+        for session in self.sessions.values_mut() {
+            let open = session.remote_incoming_window > 0 && session.queued.is_empty();
+            for link in session.links.values_mut().filter(|link| link.blocked) {
+                if !open {
+                    still_blocked = true;
+                    continue;
+                }
+                link.blocked = false;
+                if let LinkKind::EntityReceiver { receiver, entity } = &link.kind {
+                    grants.push((
+                        entity.clone(),
+                        Command::Credit {
+                            receiver: *receiver,
+                            delivery_count: Some(link.delivery_count),
+                            link_credit: link.credit,
+                            drain: false,
+                        },
+                    ));
+                }
+            }
+        }
+        self.receivers_blocked = still_blocked;
+        for (entity, command) in grants {
+            let _ = entity.send(command).await;
+        }
     }
 
     /// Answers a drain: delivery count advanced, credit zero.

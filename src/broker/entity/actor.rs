@@ -126,9 +126,13 @@ impl Actor {
             } => self
                 .state
                 .enqueue_transfer_dead_lettered(now, message, reason, description),
-            Command::Return { sub_queue, record } => {
-                self.state.return_undelivered(now, sub_queue, *record)
-            }
+            Command::Return {
+                receiver,
+                sub_queue,
+                record,
+            } => self
+                .state
+                .return_undelivered(now, receiver, sub_queue, *record),
             Command::DeadLetterOnArrival { messages } => {
                 for (message, reason, description) in messages {
                     self.state
@@ -186,14 +190,21 @@ impl Actor {
                 reply.send(Ok(Reply::Sessions(sessions)));
             }
             Command::DetachReceiver { receiver } => {
-                self.sinks.remove(&receiver);
+                // Deliveries already sent to this receiver's connection precede this
+                // notification; later ones are returned here (no sink).
+                if let Some(sink) = self.sinks.remove(&receiver) {
+                    let _ = sink.send(Notification::ReceiverDetached { receiver });
+                }
                 self.state.detach_receiver(now, receiver);
             }
             Command::Credit {
                 receiver,
-                credit_limit,
+                delivery_count,
+                link_credit,
                 drain,
-            } => self.state.set_credit(now, receiver, credit_limit, drain),
+            } => self
+                .state
+                .grant_credit(now, receiver, delivery_count, link_credit, drain),
             Command::Settle {
                 token,
                 settlement,
@@ -356,7 +367,7 @@ impl Actor {
                     self.state.detach_receiver(now, receiver);
                 }
                 self.state
-                    .return_undelivered(now, delivery.sub_queue, delivery.record);
+                    .return_undelivered(now, None, delivery.sub_queue, delivery.record);
             }
             // Returning may dispatch to other receivers.
             idle |= self.carry_out_effects();

@@ -115,7 +115,8 @@ impl Entity {
         .await;
         self.command(Command::Credit {
             receiver,
-            credit_limit: credit,
+            delivery_count: Some(0),
+            link_credit: credit,
             drain: false,
         })
         .await;

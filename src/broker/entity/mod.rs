@@ -61,6 +61,12 @@ pub enum Notification {
         /// Why.
         error: EntityError,
     },
+    /// The entity has forgotten a detached receiver: nothing more will be delivered to it,
+    /// so the connection can drop what it kept to return late deliveries.
+    ReceiverDetached {
+        /// The receiver.
+        receiver: ReceiverId,
+    },
     /// A session receiver lost its session lock.
     SessionLost {
         /// The receiver.
@@ -141,8 +147,11 @@ pub enum Command {
         /// Details.
         description: String,
     },
-    /// Take back a delivery that could not be handed to its (detached) receiver.
+    /// Take back a delivery that was never written to its receiver (the link went away,
+    /// or the connection could not send it): no delivery attempt is counted.
     Return {
+        /// The receiver it was delivered to: its delivery count is taken back.
+        receiver: Option<ReceiverId>,
         /// The sub-queue it was delivered from.
         sub_queue: SubQueue,
         /// The record as it was delivered.
@@ -201,8 +210,10 @@ pub enum Command {
     Credit {
         /// The link's id.
         receiver: ReceiverId,
-        /// Deliveries allowed until the link delivery-count reaches this value.
-        credit_limit: u32,
+        /// The client's link delivery-count, if it sent one.
+        delivery_count: Option<u32>,
+        /// Credit counted from that delivery-count (a full `uint`).
+        link_credit: u32,
         /// Consume remaining credit after dispatch and report `Drained`.
         drain: bool,
     },

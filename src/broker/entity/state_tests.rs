@@ -245,7 +245,7 @@ fn a_receive_and_delete_delivery_that_never_reached_its_link_is_restored() {
     let record = receive_one(&mut state, START, &mut credit).expect("delivered");
     assert_eq!(state.message_count(SubQueue::Main), 0);
     state.detach_receiver(START, RECEIVER);
-    state.return_undelivered(START, SubQueue::Main, record);
+    state.return_undelivered(START, None, SubQueue::Main, record);
     let restored = state
         .record(SubQueue::Main, SequenceNumber(1))
         .expect("restored");

@@ -156,17 +156,21 @@ enum Deadline {
     SessionWait(ReceiverId),
 }
 
-/// A receiver's credit, in link delivery-count arithmetic (wrapping u32).
+/// A receiver's credit. Link credit is a full `uint` (AMQP 1.0 §2.7.4): it is kept as the
+/// remaining count, never as a limit in wrapping delivery-count space (where a credit of
+/// 2^31 or more would look negative).
 #[derive(Debug)]
 struct ReceiverState {
     /// The sub-queue it takes from.
     sub_queue: SubQueue,
     /// Peek-lock or receive-and-delete.
     mode: ReceiveMode,
-    /// Deliveries so far (the link's delivery-count).
+    /// Deliveries so far (the link's delivery-count, wrapping).
     delivered: u32,
-    /// The receiver may take deliveries while `delivered` is before this value.
-    credit_limit: u32,
+    /// Deliveries the receiver may still take.
+    credit: u32,
+    /// Whether it is in its sub-queue's `ready_receivers` list.
+    in_ready: bool,
     /// A drain was requested and is answered after the next dispatch.
     drain: bool,
     /// The session this receiver holds (session entities).
@@ -177,7 +181,7 @@ struct ReceiverState {
 
 impl ReceiverState {
     fn has_credit(&self) -> bool {
-        (self.credit_limit.wrapping_sub(self.delivered) as i32) > 0
+        self.credit > 0
     }
 }
 
@@ -200,8 +204,10 @@ pub struct EntityState {
     deadlines: BTreeSet<(Timestamp, Deadline)>,
     /// Attached receivers.
     receivers: HashMap<ReceiverId, ReceiverState>,
-    /// Round-robin order of receivers for fair dispatch.
-    receiver_order: VecDeque<ReceiverId>,
+    /// Round-robin order of the receivers that have credit, per sub-queue (main, DLQ,
+    /// transfer DLQ): dispatch touches only receivers that can take a message, so idle
+    /// receivers cost nothing per send. Entries of detached receivers are dropped lazily.
+    ready_receivers: [VecDeque<ReceiverId>; 3],
     /// Bytes stored across both sub-queues, counted against `max_size_bytes`.
     stored_bytes: u64,
     /// Mixed into lock tokens so tokens differ across entities and restarts.
@@ -228,6 +234,15 @@ pub struct EntityState {
     dirty_sessions: HashSet<String>,
     /// Receivers with a drain request to answer at the next dispatch.
     draining: Vec<ReceiverId>,
+}
+
+/// Index of a sub-queue in `ready_receivers`.
+fn ready_index(sub_queue: SubQueue) -> usize {
+    match sub_queue {
+        SubQueue::Main => 0,
+        SubQueue::DeadLetter => 1,
+        SubQueue::TransferDeadLetter => 2,
+    }
 }
 
 fn mix(mut value: u64) -> u64 {
@@ -261,7 +276,7 @@ impl EntityState {
             locks: HashMap::new(),
             deadlines: BTreeSet::new(),
             receivers: HashMap::new(),
-            receiver_order: VecDeque::new(),
+            ready_receivers: Default::default(),
             stored_bytes: 0,
             token_seed,
             tokens_issued: 0,
@@ -545,8 +560,17 @@ impl EntityState {
     /// Takes back a record whose delivery never reached its receiver (the link detached
     /// meanwhile): a receive-and-delete record is restored, a locked one is released, in
     /// both cases without counting a delivery.
-    pub fn return_undelivered(&mut self, now: Timestamp, sub_queue: SubQueue, record: Record) {
+    pub fn return_undelivered(
+        &mut self,
+        now: Timestamp,
+        receiver: Option<ReceiverId>,
+        sub_queue: SubQueue,
+        record: Record,
+    ) {
         self.advance(now);
+        if let Some(state) = receiver.and_then(|receiver| self.receivers.get_mut(&receiver)) {
+            state.delivered = state.delivered.wrapping_sub(1);
+        }
         let sequence_number = record.sequence_number;
         let stored = self.store(sub_queue).records.contains_key(&sequence_number);
         match (record.lock, stored) {
@@ -583,13 +607,13 @@ impl EntityState {
                 sub_queue,
                 mode,
                 delivered: 0,
-                credit_limit: 0,
+                credit: 0,
+                in_ready: false,
                 drain: false,
                 session: None,
                 session_wait_until: None,
             },
         );
-        self.receiver_order.push_back(receiver);
     }
 
     /// Detaches a receiver. Its locks stay valid until they expire, as in Service Bus,
@@ -609,12 +633,51 @@ impl EntityState {
             self.release_session(now, &session_id);
         }
         self.receivers.remove(&receiver);
-        self.receiver_order.retain(|id| *id != receiver);
     }
 
-    /// Sets a receiver's credit: it may take deliveries until its delivery count reaches
-    /// `credit_limit` (= the client's delivery-count + link-credit). With `drain`, whatever
-    /// credit is left after dispatch is consumed and [`Effect::Drained`] is emitted.
+    /// Sets a receiver's credit from the client's `flow`: `link_credit` counted from the
+    /// client's `delivery_count` (AMQP 1.0 §2.6.7). Deliveries the client has not seen yet
+    /// (ours is ahead of its count) use up part of that credit; a missing count means the
+    /// client is up to date. With `drain`, whatever credit is left after dispatch is
+    /// consumed and [`Effect::Drained`] is emitted.
+    pub fn grant_credit(
+        &mut self,
+        now: Timestamp,
+        receiver: ReceiverId,
+        delivery_count: Option<u32>,
+        link_credit: u32,
+        drain: bool,
+    ) {
+        // Activity first: a command arriving at the idle deadline keeps the entity.
+        self.touch(now);
+        self.advance(now);
+        let requires_session = self.settings.requires_session;
+        if let Some(state) = self.receivers.get_mut(&receiver) {
+            let in_flight = delivery_count
+                .map(|count| state.delivered.wrapping_sub(count))
+                .filter(|in_flight| (*in_flight as i32) > 0)
+                .unwrap_or(0);
+            state.credit = link_credit.saturating_sub(in_flight);
+            state.drain = drain;
+            if drain {
+                self.draining.push(receiver);
+            }
+            if let Some(session_id) = state.session.clone() {
+                self.dirty_sessions.insert(session_id);
+            } else if state.credit > 0
+                && !state.in_ready
+                && !(state.sub_queue == SubQueue::Main && requires_session)
+            {
+                state.in_ready = true;
+                self.ready_receivers[ready_index(state.sub_queue)].push_back(receiver);
+            }
+        }
+        self.dispatch(now);
+    }
+
+    /// Sets a receiver's credit as an absolute limit on its delivery count (the form the
+    /// core tests use): credit = `credit_limit` − deliveries so far, or none if that is
+    /// not positive.
     pub fn set_credit(
         &mut self,
         now: Timestamp,
@@ -622,20 +685,13 @@ impl EntityState {
         credit_limit: u32,
         drain: bool,
     ) {
-        // Activity first: a command arriving at the idle deadline keeps the entity.
-        self.touch(now);
-        self.advance(now);
-        if let Some(state) = self.receivers.get_mut(&receiver) {
-            state.credit_limit = credit_limit;
-            state.drain = drain;
-            if drain {
-                self.draining.push(receiver);
-            }
-            if let Some(session_id) = state.session.clone() {
-                self.dirty_sessions.insert(session_id);
-            }
-        }
-        self.dispatch(now);
+        let delivered = self
+            .receivers
+            .get(&receiver)
+            .map_or(0, |state| state.delivered);
+        let credit = credit_limit.wrapping_sub(delivered);
+        let credit = if (credit as i32) > 0 { credit } else { 0 };
+        self.grant_credit(now, receiver, Some(delivered), credit, drain);
     }
 
     /// Hands available messages to receivers with credit, round-robin, in sequence order.
@@ -661,36 +717,12 @@ impl EntityState {
                 }
             }
         }
-        loop {
-            let mut delivered_any = false;
-            for _ in 0..self.receiver_order.len() {
-                let Some(receiver) = self.receiver_order.pop_front() else {
-                    break;
-                };
-                self.receiver_order.push_back(receiver);
-                let Some(state) = self.receivers.get(&receiver) else {
-                    continue;
-                };
-                if !state.has_credit() {
-                    continue;
-                }
-                let (sub_queue, mode) = (state.sub_queue, state.mode);
-                if let Some(session_id) = state.session.clone() {
-                    if self.deliver_from_session(now, receiver, &session_id, mode) {
-                        delivered_any = true;
-                    }
-                    continue;
-                }
-                if sub_queue == SubQueue::Main && self.settings.requires_session {
-                    continue; // waiting for a session
-                }
-                if self.deliver_next(now, receiver, sub_queue, mode) {
-                    delivered_any = true;
-                }
-            }
-            if !delivered_any {
-                break;
-            }
+        for sub_queue in [
+            SubQueue::Main,
+            SubQueue::DeadLetter,
+            SubQueue::TransferDeadLetter,
+        ] {
+            self.dispatch_round_robin(now, sub_queue);
         }
         for receiver in std::mem::take(&mut self.draining) {
             let Some(state) = self.receivers.get_mut(&receiver) else {
@@ -700,13 +732,46 @@ impl EntityState {
                 state.drain = false;
                 // Consume the remaining credit; never move the delivery count backwards
                 // (the client's view of it may lag deliveries in flight).
-                if (state.credit_limit.wrapping_sub(state.delivered) as i32) > 0 {
-                    state.delivered = state.credit_limit;
-                }
+                state.delivered = state.delivered.wrapping_add(state.credit);
+                state.credit = 0;
                 self.effects.push(Effect::Drained {
                     receiver,
                     delivery_count: state.delivered,
                 });
+            }
+        }
+    }
+
+    /// Serves the ready receivers of one sub-queue in turn while it has available
+    /// messages. Each step delivers one message or ends the loop, so the cost is the
+    /// number of deliveries, not the number of receivers.
+    fn dispatch_round_robin(&mut self, now: Timestamp, sub_queue: SubQueue) {
+        let index = ready_index(sub_queue);
+        while !self.store(sub_queue).available.is_empty() {
+            let Some(receiver) = self.ready_receivers[index].pop_front() else {
+                return;
+            };
+            let Some(state) = self.receivers.get_mut(&receiver) else {
+                continue; // detached
+            };
+            state.in_ready = false;
+            if !state.has_credit() || state.session.is_some() || state.sub_queue != sub_queue {
+                continue;
+            }
+            let mode = state.mode;
+            let delivered = self.deliver_next(now, receiver, sub_queue, mode);
+            let Some(state) = self.receivers.get_mut(&receiver) else {
+                continue;
+            };
+            if state.has_credit() {
+                state.in_ready = true;
+                if delivered {
+                    self.ready_receivers[index].push_back(receiver);
+                } else {
+                    // Nothing deliverable is left: it keeps its turn.
+                    self.ready_receivers[index].push_front(receiver);
+                    return;
+                }
             }
         }
     }
@@ -806,6 +871,7 @@ impl EntityState {
             }
             if let Some(state) = self.receivers.get_mut(&receiver) {
                 state.delivered = state.delivered.wrapping_add(1);
+                state.credit = state.credit.saturating_sub(1);
             }
             self.effects.push(Effect::Deliver(Delivery {
                 sub_queue,

@@ -136,8 +136,8 @@ impl EntityState {
             return;
         }
         self.attach_receiver(now, receiver, SubQueue::Main, mode);
-        // Session receivers are served through their session, not the round-robin.
-        self.receiver_order.retain(|id| *id != receiver);
+        // Session receivers are served through their session, not the round-robin (they
+        // never enter `ready_receivers`: they have no credit yet and hold no session).
         match requested {
             Some(session_id) => {
                 let held = self
@@ -228,7 +228,7 @@ impl EntityState {
         self.release_session(now, &session_id);
         if let Some(state) = self.receivers.get_mut(&receiver) {
             state.session = None;
-            state.credit_limit = state.delivered;
+            state.credit = 0;
         }
         self.effects.push(Effect::SessionLost { receiver });
     }
