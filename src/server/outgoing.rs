@@ -191,11 +191,13 @@ impl Connection {
         }
     }
 
-    /// Whether the client holds no delivery of ours unsettled.
+    /// Whether the client holds no delivery of ours unsettled and no answer is pending.
     pub(super) fn nothing_unsettled(&self) -> bool {
-        self.sessions
-            .values()
-            .all(|session| session.unsettled.is_empty())
+        self.pending.is_empty()
+            && self
+                .sessions
+                .values()
+                .all(|session| session.unsettled.is_empty())
     }
 
     /// Gives held-back receiver links their credit again once their session window is

@@ -44,6 +44,11 @@ impl Broker {
         Broker { address, stop }
     }
 
+    /// Starts the broker's shutdown (what SIGTERM does in the binary).
+    pub fn shut_down(&self) {
+        let _ = self.stop.send(true);
+    }
+
     /// `amqp://127.0.0.1:port`.
     pub fn url(&self) -> String {
         format!("amqp://{}", self.address)

@@ -2,6 +2,7 @@
 //! over TCP with the fe2o3-amqp client, an independent AMQP 1.0 implementation.
 
 mod cli;
+mod flow_control;
 mod forwarding;
 mod harness;
 mod queues;

@@ -1,0 +1,405 @@
+//! Flow control and settlement against hostile or unusual peers, on a raw socket (issue 10,
+//! items 2, 3, 4, 15 and 18): link credit as a full uint, session windows that stay shut,
+//! malformed disposition ranges, unknown frame types, link names attached twice, and the
+//! graceful shutdown.
+
+use std::time::Duration;
+
+use bytes::BytesMut;
+use fe2o3_amqp::Sender;
+use fe2o3_amqp_types::definitions::{Handle, ReceiverSettleMode, Role, SenderSettleMode};
+use fe2o3_amqp_types::messaging::{Accepted, DeliveryState, Header, Source, Target};
+use fe2o3_amqp_types::performatives::{
+    Attach, Begin, ChannelMax, Disposition, Flow, MaxFrameSize, Open, Performative,
+};
+use ferrobus::server::frame::{self, AMQP_HEADER};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::harness::Broker;
+
+/// A minimal AMQP client on a raw socket: no SASL, one session on channel 0.
+struct RawClient {
+    stream: TcpStream,
+    input: BytesMut,
+}
+
+/// A performative the broker sent, with the payload that followed it (transfers).
+type Received = (Performative, bytes::Bytes);
+
+impl RawClient {
+    /// Connects, opens and begins a session with `incoming_window`.
+    async fn connect(broker: &Broker, incoming_window: u32) -> RawClient {
+        let stream = TcpStream::connect(broker.address).await.expect("connect");
+        let mut client = RawClient {
+            stream,
+            input: BytesMut::new(),
+        };
+        let mut bytes = BytesMut::new();
+        bytes.extend_from_slice(&AMQP_HEADER);
+        client.stream.write_all(&bytes).await.expect("header");
+        client
+            .send(Performative::Open(Open {
+                container_id: "raw-flow".into(),
+                hostname: None,
+                max_frame_size: MaxFrameSize(65536),
+                channel_max: ChannelMax(8),
+                idle_time_out: None,
+                outgoing_locales: None,
+                incoming_locales: None,
+                offered_capabilities: None,
+                desired_capabilities: None,
+                properties: None,
+            }))
+            .await;
+        client
+            .send(Performative::Begin(Begin {
+                remote_channel: None,
+                next_outgoing_id: 1,
+                incoming_window,
+                outgoing_window: 1000,
+                handle_max: Handle(16),
+                offered_capabilities: None,
+                desired_capabilities: None,
+                properties: None,
+            }))
+            .await;
+        let mut header = [0u8; 8];
+        client
+            .stream
+            .read_exact(&mut header)
+            .await
+            .expect("protocol header");
+        client
+            .expect(|performative| matches!(performative, Performative::Begin(_)))
+            .await;
+        client
+    }
+
+    async fn send(&mut self, performative: Performative) {
+        let mut bytes = BytesMut::new();
+        frame::write_performative(&mut bytes, 0, &performative).expect("encodes");
+        self.stream.write_all(&bytes).await.expect("write");
+    }
+
+    async fn send_raw(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).await.expect("write");
+    }
+
+    /// Attaches a receiver link (peek-lock unless `settled`) on `handle`.
+    async fn attach_receiver(&mut self, name: &str, address: &str, handle: u32, settled: bool) {
+        self.send(Performative::Attach(Attach {
+            name: name.into(),
+            handle: Handle(handle),
+            role: Role::Receiver,
+            snd_settle_mode: if settled {
+                SenderSettleMode::Settled
+            } else {
+                SenderSettleMode::Unsettled
+            },
+            rcv_settle_mode: ReceiverSettleMode::First,
+            source: Some(Box::new(Source::builder().address(address).build())),
+            target: Some(Box::new(Target::builder().build().into())),
+            unsettled: None,
+            incomplete_unsettled: false,
+            initial_delivery_count: None,
+            max_message_size: None,
+            offered_capabilities: None,
+            desired_capabilities: None,
+            properties: None,
+        }))
+        .await;
+        self.expect(|performative| matches!(performative, Performative::Attach(_)))
+            .await;
+    }
+
+    /// A flow granting `credit` on `handle`, with the session window `incoming_window`.
+    async fn flow(&mut self, handle: u32, credit: u32, incoming_window: u32) {
+        self.send(Performative::Flow(Flow {
+            next_incoming_id: Some(1),
+            incoming_window,
+            next_outgoing_id: 1,
+            outgoing_window: 1000,
+            handle: Some(Handle(handle)),
+            delivery_count: Some(0),
+            link_credit: Some(credit),
+            available: None,
+            drain: false,
+            echo: false,
+            properties: None,
+        }))
+        .await;
+    }
+
+    /// The next frame (skipping heartbeats), or `None` after `within` or at EOF.
+    async fn next(&mut self, within: Duration) -> Option<Received> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            while let Ok(Some(raw)) = frame::take_frame(&mut self.input, 1 << 20) {
+                if raw.body.is_empty() {
+                    continue;
+                }
+                if let Ok(received) = frame::decode_performative(&raw.body) {
+                    return Some(received);
+                }
+            }
+            match tokio::time::timeout_at(deadline, self.stream.read_buf(&mut self.input)).await {
+                Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return None,
+                Ok(Ok(_)) => {}
+            }
+        }
+    }
+
+    /// Reads until a frame matches, failing the test after 5 s.
+    async fn expect(&mut self, wanted: impl Fn(&Performative) -> bool) -> Received {
+        loop {
+            match self.next(Duration::from_secs(5)).await {
+                Some(received) if wanted(&received.0) => return received,
+                Some(_) => {}
+                None => panic!("the expected frame did not arrive within 5 s"),
+            }
+        }
+    }
+
+    /// Reads until the broker's `close`, returning its condition and description.
+    async fn expect_close(&mut self, within: Duration) -> String {
+        while let Some((performative, _)) = self.next(within).await {
+            if let Performative::Close(close) = performative {
+                return close
+                    .error
+                    .map(|error| format!("{:?} {:?}", error.condition, error.description))
+                    .unwrap_or_default();
+            }
+        }
+        panic!("no close frame within {within:?}");
+    }
+}
+
+fn is_transfer(performative: &Performative) -> bool {
+    matches!(performative, Performative::Transfer(_))
+}
+
+/// The header's delivery-count of a delivered message.
+fn delivery_count(payload: &[u8]) -> u32 {
+    let header: Header = serde_amqp::from_slice(payload).expect("the message starts with a header");
+    header.delivery_count
+}
+
+async fn send_messages(broker: &Broker, queue: &str, count: usize) {
+    let (_connection, mut session) = broker.connect().await;
+    let mut sender = Sender::attach(&mut session, "sender", queue)
+        .await
+        .expect("attach");
+    for index in 0..count {
+        sender
+            .send(format!("message {index}"))
+            .await
+            .expect("accepted");
+    }
+    sender.close().await.expect("sender closes");
+}
+
+#[tokio::test]
+async fn link_credit_of_u32_max_delivers() {
+    // Issue 10 item 2: link-credit is a uint; 0xFFFFFFFF is a valid (huge) grant.
+    let broker = Broker::start("[[queues]]\nname = \"q\"\n").await;
+    let mut client = RawClient::connect(&broker, 1000).await;
+    client.attach_receiver("huge-credit", "q", 0, true).await;
+    client.flow(0, u32::MAX, 1000).await;
+    send_messages(&broker, "q", 2).await;
+    client.expect(is_transfer).await;
+    client.expect(is_transfer).await;
+}
+
+#[tokio::test]
+async fn a_closed_session_window_burns_no_delivery_attempts() {
+    // Issue 10 item 4 (rule LCK-2 counts failed deliveries, not transfers never written):
+    // with the client's window shut, locks would expire twice in 2.5 s and, at a max
+    // delivery count of 2, every message would be dead-lettered without being sent.
+    let broker =
+        Broker::start("[[queues]]\nname = \"q\"\nlock_duration = \"1s\"\nmax_delivery_count = 2\n")
+            .await;
+    let mut client = RawClient::connect(&broker, 0).await;
+    client.attach_receiver("shut-window", "q", 0, false).await;
+    client.flow(0, 100, 0).await;
+    send_messages(&broker, "q", 5).await;
+    // Nothing may arrive while the window is shut; time passes for the lock rules.
+    assert!(
+        client.next(Duration::from_millis(2500)).await.is_none(),
+        "no transfer while the window is 0"
+    );
+    client.flow(0, 100, 100).await;
+    for _ in 0..5 {
+        let (_, payload) = client.expect(is_transfer).await;
+        assert_eq!(
+            delivery_count(&payload),
+            0,
+            "a message never sent has no failed delivery"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_disposition_range_ending_before_it_starts_closes_the_connection() {
+    // Issue 10 item 3: last < first is a protocol error, not four billion lookups.
+    let broker = Broker::start("[[queues]]\nname = \"q\"\n").await;
+    let mut client = RawClient::connect(&broker, 1000).await;
+    client
+        .send(Performative::Disposition(Disposition {
+            role: Role::Receiver,
+            first: 10,
+            last: Some(5),
+            settled: true,
+            state: Some(DeliveryState::Accepted(Accepted {})),
+            batchable: false,
+        }))
+        .await;
+    let condition = client.expect_close(Duration::from_secs(5)).await;
+    assert!(
+        condition.contains("InvalidField") && condition.contains("10..=5"),
+        "{condition}"
+    );
+}
+
+#[tokio::test]
+async fn a_wide_disposition_range_settles_the_deliveries_it_names() {
+    let broker = Broker::start("[[queues]]\nname = \"q\"\n").await;
+    let mut client = RawClient::connect(&broker, 1000).await;
+    client.attach_receiver("wide", "q", 0, false).await;
+    client.flow(0, 10, 1000).await;
+    send_messages(&broker, "q", 3).await;
+    for _ in 0..3 {
+        client.expect(is_transfer).await;
+    }
+    // One disposition over the widest legal range completes all three.
+    client
+        .send(Performative::Disposition(Disposition {
+            role: Role::Receiver,
+            first: 0,
+            last: Some(i32::MAX as u32),
+            settled: false,
+            state: Some(DeliveryState::Accepted(Accepted {})),
+            batchable: false,
+        }))
+        .await;
+    let mut echoed = Vec::new();
+    for _ in 0..3 {
+        let (performative, _) = client
+            .expect(|performative| matches!(performative, Performative::Disposition(_)))
+            .await;
+        if let Performative::Disposition(disposition) = performative {
+            assert!(matches!(
+                disposition.state,
+                Some(DeliveryState::Accepted(_))
+            ));
+            echoed.push(disposition.first);
+        }
+    }
+    echoed.sort_unstable();
+    assert_eq!(echoed, vec![0, 1, 2]);
+}
+
+#[tokio::test]
+async fn an_unknown_frame_type_is_named_in_the_close() {
+    // Issue 10 item 15: frame type 7 is neither AMQP nor SASL.
+    let broker = Broker::start("[[queues]]\nname = \"q\"\n").await;
+    let mut client = RawClient::connect(&broker, 1000).await;
+    client.send_raw(&[0, 0, 0, 8, 2, 7, 0, 0]).await;
+    let condition = client.expect_close(Duration::from_secs(5)).await;
+    assert!(
+        condition.contains("FramingError") && condition.contains("frame type 7"),
+        "{condition}"
+    );
+}
+
+#[tokio::test]
+async fn attaching_a_link_name_twice_steals_it() {
+    // Issue 10 item 15 (AMQP 1.0 §2.6.1): the old attachment ends with amqp:link:stolen.
+    let broker = Broker::start("[[queues]]\nname = \"q\"\n").await;
+    let mut client = RawClient::connect(&broker, 1000).await;
+    client.attach_receiver("same-name", "q", 0, true).await;
+    client
+        .send(Performative::Attach(Attach {
+            name: "same-name".into(),
+            handle: Handle(1),
+            role: Role::Receiver,
+            snd_settle_mode: SenderSettleMode::Settled,
+            rcv_settle_mode: ReceiverSettleMode::First,
+            source: Some(Box::new(Source::builder().address("q").build())),
+            target: Some(Box::new(Target::builder().build().into())),
+            unsettled: None,
+            incomplete_unsettled: false,
+            initial_delivery_count: None,
+            max_message_size: None,
+            offered_capabilities: None,
+            desired_capabilities: None,
+            properties: None,
+        }))
+        .await;
+    let (performative, _) = client
+        .expect(|performative| matches!(performative, Performative::Detach(_)))
+        .await;
+    let Performative::Detach(detach) = performative else {
+        unreachable!()
+    };
+    assert_eq!(
+        detach.handle.0, 0,
+        "the first attachment is the one detached"
+    );
+    let condition = format!("{:?}", detach.error.map(|error| error.condition));
+    assert!(condition.contains("Stolen"), "{condition}");
+    // The new attachment works.
+    client
+        .expect(|performative| matches!(performative, Performative::Attach(_)))
+        .await;
+    client.flow(1, 5, 1000).await;
+    send_messages(&broker, "q", 1).await;
+    let (performative, _) = client.expect(is_transfer).await;
+    let Performative::Transfer(transfer) = performative else {
+        unreachable!()
+    };
+    assert_eq!(transfer.handle.0, 1);
+}
+
+#[tokio::test]
+async fn shutdown_lets_receivers_settle_then_closes_every_connection() {
+    // Issue 10 item 18: no TCP reset; held messages can still be settled in the grace
+    // period; the close comes as soon as nothing is unsettled.
+    let broker =
+        Broker::start("[server]\nshutdown_grace_period = \"30s\"\n[[queues]]\nname = \"q\"\n")
+            .await;
+    let mut receiver = RawClient::connect(&broker, 1000).await;
+    receiver.attach_receiver("holder", "q", 0, false).await;
+    receiver.flow(0, 1, 1000).await;
+    send_messages(&broker, "q", 1).await;
+    let mut idle = RawClient::connect(&broker, 1000).await;
+    receiver.expect(is_transfer).await;
+    let started = tokio::time::Instant::now();
+    broker.shut_down();
+    let condition = idle.expect_close(Duration::from_secs(5)).await;
+    assert!(condition.contains("ConnectionForced"), "{condition}");
+    // The receiver is still served: its settlement is confirmed.
+    receiver
+        .send(Performative::Disposition(Disposition {
+            role: Role::Receiver,
+            first: 0,
+            last: None,
+            settled: false,
+            state: Some(DeliveryState::Accepted(Accepted {})),
+            batchable: false,
+        }))
+        .await;
+    let (performative, _) = receiver
+        .expect(|performative| matches!(performative, Performative::Disposition(_)))
+        .await;
+    let Performative::Disposition(echo) = performative else {
+        unreachable!()
+    };
+    assert!(matches!(echo.state, Some(DeliveryState::Accepted(_))));
+    let condition = receiver.expect_close(Duration::from_secs(5)).await;
+    assert!(condition.contains("ConnectionForced"), "{condition}");
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "closed once settled, long before the 30 s grace period"
+    );
+}
