@@ -229,14 +229,55 @@ async fn a_closed_session_window_burns_no_delivery_attempts() {
         "no transfer while the window is 0"
     );
     client.flow(0, 100, 100).await;
+    let mut delivery_ids = Vec::new();
     for _ in 0..5 {
-        let (_, payload) = client.expect(is_transfer).await;
+        let (performative, payload) = client.expect(is_transfer).await;
         assert_eq!(
             delivery_count(&payload),
             0,
             "a message never sent has no failed delivery"
         );
+        if let Performative::Transfer(transfer) = performative {
+            delivery_ids.extend(transfer.delivery_id);
+        }
     }
+    assert!(
+        client.next(Duration::from_millis(500)).await.is_none(),
+        "each message is sent once: no stale redeliveries were queued behind the window"
+    );
+    // Each delivery carries a live lock: completing it succeeds.
+    for delivery_id in delivery_ids {
+        client
+            .send(Performative::Disposition(Disposition {
+                role: Role::Receiver,
+                first: delivery_id,
+                last: None,
+                settled: false,
+                state: Some(DeliveryState::Accepted(Accepted {})),
+                batchable: false,
+            }))
+            .await;
+        let (performative, _) = client
+            .expect(|performative| matches!(performative, Performative::Disposition(_)))
+            .await;
+        let Performative::Disposition(echo) = performative else {
+            unreachable!()
+        };
+        assert!(
+            matches!(echo.state, Some(DeliveryState::Accepted(_))),
+            "complete of delivery {delivery_id}: {:?}",
+            echo.state
+        );
+    }
+    // Nothing was dead-lettered.
+    client
+        .attach_receiver("dead-letters", "q/$DeadLetterQueue", 1, true)
+        .await;
+    client.flow(1, 100, 100).await;
+    assert!(
+        client.next(Duration::from_millis(500)).await.is_none(),
+        "the dead-letter queue is empty"
+    );
 }
 
 #[tokio::test]

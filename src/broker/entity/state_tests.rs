@@ -314,3 +314,92 @@ fn next_available_hands_out_each_of_ten_thousand_sessions_once_in_arrival_order(
         "the wait ends with a timeout"
     );
 }
+
+#[test]
+fn twenty_thousand_idle_receivers_cost_nothing_per_send() {
+    // Issue 10 item 3: dispatch looks only at receivers that can take a message.
+    let mut state = entity(|_| {});
+    for index in 0..20_000u64 {
+        let receiver = ReceiverId(100 + index);
+        state.attach_receiver(START, receiver, SubQueue::Main, ReceiveMode::PeekLock);
+        // Half have no credit; half wait on the dead-letter sub-queue, which stays empty.
+        if index % 2 == 1 {
+            state.detach_receiver(START, receiver);
+            state.attach_receiver(START, receiver, SubQueue::DeadLetter, ReceiveMode::PeekLock);
+            state.set_credit(START, receiver, 10, false);
+        }
+    }
+    state.attach_receiver(START, RECEIVER, SubQueue::Main, ReceiveMode::PeekLock);
+    state.set_credit(START, RECEIVER, 1_000, false);
+    let before = state.dispatch_visits();
+    for index in 0..100 {
+        state
+            .enqueue(START, vec![message(&format!("m{index}"))])
+            .expect("stored");
+    }
+    assert_eq!(deliveries(&mut state).len(), 100);
+    let visits = state.dispatch_visits() - before;
+    assert!(
+        visits <= 200,
+        "100 sends looked at {visits} receivers; idle ones must not be visited"
+    );
+}
+
+#[test]
+fn receivers_with_credit_take_turns() {
+    let mut state = entity(|_| {});
+    let receivers = [ReceiverId(11), ReceiverId(12), ReceiverId(13)];
+    for receiver in receivers {
+        state.attach_receiver(
+            START,
+            receiver,
+            SubQueue::Main,
+            ReceiveMode::ReceiveAndDelete,
+        );
+        state.set_credit(START, receiver, 2, false);
+    }
+    for index in 0..6 {
+        state
+            .enqueue(START, vec![message(&format!("m{index}"))])
+            .expect("stored");
+    }
+    let order: Vec<ReceiverId> = state
+        .take_effects()
+        .into_iter()
+        .filter_map(|effect| match effect {
+            Effect::Deliver(delivery) => delivery.receiver,
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        order,
+        vec![
+            receivers[0],
+            receivers[1],
+            receivers[2],
+            receivers[0],
+            receivers[1],
+            receivers[2]
+        ]
+    );
+    // Credit is used up: a seventh message waits.
+    state.enqueue(START, vec![message("m6")]).expect("stored");
+    assert!(deliveries(&mut state).is_empty());
+}
+
+#[test]
+fn credit_of_two_to_the_thirty_one_or_more_is_credit() {
+    // Issue 10 item 2: link-credit is a uint (AMQP 1.0 §2.7.4).
+    let mut state = entity(|_| {});
+    state.attach_receiver(
+        START,
+        RECEIVER,
+        SubQueue::Main,
+        ReceiveMode::ReceiveAndDelete,
+    );
+    state.grant_credit(START, RECEIVER, Some(0), u32::MAX, false);
+    state.enqueue(START, vec![message("a")]).expect("stored");
+    state.grant_credit(START, RECEIVER, Some(0), 1 << 31, false);
+    state.enqueue(START, vec![message("b")]).expect("stored");
+    assert_eq!(deliveries(&mut state).len(), 2);
+}

@@ -208,6 +208,9 @@ pub struct EntityState {
     /// transfer DLQ): dispatch touches only receivers that can take a message, so idle
     /// receivers cost nothing per send. Entries of detached receivers are dropped lazily.
     ready_receivers: [VecDeque<ReceiverId>; 3],
+    /// Receivers dispatch has looked at so far: the cost of dispatch, observable by tests
+    /// (it grows with deliveries, never with idle receivers).
+    dispatch_visits: u64,
     /// Bytes stored across both sub-queues, counted against `max_size_bytes`.
     stored_bytes: u64,
     /// Mixed into lock tokens so tokens differ across entities and restarts.
@@ -277,6 +280,7 @@ impl EntityState {
             deadlines: BTreeSet::new(),
             receivers: HashMap::new(),
             ready_receivers: Default::default(),
+            dispatch_visits: 0,
             stored_bytes: 0,
             token_seed,
             tokens_issued: 0,
@@ -751,6 +755,7 @@ impl EntityState {
             let Some(receiver) = self.ready_receivers[index].pop_front() else {
                 return;
             };
+            self.dispatch_visits += 1;
             let Some(state) = self.receivers.get_mut(&receiver) else {
                 continue; // detached
             };
@@ -774,6 +779,11 @@ impl EntityState {
                 }
             }
         }
+    }
+
+    /// Receivers dispatch has looked at since the entity started.
+    pub fn dispatch_visits(&self) -> u64 {
+        self.dispatch_visits
     }
 
     /// Delivers the next message of a locked session (rules SES-1, TTL-9).
