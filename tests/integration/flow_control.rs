@@ -444,3 +444,74 @@ async fn shutdown_lets_receivers_settle_then_closes_every_connection() {
         "closed once settled, long before the 30 s grace period"
     );
 }
+
+#[tokio::test]
+async fn a_peer_that_does_not_read_burns_no_delivery_attempts() {
+    // Issue 10 item 4, second half: the peer's window is open but it does not read its
+    // socket (rule LCK-2 counts failed deliveries, and a transfer never written is none). What the kernel cannot take stays with the entity (no attempt counted), so
+    // locks that expire meanwhile are not counted against messages never written.
+    let broker =
+        Broker::start("[[queues]]\nname = \"q\"\nlock_duration = \"1s\"\nmax_delivery_count = 2\n")
+            .await;
+    let (_connection, mut session) = broker.connect().await;
+    let mut sender = Sender::attach(&mut session, "sender", "q")
+        .await
+        .expect("attach");
+    // 80 MB: more than loopback's socket buffers (up to 32 MiB + 4 MiB here) can hold.
+    let body = "x".repeat(200 * 1024);
+    for _ in 0..400 {
+        sender.send(body.clone()).await.expect("accepted");
+    }
+    let mut client = RawClient::connect(&broker, u32::MAX).await;
+    client.attach_receiver("slow-reader", "q", 0, false).await;
+    client.flow(0, 1000, u32::MAX).await;
+    // Not reading for 2.5 s: every lock handed out would expire twice.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Now read everything, completing each delivery as it arrives.
+    let mut first_deliveries = 0;
+    let mut completed = 0;
+    while completed < 400 {
+        let Some((performative, payload)) = client.next(Duration::from_secs(2)).await else {
+            break;
+        };
+        if let Performative::Transfer(transfer) = performative
+            && let Some(delivery_id) = transfer.delivery_id
+        {
+            if delivery_count(&payload) == 0 {
+                first_deliveries += 1;
+            }
+            completed += 1;
+            client
+                .send(Performative::Disposition(Disposition {
+                    role: Role::Receiver,
+                    first: delivery_id,
+                    last: None,
+                    settled: true,
+                    state: Some(DeliveryState::Accepted(Accepted {})),
+                    batchable: false,
+                }))
+                .await;
+        }
+    }
+    client
+        .attach_receiver("dead-letters", "q/$DeadLetterQueue", 1, true)
+        .await;
+    client.flow(1, 1000, u32::MAX).await;
+    let mut dead_lettered = 0;
+    while let Some((performative, _)) = client.next(Duration::from_secs(1)).await {
+        if matches!(&performative, Performative::Transfer(transfer) if transfer.handle.0 == 1 && transfer.delivery_id.is_some())
+        {
+            dead_lettered += 1;
+        }
+    }
+    // Only messages the kernel took (at most its buffers, ~36 MiB ≈ 184 of them) were
+    // written; they may legitimately have expired twice. Before the fix all 400 did.
+    assert!(
+        dead_lettered < 200,
+        "messages never written must not reach the max delivery count: {dead_lettered} of 400 dead-lettered"
+    );
+    assert!(
+        first_deliveries >= 150,
+        "messages beyond the socket buffers were first written after the pause, got {first_deliveries}"
+    );
+}
