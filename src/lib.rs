@@ -18,6 +18,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod server;
+pub mod store;
 
 use std::collections::HashMap;
 use std::sync::Arc;

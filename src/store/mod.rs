@@ -1,0 +1,12 @@
+//! Durable storage: the write-ahead log every entity's changes go through before they are
+//! acknowledged (issue 11). Only the actor shells talk to it; the pure core never sees it.
+//!
+//! - [`segment`]: the file format (numbered segments of CRC-checked records) and its reader.
+//! - [`log`]: the writer thread with group commit, recovery with torn-tail truncation, the
+//!   directory lock, and the fault behaviour (disk full refuses, a failed sync stops).
+
+pub mod log;
+pub mod segment;
+
+#[cfg(test)]
+mod log_tests;
