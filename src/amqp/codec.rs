@@ -19,7 +19,7 @@ pub enum CodecError {
     #[error("invalid AMQP format code 0x{code:02x} at offset {offset}")]
     InvalidFormatCode { code: u8, offset: usize },
     /// Descriptors nested beyond what any sane peer sends.
-    #[error("AMQP value nested too deeply at offset {offset}")]
+    #[error("AMQP value nested deeper than 32 levels at offset {offset}")]
     TooDeep { offset: usize },
 }
 

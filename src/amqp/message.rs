@@ -6,6 +6,7 @@ use bytes::{Bytes, BytesMut};
 use fe2o3_amqp_types::messaging::{Header, MessageId, Properties};
 
 use super::codec::{self, CodecError, Writer};
+use super::depth;
 use super::ids;
 use crate::broker::entity::Record;
 use crate::broker::message::{HeaderFields, Message, SystemProperties};
@@ -20,6 +21,8 @@ const MESSAGE_ANNOTATIONS: u64 = 0x72;
 const PROPERTIES: u64 = 0x73;
 const APPLICATION_PROPERTIES: u64 = 0x74;
 const DATA: u64 = 0x75;
+/// The last body section code (data 0x75, amqp-sequence 0x76, amqp-value 0x77).
+const AMQP_VALUE: u64 = 0x77;
 const FOOTER: u64 = 0x78;
 
 /// Annotation keys the broker owns: values sent by clients are dropped and replaced.
@@ -53,6 +56,14 @@ pub enum MessageError {
     /// A batch held no messages.
     #[error("the batch message holds no messages")]
     EmptyBatch,
+    /// No data, amqp-sequence or amqp-value section (AMQP 1.0 §3.2 requires one).
+    #[error("malformed message: it has no body section (data, amqp-sequence or amqp-value)")]
+    NoBody,
+    /// A message-format other than 0 (standard) or the Service Bus batch format.
+    #[error(
+        "message-format {0} is not supported: send standard AMQP messages (0) or Service Bus batches (0x80013700)"
+    )]
+    UnsupportedFormat(u32),
 }
 
 fn section_error(section: &'static str, error: impl std::fmt::Display) -> MessageError {
@@ -65,8 +76,10 @@ fn section_error(section: &'static str, error: impl std::fmt::Display) -> Messag
 /// Parses the messages of one transfer: a single message, or the messages inside a
 /// batch envelope.
 pub fn parse_transfer(payload: Bytes, message_format: u32) -> Result<Vec<Message>, MessageError> {
-    if message_format != BATCH_MESSAGE_FORMAT {
-        return Ok(vec![parse_message(payload)?]);
+    match message_format {
+        0 => return Ok(vec![parse_message(payload)?]),
+        BATCH_MESSAGE_FORMAT => depth::check_values(&payload)?,
+        other => return Err(MessageError::UnsupportedFormat(other)),
     }
     let mut messages = Vec::new();
     let mut at = 0;
@@ -111,6 +124,8 @@ fn message_id_text(id: &MessageId) -> String {
 /// Parses one encoded message. Assigns a message-id when the sender set none (the JS
 /// SDK's batch items carry none, and its lock renewal needs one).
 pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
+    // Before any decoder (serde_amqp recurses): bounded nesting, lengths within bounds.
+    depth::check_values(&bytes)?;
     let mut message = Message::default();
     let mut body_ranges: Vec<std::ops::Range<usize>> = Vec::new();
     let mut properties: Option<Properties> = None;
@@ -153,6 +168,14 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
             }
         }
         at += length;
+    }
+    if !body_ranges.iter().any(|range| {
+        matches!(
+            codec::section_code(&bytes, range.start),
+            Some(DATA..=AMQP_VALUE)
+        )
+    }) {
+        return Err(MessageError::NoBody);
     }
     message.body = join_ranges(&bytes, &body_ranges);
     let mut properties = properties.unwrap_or_default();

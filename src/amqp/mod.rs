@@ -5,6 +5,7 @@
 pub mod address;
 pub mod cbs;
 pub mod codec;
+pub mod depth;
 pub mod errors;
 pub mod ids;
 pub mod link_properties;

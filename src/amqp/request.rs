@@ -37,6 +37,8 @@ impl Request {
 
 /// Parses a request message from a transfer payload.
 pub fn parse(payload: &Bytes) -> Result<Request, MessageError> {
+    // Before serde_amqp (which recurses) sees any of it.
+    super::depth::check_values(payload)?;
     let mut request = Request {
         message_id: None,
         reply_to: None,

@@ -179,6 +179,7 @@ async fn handshake(
     input: &mut BytesMut,
     output: &mut BytesMut,
     context: &Context,
+    amqp_started: &mut bool,
 ) -> Result<(Open, Option<Rights>), ConnectionError> {
     let mut header = read_exact_header(stream, input).await?;
     let mut sasl_rights = None;
@@ -193,7 +194,14 @@ async fn handshake(
                 "expected sasl-init",
             ));
         }
-        let init = sasl::decode_init(&init_frame.body)?;
+        let init = match sasl::decode_init(&init_frame.body) {
+            Ok(init) => init,
+            Err(error) => {
+                // No AMQP close exists yet: the SASL outcome refuses, then the socket closes.
+                sasl::write_outcome(output, false)?;
+                return Err(error.into());
+            }
+        };
         let result = sasl::authenticate(&init, &context.settings.keys);
         let ok = !matches!(result, SaslResult::Refused);
         sasl::write_outcome(output, ok)?;
@@ -221,6 +229,7 @@ async fn handshake(
     // Some clients (fe2o3-amqp) wait for our header before sending `open`.
     stream.write_all(output).await?;
     output.clear();
+    *amqp_started = true;
     let open_frame = read_frame(stream, input, context.settings.max_frame_size).await?;
     if open_frame.frame_type != FRAME_TYPE_AMQP {
         return Err(ConnectionError::protocol(
@@ -238,6 +247,28 @@ async fn handshake(
     Ok((open, sasl_rights))
 }
 
+/// The `open` the broker sends.
+fn our_open(context: &Context) -> Open {
+    Open {
+        container_id: "ferrobus".to_string(),
+        hostname: None,
+        max_frame_size: MaxFrameSize(context.settings.max_frame_size),
+        channel_max: ChannelMax(u16::MAX),
+        idle_time_out: Some(
+            context
+                .settings
+                .idle_timeout
+                .as_millis()
+                .min(u32::MAX as u128) as u32,
+        ),
+        outgoing_locales: None,
+        incoming_locales: None,
+        offered_capabilities: None,
+        desired_capabilities: None,
+        properties: None,
+    }
+}
+
 /// Serves one TCP connection to its end. `admitted` is false when `max_connections` is
 /// reached: the connection is opened and closed at once with an error.
 pub async fn run(
@@ -248,15 +279,35 @@ pub async fn run(
 ) {
     let mut input = BytesMut::with_capacity(64 * 1024);
     let mut output = BytesMut::with_capacity(64 * 1024);
+    let mut amqp_started = false;
     let handshake = tokio::time::timeout(
         HANDSHAKE_TIMEOUT,
-        handshake(&mut stream, &mut input, &mut output, &context),
+        handshake(
+            &mut stream,
+            &mut input,
+            &mut output,
+            &context,
+            &mut amqp_started,
+        ),
     )
     .await;
     let (open, sasl_rights) = match handshake {
         Ok(Ok(done)) => done,
         Ok(Err(error)) => {
-            tracing::debug!(%error, "handshake failed");
+            tracing::info!(%error, "handshake failed");
+            if amqp_started && let Some(error) = close_error(&error) {
+                // A malformed `open`: answer with ours and a `close` naming the problem.
+                let _ = frame::write_performative(
+                    &mut output,
+                    0,
+                    &Performative::Open(our_open(&context)),
+                );
+                let _ = frame::write_performative(
+                    &mut output,
+                    0,
+                    &Performative::Close(Close { error: Some(error) }),
+                );
+            }
             write_last(&mut stream, &output).await;
             return;
         }
@@ -284,24 +335,7 @@ pub async fn run(
         draining: false,
     };
     tracing::debug!(container_id = %open.container_id, "connection open");
-    let our_open = Open {
-        container_id: "ferrobus".to_string(),
-        hostname: None,
-        max_frame_size: MaxFrameSize(context.settings.max_frame_size),
-        channel_max: ChannelMax(u16::MAX),
-        idle_time_out: Some(
-            context
-                .settings
-                .idle_timeout
-                .as_millis()
-                .min(u32::MAX as u128) as u32,
-        ),
-        outgoing_locales: None,
-        incoming_locales: None,
-        offered_capabilities: None,
-        desired_capabilities: None,
-        properties: None,
-    };
+    let our_open = our_open(&context);
     if connection.write(0, Performative::Open(our_open)).is_err() {
         return;
     }
@@ -328,26 +362,10 @@ pub async fn run(
         &open,
     )
     .await;
-    match result {
-        Err(ConnectionError::Protocol {
-            condition,
-            description,
-        }) => {
-            tracing::warn!(condition, %description, "closing connection after protocol error");
-            let _ = close_with(
-                &mut connection,
-                Some(errors::amqp_error(condition, &description)),
-            );
-        }
-        Err(ConnectionError::Frame(error)) => {
-            tracing::warn!(%error, "closing connection after framing error");
-            let _ = close_with(
-                &mut connection,
-                Some(errors::amqp_error(
-                    errors::FRAMING_ERROR,
-                    &error.to_string(),
-                )),
-            );
+    match &result {
+        Err(error @ (ConnectionError::Protocol { .. } | ConnectionError::Frame(_))) => {
+            tracing::warn!(%error, "closing connection after a protocol error");
+            let _ = close_with(&mut connection, close_error(error));
         }
         Err(ConnectionError::Io(error)) => tracing::debug!(%error, "connection i/o error"),
         Err(ConnectionError::Closed) | Ok(()) => {}
@@ -370,6 +388,24 @@ const LAST_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Writes the last bytes of a connection, giving up after [`LAST_WRITE_TIMEOUT`].
 async fn write_last(stream: &mut TcpStream, bytes: &[u8]) {
     let _ = tokio::time::timeout(LAST_WRITE_TIMEOUT, stream.write_all(bytes)).await;
+}
+
+/// The error a `close` carries for a connection error the peer caused.
+fn close_error(error: &ConnectionError) -> Option<AmqpError> {
+    match error {
+        ConnectionError::Protocol {
+            condition,
+            description,
+        } => Some(errors::amqp_error(condition, description)),
+        ConnectionError::Frame(error @ FrameError::Decode(_)) => {
+            Some(errors::amqp_error(errors::DECODE_ERROR, &error.to_string()))
+        }
+        ConnectionError::Frame(error) => Some(errors::amqp_error(
+            errors::FRAMING_ERROR,
+            &error.to_string(),
+        )),
+        ConnectionError::Io(_) | ConnectionError::Closed => None,
+    }
 }
 
 /// Closes the connection because the broker is shutting down.

@@ -83,6 +83,9 @@ pub fn take_frame(input: &mut BytesMut, max_size: u32) -> Result<Option<RawFrame
 /// transfer payload). A disposition whose `rejected` error info has string keys (rhea
 /// writes them so; AMQP says symbols) is normalised and decoded again.
 pub fn decode_performative(body: &Bytes) -> Result<(Performative, Bytes), FrameError> {
+    // Before serde_amqp (which recurses) sees it: bounded nesting, lengths within bounds.
+    crate::amqp::depth::check_value(body)
+        .map_err(|error| FrameError::Decode(format!("the performative is malformed: {error}")))?;
     match decode_performative_strict(body) {
         Err(error) => match normalize_rejected_info(body) {
             Some(normalized) => decode_performative_strict(&normalized).map_err(|_| error),

@@ -108,7 +108,7 @@ async fn connections_beyond_max_connections_are_closed_with_an_error() {
 }
 
 #[tokio::test]
-async fn a_malformed_frame_closes_the_connection_with_a_framing_error() {
+async fn a_malformed_frame_closes_the_connection_with_a_decode_error() {
     let broker = Broker::start("[[queues]]\nname = \"q\"\n").await;
     let mut stream = TcpStream::connect(broker.address).await.expect("connect");
     let mut bytes = open_frame();
@@ -117,7 +117,7 @@ async fn a_malformed_frame_closes_the_connection_with_a_framing_error() {
     stream.write_all(&bytes).await.expect("write");
     let (performatives, _) = read_frames(&mut stream, Duration::from_millis(1000)).await;
     let condition = close_condition(&performatives).expect("the broker closes the connection");
-    assert!(condition.contains("FramingError"), "{condition}");
+    assert!(condition.contains("DecodeError"), "{condition}");
     // The broker still serves others.
     let (_connection, mut session) = broker.connect().await;
     let mut sender = fe2o3_amqp::Sender::attach(&mut session, "sender", "q")

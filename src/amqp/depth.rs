@@ -1,0 +1,351 @@
+//! The guard in front of every decoder: walks encoded AMQP values without recursion and
+//! refuses nesting deeper than [`MAX_DEPTH`] or lengths that run past their container,
+//! before serde_amqp (which recurses) or any other recursive code sees the bytes.
+//!
+//! A peer that sends an `open` whose properties hold a map nested 2,000 deep would
+//! otherwise overflow the stack and abort the whole process (issue 10, item 1). Every
+//! list, map, array and described value counts as one level.
+
+use super::codec::CodecError;
+
+/// Levels of list, map, array or described value a value may nest.
+pub const MAX_DEPTH: usize = 32;
+
+/// A container being walked: where it ends and how many values it still holds.
+#[derive(Debug, Clone, Copy)]
+struct Open {
+    /// Offset just past its last byte (`usize::MAX` for described values, which end after
+    /// their two values).
+    end: usize,
+    /// Values still to read in it.
+    remaining: u64,
+    /// For arrays: the format code every element shares (elements carry no constructor).
+    element: Option<u8>,
+}
+
+/// Checks the one value at the start of `bytes` and returns its length.
+pub fn check_value(bytes: &[u8]) -> Result<usize, CodecError> {
+    walk(bytes, Some(1))
+}
+
+/// Checks that `bytes` is a sequence of whole values (message sections).
+pub fn check_values(bytes: &[u8]) -> Result<(), CodecError> {
+    walk(bytes, None).map(|_| ())
+}
+
+fn read_u8(bytes: &[u8], at: usize) -> Result<u8, CodecError> {
+    bytes
+        .get(at)
+        .copied()
+        .ok_or(CodecError::Truncated { offset: at })
+}
+
+fn read_u32(bytes: &[u8], at: usize) -> Result<usize, CodecError> {
+    let slice = bytes
+        .get(at..at + 4)
+        .ok_or(CodecError::Truncated { offset: at })?;
+    Ok(u32::from_be_bytes([slice[0], slice[1], slice[2], slice[3]]) as usize)
+}
+
+/// Walks `count` top-level values (all of `bytes` when `None`); returns the bytes read.
+fn walk(bytes: &[u8], count: Option<u64>) -> Result<usize, CodecError> {
+    let mut stack: Vec<Open> = Vec::new();
+    let mut position = 0usize;
+    let mut top_left = count;
+    loop {
+        // Close every container that is complete.
+        while let Some(open) = stack.last() {
+            if open.remaining > 0 {
+                break;
+            }
+            if open.end != usize::MAX && position != open.end {
+                return Err(CodecError::Truncated { offset: position });
+            }
+            stack.pop();
+            if let Some(parent) = stack.last_mut() {
+                parent.remaining -= 1;
+            } else if let Some(left) = top_left.as_mut() {
+                *left -= 1;
+            }
+        }
+        if stack.is_empty() {
+            match top_left {
+                Some(0) => return Ok(position),
+                None if position == bytes.len() => return Ok(position),
+                _ => {}
+            }
+        }
+        let limit = stack
+            .iter()
+            .map(|open| open.end)
+            .min()
+            .unwrap_or(bytes.len())
+            .min(bytes.len());
+        let (code, body) = match stack.last().and_then(|open| open.element) {
+            Some(code) => (code, position),
+            None => (read_u8(bytes, position)?, position + 1),
+        };
+        let opened = match code {
+            0x00 => {
+                if stack.last().is_some_and(|open| open.element.is_some()) {
+                    // Array elements are never themselves described.
+                    return Err(CodecError::InvalidFormatCode {
+                        code,
+                        offset: position,
+                    });
+                }
+                position = body;
+                Some(Open {
+                    end: usize::MAX,
+                    remaining: 2,
+                    element: None,
+                })
+            }
+            0x40..=0x45 => {
+                position = body;
+                None
+            }
+            0x50..=0x56 => {
+                position = body + 1;
+                None
+            }
+            0x60..=0x61 => {
+                position = body + 2;
+                None
+            }
+            0x70..=0x74 => {
+                position = body + 4;
+                None
+            }
+            0x80..=0x84 => {
+                position = body + 8;
+                None
+            }
+            0x94 | 0x98 => {
+                position = body + 16;
+                None
+            }
+            0xa0..=0xa3 => {
+                position = body + 1 + read_u8(bytes, body)? as usize;
+                None
+            }
+            0xb0..=0xb3 => {
+                position = body + 4 + read_u32(bytes, body)?;
+                None
+            }
+            0xc0..=0xc1 | 0xd0..=0xd1 => {
+                let (size, count, header) = if code < 0xd0 {
+                    let size = read_u8(bytes, body)? as usize;
+                    let count = if size == 0 {
+                        0
+                    } else {
+                        read_u8(bytes, body + 1)? as u64
+                    };
+                    (size, count, 1)
+                } else {
+                    let size = read_u32(bytes, body)?;
+                    let count = if size < 4 {
+                        0
+                    } else {
+                        read_u32(bytes, body + 4)? as u64
+                    };
+                    (size, count, 4)
+                };
+                let end = body + header + size;
+                let counted = header.min(size);
+                if (code == 0xc1 || code == 0xd1) && count % 2 == 1 {
+                    return Err(CodecError::InvalidFormatCode {
+                        code,
+                        offset: position,
+                    });
+                }
+                position = body + header + counted;
+                Some(Open {
+                    end,
+                    remaining: count,
+                    element: None,
+                })
+            }
+            0xe0 | 0xf0 => {
+                let (size, count, header) = if code == 0xe0 {
+                    let size = read_u8(bytes, body)? as usize;
+                    (size, read_u8(bytes, body + 1)? as u64, 1)
+                } else {
+                    let size = read_u32(bytes, body)?;
+                    (size, read_u32(bytes, body + 4)? as u64, 4)
+                };
+                let end = body + header + size;
+                let mut at = body + 2 * header;
+                let mut element = read_u8(bytes, at)?;
+                at += 1;
+                if element == 0x00 {
+                    // A described element type: a simple descriptor, then the element code.
+                    at += match read_u8(bytes, at)? {
+                        0x53 | 0x50 => 2,
+                        0x44 => 1,
+                        0x80 => 9,
+                        0xa3 => 2 + read_u8(bytes, at + 1)? as usize,
+                        0xb3 => 5 + read_u32(bytes, at + 1)?,
+                        other => {
+                            return Err(CodecError::InvalidFormatCode {
+                                code: other,
+                                offset: at,
+                            });
+                        }
+                    };
+                    element = read_u8(bytes, at)?;
+                    at += 1;
+                }
+                if element == 0x00 {
+                    return Err(CodecError::InvalidFormatCode {
+                        code: element,
+                        offset: at - 1,
+                    });
+                }
+                position = at;
+                // Elements of a zero-width type take no bytes: none to walk (a count of
+                // four billion must not cost four billion steps).
+                let remaining = if (0x40..=0x45).contains(&element) {
+                    0
+                } else {
+                    count
+                };
+                Some(Open {
+                    end,
+                    remaining,
+                    element: Some(element),
+                })
+            }
+            other => {
+                return Err(CodecError::InvalidFormatCode {
+                    code: other,
+                    offset: position,
+                });
+            }
+        };
+        if position > limit {
+            return Err(CodecError::Truncated { offset: position });
+        }
+        match opened {
+            Some(open) => {
+                if open.end != usize::MAX && open.end > limit {
+                    return Err(CodecError::Truncated { offset: position });
+                }
+                if stack.len() >= MAX_DEPTH {
+                    return Err(CodecError::TooDeep { offset: position });
+                }
+                // An empty array or compound is complete at once; the loop head closes it.
+                stack.push(open);
+            }
+            None => {
+                if let Some(parent) = stack.last_mut() {
+                    parent.remaining -= 1;
+                } else if let Some(left) = top_left.as_mut() {
+                    *left -= 1;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `depth` lists nested in each other around a null.
+    fn nested_lists(depth: usize) -> Vec<u8> {
+        let mut value = vec![0x40];
+        for _ in 0..depth {
+            let mut list = vec![0xd0];
+            list.extend_from_slice(&((value.len() + 4) as u32).to_be_bytes());
+            list.extend_from_slice(&1u32.to_be_bytes());
+            list.extend_from_slice(&value);
+            value = list;
+        }
+        value
+    }
+
+    fn nested_maps(depth: usize) -> Vec<u8> {
+        let mut value = vec![0x40];
+        for _ in 0..depth {
+            let mut map = vec![0xd1];
+            map.extend_from_slice(&((value.len() + 4 + 2) as u32).to_be_bytes());
+            map.extend_from_slice(&2u32.to_be_bytes());
+            map.extend_from_slice(&[0xa3, 0x00]);
+            map.extend_from_slice(&value);
+            value = map;
+        }
+        value
+    }
+
+    #[test]
+    fn nesting_up_to_the_limit_is_accepted_and_one_more_is_refused() {
+        let ok = nested_lists(MAX_DEPTH);
+        assert_eq!(check_value(&ok), Ok(ok.len()));
+        assert!(matches!(
+            check_value(&nested_lists(MAX_DEPTH + 1)),
+            Err(CodecError::TooDeep { .. })
+        ));
+        assert!(matches!(
+            check_value(&nested_maps(2_000)),
+            Err(CodecError::TooDeep { .. })
+        ));
+    }
+
+    #[test]
+    fn described_values_count_as_a_level() {
+        let mut value = vec![0x40];
+        for _ in 0..MAX_DEPTH + 1 {
+            let mut described = vec![0x00, 0x53, 0x70];
+            described.extend_from_slice(&value);
+            value = described;
+        }
+        assert!(matches!(
+            check_value(&value),
+            Err(CodecError::TooDeep { .. })
+        ));
+    }
+
+    #[test]
+    fn arrays_of_arrays_are_walked_and_counted() {
+        // array8 of one array8 of two ubytes.
+        let inner = [0x02u8 + 2, 0x02, 0x50, 0x01, 0x02];
+        let mut outer = vec![0xe0, (2 + inner.len()) as u8, 0x01, 0xe0];
+        outer.extend_from_slice(&inner);
+        assert_eq!(check_value(&outer), Ok(outer.len()));
+        // The inner array claims more bytes than the outer one holds.
+        let mut bad = outer.clone();
+        bad[4] = 0x40;
+        assert!(check_value(&bad).is_err());
+    }
+
+    #[test]
+    fn lengths_past_the_container_or_the_input_are_refused() {
+        assert!(matches!(
+            check_value(&[0xa1, 0x05, b'a']),
+            Err(CodecError::Truncated { .. })
+        ));
+        // A list whose size says 2 bytes but whose element needs 5.
+        assert!(check_value(&[0xc0, 0x02, 0x01, 0x71, 0, 0, 0, 1]).is_err());
+        // A map with an odd number of entries.
+        assert!(check_value(&[0xc1, 0x02, 0x01, 0x40]).is_err());
+    }
+
+    #[test]
+    fn a_sequence_of_sections_is_checked_whole() {
+        let mut sections = vec![0x00, 0x53, 0x70, 0x45];
+        sections.extend_from_slice(&[0x00, 0x53, 0x77, 0xa1, 0x02, b'h', b'i']);
+        assert_eq!(check_values(&sections), Ok(()));
+        sections.push(0xa1);
+        assert!(check_values(&sections).is_err());
+        assert_eq!(check_values(&[]), Ok(()));
+    }
+
+    #[test]
+    fn a_performative_followed_by_payload_measures_only_the_performative() {
+        let mut body = vec![0x00, 0x53, 0x14, 0xc0, 0x02, 0x01, 0x43];
+        let performative = body.len();
+        body.extend_from_slice(b"\x00\x53\x75\xa0\x01x");
+        assert_eq!(check_value(&body), Ok(performative));
+    }
+}
