@@ -69,8 +69,6 @@ pub enum TokenError {
     #[error("InvalidSignature: the token is not a valid SharedAccessSignature: {0}")]
     Malformed(&'static str),
     /// `skn` names no configured key.
-    #[error("InvalidSignature: the key name '{0}' is not configured")]
-    UnknownKey(String),
     /// The signature does not match.
     #[error("InvalidSignature: the token has an invalid signature")]
     BadSignature,
@@ -126,19 +124,20 @@ pub fn validate(token: &str, keys: &[AccessKey], now_seconds: i64) -> Result<Gra
     let expires_at_seconds: i64 = expiry_text
         .parse()
         .map_err(|_| TokenError::Malformed("se is not a number"))?;
-    let key = keys
-        .iter()
-        .find(|key| key.name == key_name)
-        .ok_or_else(|| TokenError::UnknownKey(key_name.clone()))?;
+    // An unknown key name and a wrong signature look the same from outside (same answer,
+    // same work): a refusal does not tell which key names exist.
+    let key = keys.iter().find(|key| key.name == key_name);
+    let secret = key.map_or("ferrobus: no such key", |key| key.key.as_str());
     let signed = format!("{resource}\n{expiry_text}");
     let mut mac =
-        Hmac::<Sha256>::new_from_slice(key.key.as_bytes()).map_err(|_| TokenError::BadSignature)?;
+        Hmac::<Sha256>::new_from_slice(secret.as_bytes()).map_err(|_| TokenError::BadSignature)?;
     mac.update(signed.as_bytes());
     let expected = base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes());
     let presented = percent_decode(signature);
-    if !constant_time_equal(expected.as_bytes(), presented.as_bytes()) {
+    let matches = constant_time_equal(expected.as_bytes(), presented.as_bytes());
+    let Some(key) = key.filter(|_| matches) else {
         return Err(TokenError::BadSignature);
-    }
+    };
     if expires_at_seconds < now_seconds {
         return Err(TokenError::Expired(expires_at_seconds));
     }
@@ -150,7 +149,8 @@ pub fn validate(token: &str, keys: &[AccessKey], now_seconds: i64) -> Result<Gra
     })
 }
 
-fn constant_time_equal(left: &[u8], right: &[u8]) -> bool {
+/// Compares secrets without an early exit on the first differing byte.
+pub fn constant_time_equal(left: &[u8], right: &[u8]) -> bool {
     left.len() == right.len()
         && left
             .iter()

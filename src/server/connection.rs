@@ -488,6 +488,17 @@ async fn event_loop(
         connection.unblock_receivers().await;
         let reading = connection.output.len() < OUTPUT_READ_PAUSE;
         let writing = !connection.output.is_empty();
+        let token_expiry = connection.next_authorization_expiry().map(|until| {
+            let now = connection.context.clock.now().0;
+            let wait = ((until + 1) * 1000 - now).max(0) as u64;
+            tokio::time::Instant::now() + Duration::from_millis(wait)
+        });
+        let token_timer = async {
+            match token_expiry {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         let drain_timer = async {
             match drain_deadline {
                 Some(at) => tokio::time::sleep_until(at).await,
@@ -540,6 +551,7 @@ async fn event_loop(
                 );
                 connection.start_draining().await;
             }
+            () = token_timer => connection.expire_authorizations().await?,
             () = drain_timer => {
                 close_forced(connection)?;
                 return Ok(());

@@ -14,6 +14,8 @@ use super::session::unattached_handle;
 use crate::amqp::address::{self, Node};
 use crate::amqp::errors::{self, Failure};
 use crate::amqp::link_properties;
+
+use super::authorization::{Access, LinkAuthorization, node_path, unauthorized};
 use crate::amqp::sas::Right;
 use crate::broker::entity::{Command, EntityHandle};
 use crate::broker::registry::Entity;
@@ -105,6 +107,8 @@ pub struct Link {
     /// Receiver links: deliveries are held back at the entity (window closed or output
     /// backed up) until the connection can write again.
     pub blocked: bool,
+    /// Entity links attached under a `$cbs` token: what it covers and until when.
+    pub authorization: Option<LinkAuthorization>,
 }
 
 fn source_address(attach: &Attach) -> Option<String> {
@@ -122,19 +126,6 @@ fn target_address(attach: &Attach) -> Option<String> {
 }
 
 impl Connection {
-    fn authorized(&self, path: &str, right: Right) -> bool {
-        if self.context.settings.keys.is_empty() {
-            return true;
-        }
-        if let Some(rights) = self.sasl_rights {
-            return rights.allows(right);
-        }
-        let now = self.context.clock.now().0 / 1000;
-        self.grants
-            .iter()
-            .any(|grant| grant.rights.allows(right) && crate::amqp::sas::covers(grant, path, now))
-    }
-
     pub(super) async fn attach(
         &mut self,
         channel: u16,
@@ -157,7 +148,7 @@ impl Connection {
         let resolved = self
             .resolve(&attach, client_sends, address.as_deref().unwrap_or(""))
             .await;
-        let (kind, max_message_size) = match resolved {
+        let (kind, max_message_size, authorization) = match resolved {
             Ok(resolved) => resolved,
             Err(failure) => return self.refuse_attach(channel, attach, failure),
         };
@@ -209,6 +200,7 @@ impl Connection {
             credit: 0,
             partial: None,
             blocked: false,
+            authorization,
         };
         let grants_credit = client_sends;
         if let LinkKind::EntityReceiver {
@@ -266,7 +258,7 @@ impl Connection {
         attach: &Attach,
         client_sends: bool,
         address: &str,
-    ) -> Result<(LinkKind, u64), Failure> {
+    ) -> Result<(LinkKind, u64, Option<LinkAuthorization>), Failure> {
         let node = address::parse(address).ok_or_else(|| {
             Failure::new(
                 errors::NOT_FOUND,
@@ -275,19 +267,21 @@ impl Connection {
             )
         })?;
         match node {
-            Node::Cbs if client_sends => Ok((LinkKind::CbsRequest, DEFAULT_MAX_MESSAGE_SIZE)),
-            Node::Cbs => Ok((LinkKind::CbsResponse, 0)),
+            Node::Cbs if client_sends => Ok((LinkKind::CbsRequest, DEFAULT_MAX_MESSAGE_SIZE, None)),
+            Node::Cbs => Ok((LinkKind::CbsResponse, 0, None)),
             Node::Management { path, sub_queue } => {
                 if self.context.registry.lookup(&path).is_none() {
                     return Err(errors::entity_not_found(&path));
                 }
+                // Each operation is authorized when it is requested (authorization.rs).
                 if client_sends {
                     Ok((
                         LinkKind::ManagementRequest { path, sub_queue },
                         DEFAULT_MAX_MESSAGE_SIZE,
+                        None,
                     ))
                 } else {
-                    Ok((LinkKind::ManagementResponse { path }, 0))
+                    Ok((LinkKind::ManagementResponse { path }, 0, None))
                 }
             }
             Node::Entity { path, sub_queue } => {
@@ -301,17 +295,19 @@ impl Connection {
                 } else {
                     Right::Listen
                 };
-                if !self.authorized(&path, right) {
-                    return Err(Failure::new(
-                        errors::UNAUTHORIZED_ACCESS,
-                        format!(
-                            "Unauthorized access. '{right:?}' claim(s) are required to perform this operation on '{path}'. Put a valid token on $cbs first."
-                        ),
-                        401,
-                    ));
-                }
-                self.entity_link(attach, client_sends, path, sub_queue, entity)
-                    .await
+                let node = node_path(&path, sub_queue);
+                let Access::Allowed(until) = self.access(&node, right) else {
+                    return Err(unauthorized(right, &node));
+                };
+                let authorization = until.map(|until| LinkAuthorization {
+                    path: node,
+                    right,
+                    until: Some(until),
+                });
+                let (kind, size) = self
+                    .entity_link(attach, client_sends, path, sub_queue, entity)
+                    .await?;
+                Ok((kind, size, authorization))
             }
         }
     }
@@ -473,6 +469,7 @@ impl Connection {
                 credit: 0,
                 partial: None,
                 blocked: false,
+                authorization: None,
             },
         );
         Ok(())
@@ -513,6 +510,7 @@ impl Connection {
     ) -> Result<(), ConnectionError> {
         let link = self.session(channel)?.links.remove(&handle);
         if let Some(mut link) = link {
+            link.authorization = None;
             link.kind = match link.kind {
                 LinkKind::EntityReceiver { receiver, entity } => {
                     self.forget_receiver(receiver, entity).await;

@@ -2,11 +2,13 @@
 //! speaks AMQP 1.0 (SASL, connection, sessions, links) and hands work to entity actors.
 //! It owns no message state and must not implement Service Bus rules.
 
+mod authorization;
 mod connection;
 mod dispositions;
 pub mod frame;
 mod incoming;
 mod links;
+pub mod log_text;
 mod outgoing;
 mod requests;
 mod sasl;

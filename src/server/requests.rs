@@ -7,9 +7,11 @@ use fe2o3_amqp_types::definitions::Role;
 use fe2o3_amqp_types::messaging::{Accepted, DeliveryState};
 use std::sync::Arc;
 
+use super::authorization::{Access, management_right, node_path, unauthorized};
 use super::connection::{Connection, ConnectionError, Pending};
 use super::dispositions::{disposition, rejected};
 use super::links::LinkKind;
+use super::log_text::LogText;
 use crate::amqp::errors::{self, Failure};
 use crate::amqp::management::{self, PendingResponse, Plan};
 use crate::amqp::{cbs, request, rewrite};
@@ -60,7 +62,7 @@ impl Connection {
         let now = self.context.clock.now().0 / 1000;
         let outcome = cbs::handle(&request, &self.context.settings.keys, now);
         if let Some(grant) = outcome.grant {
-            self.grants.push(grant);
+            self.add_grant(grant);
         }
         self.send_response(channel, request.reply_to.as_deref(), None, outcome.response)
     }
@@ -91,6 +93,12 @@ impl Connection {
             Ok(plan) => plan,
             Err(failure) => return self.respond_failure(&pending, &failure),
         };
+        let right = management_right(&plan);
+        let node = node_path(&path, sub_queue);
+        if let Access::Denied = self.access(&node, right) {
+            tracing::info!(path = %LogText(&node), ?right, "management operation refused");
+            return self.respond_failure(&pending, &unauthorized(right, &node));
+        }
         if let Plan::Rules(operation) = plan {
             return self.manage_rules(pending, operation).await;
         }

@@ -63,13 +63,17 @@ pub fn authenticate(init: &SaslInit, keys: &[AccessKey]) -> SaslResult {
                     listen: true,
                 });
             }
-            match keys
-                .iter()
-                .find(|key| key.name == user && key.key == password)
-            {
-                Some(key) => SaslResult::Key(key.rights),
-                None => SaslResult::Refused,
+            // The password is compared in constant time against every key, so neither the
+            // timing nor the outcome tells whether a key name exists.
+            let mut granted = None;
+            for key in keys {
+                let matches =
+                    crate::amqp::sas::constant_time_equal(key.key.as_bytes(), password.as_bytes());
+                if matches && key.name == user {
+                    granted = Some(key.rights);
+                }
             }
+            granted.map_or(SaslResult::Refused, SaslResult::Key)
         }
         _ => SaslResult::Refused,
     }

@@ -257,3 +257,24 @@ pub async fn send_messages(broker: &Broker, queue: &str, count: usize) {
     }
     sender.close().await.expect("sender closes");
 }
+
+/// Sends one message to `queue` over a connection authenticated with SASL PLAIN.
+pub async fn send_messages_with_key(broker: &Broker, queue: &str, name: &str, key: &str) {
+    let mut connection = fe2o3_amqp::Connection::builder()
+        .container_id("keyed-sender")
+        .sasl_profile(fe2o3_amqp::sasl_profile::SaslProfile::Plain {
+            username: name.into(),
+            password: key.into(),
+        })
+        .open(broker.url().as_str())
+        .await
+        .expect("PLAIN with a configured key authenticates");
+    let mut session = fe2o3_amqp::Session::begin(&mut connection)
+        .await
+        .expect("session");
+    let mut sender = Sender::attach(&mut session, "keyed-sender", queue)
+        .await
+        .expect("attach");
+    sender.send("with a key").await.expect("accepted");
+    sender.close().await.expect("closes");
+}
