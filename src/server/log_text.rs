@@ -12,12 +12,10 @@ pub struct LogText<'a>(pub &'a str);
 
 impl fmt::Display for LogText<'_> {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut shown = 0;
-        for character in self.0.chars() {
+        for (shown, character) in self.0.chars().enumerate() {
             if shown == MAX_SHOWN {
                 return write!(formatter, "…({} bytes)", self.0.len());
             }
-            shown += 1;
             if character.is_control() {
                 write!(formatter, "{}", character.escape_default())?;
             } else {
