@@ -84,6 +84,17 @@ fn main() -> ExitCode {
         eprintln!("ferrobus: invalid configuration {origin}: {error}");
         return ExitCode::FAILURE;
     }
+    if let Some(limit) = ferrobus::server::limits::raise_descriptor_limit() {
+        let wanted =
+            config.server.max_connections as u64 + ferrobus::server::limits::RESERVED_DESCRIPTORS;
+        if wanted > limit {
+            tracing::warn!(
+                "max_connections is {} but the process may open only {limit} files: connections beyond about {} are refused with amqp:resource-limit-exceeded (raise the hard limit, e.g. `ulimit -Hn`, or lower server.max_connections)",
+                config.server.max_connections,
+                limit.saturating_sub(ferrobus::server::limits::RESERVED_DESCRIPTORS)
+            );
+        }
+    }
     let listen = cli.listen.unwrap_or(config.server.listen);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

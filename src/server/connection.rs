@@ -17,12 +17,17 @@ use tokio::sync::{mpsc, watch};
 
 use super::Context;
 use super::frame::{self, FRAME_TYPE_AMQP, FRAME_TYPE_SASL, FrameError, RawFrame};
+use super::log_text::LogText;
 use super::sasl::{self, SaslResult};
 use super::session::Session;
 use crate::amqp::errors;
 use crate::amqp::sas::{Grant, Rights};
 use crate::broker::entity::{Notification, NotificationSender, RequestId};
 use crate::broker::types::ReceiverId;
+
+/// The highest channel a peer may use: 256 sessions per connection (the SDKs use one or a
+/// few; each session costs memory, so a peer cannot open 65,536).
+pub const CHANNEL_MAX: u16 = 255;
 
 /// How long a peer may take to finish the protocol header, SASL and `open`.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -111,6 +116,8 @@ pub struct Connection {
     pub(super) detached_receivers: HashMap<ReceiverId, crate::broker::entity::EntityHandle>,
     /// The broker is shutting down: no new messages in or out; receivers may settle.
     pub(super) draining: bool,
+    /// Bytes held in unfinished multi-frame deliveries across the connection's links.
+    pub(super) partial_bytes: usize,
     /// Some receiver link is held back (see `outgoing.rs`).
     pub(super) receivers_blocked: bool,
     /// Attach replies of session receivers waiting for the entity to lock a session.
@@ -209,7 +216,7 @@ async fn handshake(
         output.clear();
         match result {
             SaslResult::Refused => {
-                tracing::info!(mechanism = %init.mechanism.0, "SASL authentication refused");
+                tracing::info!(mechanism = %LogText(&init.mechanism.0), "SASL authentication refused");
                 return Err(ConnectionError::Closed);
             }
             SaslResult::Key(rights) => sasl_rights = Some(rights),
@@ -253,14 +260,16 @@ fn our_open(context: &Context) -> Open {
         container_id: "ferrobus".to_string(),
         hostname: None,
         max_frame_size: MaxFrameSize(context.settings.max_frame_size),
-        channel_max: ChannelMax(u16::MAX),
+        channel_max: ChannelMax(CHANNEL_MAX),
+        // "0s" in the configuration: no idle timeout at all (none advertised or enforced).
         idle_time_out: Some(
             context
                 .settings
                 .idle_timeout
                 .as_millis()
                 .min(u32::MAX as u128) as u32,
-        ),
+        )
+        .filter(|millis| *millis > 0),
         outgoing_locales: None,
         incoming_locales: None,
         offered_capabilities: None,
@@ -269,13 +278,24 @@ fn our_open(context: &Context) -> Open {
     }
 }
 
-/// Serves one TCP connection to its end. `admitted` is false when `max_connections` is
-/// reached: the connection is opened and closed at once with an error.
+/// Whether a connection may be served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Served.
+    Admitted,
+    /// `max_connections` is reached: opened and closed at once with an error.
+    TooManyConnections,
+    /// The process is out of file descriptors: opened and closed at once with an error.
+    OutOfFileDescriptors,
+}
+
+/// Serves one TCP connection to its end, or refuses it after the handshake when it is not
+/// admitted.
 pub async fn run(
     mut stream: TcpStream,
     context: Arc<Context>,
     mut shutdown: watch::Receiver<bool>,
-    admitted: bool,
+    admission: Admission,
 ) {
     let mut input = BytesMut::with_capacity(64 * 1024);
     let mut output = BytesMut::with_capacity(64 * 1024);
@@ -294,7 +314,7 @@ pub async fn run(
     let (open, sasl_rights) = match handshake {
         Ok(Ok(done)) => done,
         Ok(Err(error)) => {
-            tracing::info!(%error, "handshake failed");
+            tracing::info!(error = %LogText(&error.to_string()), "handshake failed");
             if amqp_started && let Some(error) = close_error(&error) {
                 // A malformed `open`: answer with ours and a `close` naming the problem.
                 let _ = frame::write_performative(
@@ -333,21 +353,29 @@ pub async fn run(
         detached_receivers: HashMap::new(),
         receivers_blocked: false,
         draining: false,
+        partial_bytes: 0,
     };
-    tracing::debug!(container_id = %open.container_id, "connection open");
+    tracing::debug!(container_id = %LogText(&open.container_id), "connection open");
     let our_open = our_open(&context);
     if connection.write(0, Performative::Open(our_open)).is_err() {
         return;
     }
-    if !admitted {
+    let refusal = match admission {
+        Admission::Admitted => None,
+        Admission::TooManyConnections => Some(format!(
+            "The broker's limit of {} connections is reached.",
+            context.settings.max_connections
+        )),
+        Admission::OutOfFileDescriptors => {
+            Some("The broker has no file descriptors left for another connection.".to_string())
+        }
+    };
+    if let Some(refusal) = refusal {
         let _ = close_with(
             &mut connection,
             Some(errors::amqp_error(
                 errors::RESOURCE_LIMIT_EXCEEDED,
-                &format!(
-                    "The broker's limit of {} connections is reached.",
-                    context.settings.max_connections
-                ),
+                &refusal,
             )),
         );
         write_last(&mut stream, &connection.output).await;
@@ -364,14 +392,14 @@ pub async fn run(
     .await;
     match &result {
         Err(error @ (ConnectionError::Protocol { .. } | ConnectionError::Frame(_))) => {
-            tracing::warn!(%error, "closing connection after a protocol error");
+            tracing::warn!(error = %LogText(&error.to_string()), "closing connection after a protocol error");
             let _ = close_with(&mut connection, close_error(error));
         }
         Err(ConnectionError::Io(error)) => tracing::debug!(%error, "connection i/o error"),
         Err(ConnectionError::Closed) | Ok(()) => {}
     }
     write_last(&mut stream, &connection.output).await;
-    tracing::debug!(container_id = %connection.container_id, "connection closed");
+    tracing::debug!(container_id = %LogText(&connection.container_id), "connection closed");
     connection.detach_all().await;
     // Deliveries that reached this connection but were never written go back untouched.
     inbox.close();
@@ -456,14 +484,20 @@ async fn event_loop(
     shutdown: &mut watch::Receiver<bool>,
     open: &Open,
 ) -> Result<(), ConnectionError> {
-    let heartbeat_every = connection.context.settings.idle_timeout / 2;
-    let mut heartbeat = tokio::time::interval(heartbeat_every.max(Duration::from_millis(100)));
-    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // The peer's idle timeout: we must hear from it within twice that (lenient, §1.4).
+    // AMQP 1.0 §2.4.5: the peer's idle-time-out says how often it must hear from us (we
+    // send an empty frame at half of it when otherwise silent); ours says how long we wait
+    // for the peer before closing. Zero or absent means no such obligation.
     let peer_idle = open
         .idle_time_out
         .filter(|millis| *millis > 0)
-        .map(|millis| Duration::from_millis(millis as u64 * 2));
+        .map(|millis| Duration::from_millis(millis as u64));
+    let mut heartbeat = tokio::time::interval(
+        peer_idle
+            .map(|idle| (idle / 2).max(Duration::from_millis(10)))
+            .unwrap_or(Duration::from_secs(3600)),
+    );
+    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let local_idle = Some(connection.context.settings.idle_timeout).filter(|idle| !idle.is_zero());
     let mut last_heard = tokio::time::Instant::now();
     let max_frame_size = connection.context.settings.max_frame_size;
     let mut drain_deadline: Option<tokio::time::Instant> = None;
@@ -506,7 +540,7 @@ async fn event_loop(
             }
         };
         let idle_deadline = async {
-            match peer_idle {
+            match local_idle {
                 Some(limit) => tokio::time::sleep_until(last_heard + limit).await,
                 None => std::future::pending().await,
             }
@@ -538,7 +572,9 @@ async fn event_loop(
                     }
                 }
             }
-            _ = heartbeat.tick() => frame::write_heartbeat(&mut connection.output),
+            _ = heartbeat.tick(), if peer_idle.is_some() => {
+                frame::write_heartbeat(&mut connection.output);
+            }
             () = idle_deadline => {
                 return Err(ConnectionError::protocol(
                     errors::RESOURCE_LIMIT_EXCEEDED,

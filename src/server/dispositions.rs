@@ -8,6 +8,7 @@ use fe2o3_amqp_types::performatives::{Disposition, Performative};
 
 use super::connection::{Connection, ConnectionError, Pending};
 use super::links::LinkKind;
+use super::log_text::LogText;
 use super::session::Unsettled;
 use crate::amqp::errors::{self, Failure};
 use crate::amqp::management::{self};
@@ -147,7 +148,7 @@ impl Connection {
                     Ok(_) => DeliveryState::Accepted(Accepted {}),
                     Err(error) => {
                         let failure = errors::entity_failure(&error);
-                        tracing::info!(condition = failure.condition, description = %failure.description, "send refused");
+                        tracing::info!(condition = failure.condition, description = %LogText(&failure.description), "send refused");
                         rejected(&failure)
                     }
                 };

@@ -10,6 +10,7 @@ use super::connection::{Connection, ConnectionError, Pending};
 use super::dispositions::{disposition, rejected};
 use super::frame;
 use super::links::{LinkKind, PartialTransfer, SENDER_CREDIT, SendTarget};
+use super::log_text::LogText;
 use super::session::unattached_handle;
 use crate::amqp::errors::{self, Failure};
 use crate::amqp::message::{self};
@@ -27,7 +28,9 @@ impl Connection {
     ) -> Result<(), ConnectionError> {
         self.count_incoming_transfer(channel)?;
         let handle = transfer.handle;
-        let session = self.session(channel)?;
+        let Some(session) = self.sessions.get_mut(&channel) else {
+            return Err(super::session::no_session(channel));
+        };
         let Some(link) = session.links.get_mut(&handle) else {
             return Err(unattached_handle(handle));
         };
@@ -35,6 +38,10 @@ impl Connection {
             return Ok(());
         }
         // Assemble multi-frame deliveries.
+        let held_before = link
+            .partial
+            .as_ref()
+            .map_or(0, |partial| partial.payload.len());
         let partial = match link.partial.take() {
             Some(mut partial) => {
                 partial.payload.extend_from_slice(&payload);
@@ -47,6 +54,8 @@ impl Connection {
                 payload: BytesMut::from(&payload[..]),
             },
         };
+        // What this connection holds in unfinished deliveries, across all its links.
+        self.partial_bytes -= held_before;
         if transfer.aborted {
             return Ok(());
         }
@@ -64,7 +73,18 @@ impl Connection {
                     .detach_with_error(channel, handle, failure.to_error())
                     .await;
             }
+            let held = partial.payload.len();
             link.partial = Some(partial);
+            self.partial_bytes += held;
+            let cap = self.context.max_partial_bytes();
+            if self.partial_bytes > cap {
+                return Err(ConnectionError::protocol(
+                    errors::RESOURCE_LIMIT_EXCEEDED,
+                    format!(
+                        "unfinished multi-frame deliveries on this connection hold more than {cap} bytes"
+                    ),
+                ));
+            }
             return Ok(());
         }
         link.delivery_count = link.delivery_count.wrapping_add(1);
@@ -124,7 +144,7 @@ impl Connection {
         max_message_size: u64,
     ) -> Result<(), ConnectionError> {
         let refuse = |connection: &mut Connection, failure: Failure| {
-            tracing::info!(condition = failure.condition, description = %failure.description, "transfer refused");
+            tracing::info!(condition = failure.condition, description = %LogText(&failure.description), "transfer refused");
             if settled {
                 return Ok(());
             }

@@ -10,7 +10,8 @@ use fe2o3_amqp_types::messaging::TargetArchetype;
 use fe2o3_amqp_types::performatives::{Attach, Detach, Flow, Performative};
 
 use super::connection::{Connection, ConnectionError};
-use super::session::unattached_handle;
+use super::log_text::LogText;
+use super::session::{HANDLE_MAX, unattached_handle};
 use crate::amqp::address::{self, Node};
 use crate::amqp::errors::{self, Failure};
 use crate::amqp::link_properties;
@@ -21,6 +22,9 @@ use crate::broker::entity::{Command, EntityHandle};
 use crate::broker::registry::Entity;
 use crate::broker::topic::TopicHandle;
 use crate::broker::types::{ReceiveMode, ReceiverId, SubQueue};
+
+/// Longest link name accepted (the SDKs use an entity path and a GUID).
+const MAX_LINK_NAME: usize = 2048;
 
 /// Credit granted to client senders, topped up when half is used.
 pub const SENDER_CREDIT: u32 = 1000;
@@ -132,6 +136,24 @@ impl Connection {
         attach: Attach,
     ) -> Result<(), ConnectionError> {
         let handle = attach.handle.0;
+        if handle > HANDLE_MAX {
+            let error = errors::amqp_error(
+                errors::RESOURCE_LIMIT_EXCEEDED,
+                &format!(
+                    "handle {handle} is above the handle-max of {HANDLE_MAX} this broker advertised"
+                ),
+            );
+            return self.end_with(channel, Some(error)).await;
+        }
+        if attach.name.len() > MAX_LINK_NAME {
+            return Err(ConnectionError::protocol(
+                errors::RESOURCE_LIMIT_EXCEEDED,
+                format!(
+                    "a link name of {} bytes is longer than the {MAX_LINK_NAME} bytes this broker accepts",
+                    attach.name.len()
+                ),
+            ));
+        }
         if self.session(channel)?.links.contains_key(&handle) {
             return Err(ConnectionError::protocol(
                 "amqp:session:handle-in-use",
@@ -432,7 +454,7 @@ impl Connection {
         attach: Attach,
         failure: Failure,
     ) -> Result<(), ConnectionError> {
-        tracing::info!(link = %attach.name, condition = failure.condition, description = %failure.description, "attach refused");
+        tracing::info!(link = %LogText(&attach.name), condition = failure.condition, description = %LogText(&failure.description), "attach refused");
         let handle = attach.handle.0;
         let client_sends = attach.role == Role::Sender;
         let mut reply = attach;
@@ -449,7 +471,6 @@ impl Connection {
             reply.source = None;
             reply.initial_delivery_count = Some(0);
         }
-        let name = reply.name.clone();
         self.write(channel, Performative::Attach(reply))?;
         self.write(
             channel,
@@ -462,7 +483,8 @@ impl Connection {
         self.session(channel)?.links.insert(
             handle,
             Link {
-                name,
+                // A refused link keeps nothing of what the peer sent (not even its name).
+                name: String::new(),
                 kind: LinkKind::Refused,
                 target_address: None,
                 delivery_count: 0,
@@ -532,6 +554,9 @@ impl Connection {
 
     /// Forgets a link at its entity.
     pub(super) async fn release_link(&mut self, link: Link) {
+        if let Some(partial) = &link.partial {
+            self.partial_bytes -= partial.payload.len();
+        }
         if let LinkKind::EntityReceiver { receiver, entity } = link.kind {
             self.forget_receiver(receiver, entity).await;
         }
@@ -614,7 +639,7 @@ impl Connection {
             link.kind = LinkKind::Refused;
         }
         let failure = errors::entity_failure(&error);
-        tracing::info!(condition = failure.condition, description = %failure.description, "session receiver refused");
+        tracing::info!(condition = failure.condition, description = %LogText(&failure.description), "session receiver refused");
         self.write(
             channel,
             Performative::Detach(Detach {

@@ -7,6 +7,7 @@ mod connection;
 mod dispositions;
 pub mod frame;
 mod incoming;
+pub mod limits;
 mod links;
 pub mod log_text;
 mod outgoing;
@@ -26,6 +27,7 @@ use tracing::Instrument;
 use crate::amqp::sas::AccessKey;
 use crate::broker::registry::Registry;
 use crate::clock::Clock;
+use connection::Admission;
 
 /// Settings of the network front end.
 #[derive(Debug, Clone)]
@@ -66,6 +68,13 @@ impl Context {
             .contains(&path.trim_matches('/').to_ascii_lowercase())
     }
 
+    /// Bytes one connection may hold in unfinished multi-frame deliveries: two of the
+    /// largest messages any entity accepts, and at least 2 MiB.
+    pub fn max_partial_bytes(&self) -> usize {
+        let largest = self.max_message_sizes.values().copied().max().unwrap_or(0);
+        (largest.max(1024 * 1024) * 2) as usize
+    }
+
     /// The largest message an entity accepts (256 KiB when unknown).
     pub fn max_message_size(&self, path: &str) -> u64 {
         self.max_message_sizes
@@ -73,6 +82,28 @@ impl Context {
             .copied()
             .unwrap_or(256 * 1024)
     }
+}
+
+fn spawn_connection(
+    connections: &mut JoinSet<()>,
+    stream: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    admission: Admission,
+    context: &Arc<Context>,
+    shutdown: &watch::Receiver<bool>,
+) {
+    let _ = stream.set_nodelay(true);
+    let context = context.clone();
+    let shutdown = shutdown.clone();
+    let span = tracing::info_span!("connection", %peer);
+    connections.spawn(
+        async move {
+            connection::run(stream, context, shutdown, admission).await;
+            drop(permit);
+        }
+        .instrument(span),
+    );
 }
 
 /// Serves connections from `listener` until `shutdown` turns true, then stops accepting,
@@ -85,6 +116,8 @@ pub async fn serve(
 ) {
     let permits = Arc::new(Semaphore::new(context.settings.max_connections));
     let mut connections = JoinSet::new();
+    let spare = limits::SpareDescriptor::reserve();
+    let mut accept_warnings = limits::RateLimitedWarning::new(Duration::from_secs(10));
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -93,24 +126,56 @@ pub async fn serve(
             _ = shutdown.changed() => break,
         };
         let (stream, peer) = match accepted {
-            Ok(accepted) => accepted,
+            Ok((stream, peer)) => {
+                let permit = permits.clone().try_acquire_owned().ok();
+                let admission = if permit.is_some() {
+                    Admission::Admitted
+                } else {
+                    Admission::TooManyConnections
+                };
+                spawn_connection(
+                    &mut connections,
+                    stream,
+                    peer,
+                    permit,
+                    admission,
+                    &context,
+                    &shutdown,
+                );
+                continue;
+            }
+            Err(error) if limits::out_of_descriptors(&error) => {
+                accept_warnings.warn(&error);
+                // Free the spare descriptor to take the waiting connection and refuse it
+                // properly, rather than leave the peer hanging in the backlog.
+                if !spare.release() {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+                match listener.accept().await {
+                    Ok(accepted) => accepted,
+                    Err(_) => {
+                        spare.restore();
+                        continue;
+                    }
+                }
+            }
             Err(error) => {
-                tracing::warn!(%error, "accept failed");
+                accept_warnings.warn(&error);
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
         };
-        let _ = stream.set_nodelay(true);
-        let permit = permits.clone().try_acquire_owned().ok();
+        // Out of descriptors: refuse this one, then take the spare back once it is closed.
         let context = context.clone();
         let shutdown = shutdown.clone();
-        let span = tracing::info_span!("connection", %peer);
+        let spare = spare.clone();
         connections.spawn(
             async move {
-                connection::run(stream, context, shutdown, permit.is_some()).await;
-                drop(permit);
+                connection::run(stream, context, shutdown, Admission::OutOfFileDescriptors).await;
+                spare.restore();
             }
-            .instrument(span),
+            .instrument(tracing::info_span!("connection", %peer)),
         );
     }
     drop(listener);

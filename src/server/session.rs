@@ -11,6 +11,10 @@ use super::links::Link;
 use crate::amqp::errors;
 use crate::broker::types::LockToken;
 
+/// The highest link handle a peer may use on a session: 1,024 links (the SDKs open a
+/// handful per session; each link costs memory).
+pub const HANDLE_MAX: u32 = 1023;
+
 /// The incoming window we advertise; re-opened whenever half of it is used.
 pub const INCOMING_WINDOW: u32 = 65_536;
 
@@ -55,6 +59,15 @@ pub struct Session {
 
 impl Connection {
     pub(super) fn begin(&mut self, channel: u16, begin: Begin) -> Result<(), ConnectionError> {
+        if channel > super::connection::CHANNEL_MAX {
+            return Err(ConnectionError::protocol(
+                errors::FRAMING_ERROR,
+                format!(
+                    "channel {channel} is above the channel-max of {} this broker advertised",
+                    super::connection::CHANNEL_MAX
+                ),
+            ));
+        }
         if self.sessions.contains_key(&channel) {
             return Err(ConnectionError::protocol(
                 "amqp:illegal-state",
@@ -79,7 +92,7 @@ impl Connection {
                 next_outgoing_id: 1,
                 incoming_window: INCOMING_WINDOW,
                 outgoing_window: u32::MAX,
-                handle_max: Handle(u32::MAX),
+                handle_max: Handle(HANDLE_MAX),
                 offered_capabilities: None,
                 desired_capabilities: None,
                 properties: None,
@@ -88,22 +101,28 @@ impl Connection {
     }
 
     pub(super) async fn end(&mut self, channel: u16) -> Result<(), ConnectionError> {
+        self.end_with(channel, None).await
+    }
+
+    /// Ends a session, releasing its links, with an optional error.
+    pub(super) async fn end_with(
+        &mut self,
+        channel: u16,
+        error: Option<fe2o3_amqp_types::definitions::Error>,
+    ) -> Result<(), ConnectionError> {
         if let Some(session) = self.sessions.remove(&channel) {
             for (_, link) in session.links {
                 self.release_link(link).await;
             }
         }
-        self.write(channel, Performative::End(End { error: None }))
+        self.write(channel, Performative::End(End { error }))
     }
 
     /// The session for `channel`, or a protocol error.
     pub(super) fn session(&mut self, channel: u16) -> Result<&mut Session, ConnectionError> {
-        self.sessions.get_mut(&channel).ok_or_else(|| {
-            ConnectionError::protocol(
-                "amqp:connection:framing-error",
-                format!("channel {channel} has no session"),
-            )
-        })
+        self.sessions
+            .get_mut(&channel)
+            .ok_or_else(|| no_session(channel))
     }
 
     /// A session flow frame carrying our current window state.
@@ -183,6 +202,14 @@ impl Connection {
         }
         Ok(())
     }
+}
+
+/// Reports a frame for a channel with no session.
+pub fn no_session(channel: u16) -> ConnectionError {
+    ConnectionError::protocol(
+        errors::FRAMING_ERROR,
+        format!("channel {channel} has no session"),
+    )
 }
 
 /// Reports an unknown handle.

@@ -12,6 +12,11 @@ use tokio::net::TcpStream;
 use crate::harness::Broker;
 
 fn open_frame() -> BytesMut {
+    open_frame_with_idle(None)
+}
+
+/// The protocol header and an `open` advertising `idle_time_out` (milliseconds).
+pub(crate) fn open_frame_with_idle(idle_time_out: Option<u32>) -> BytesMut {
     let mut output = BytesMut::new();
     output.extend_from_slice(&AMQP_HEADER);
     let open = Open {
@@ -19,7 +24,7 @@ fn open_frame() -> BytesMut {
         hostname: None,
         max_frame_size: MaxFrameSize(65536),
         channel_max: ChannelMax(8),
-        idle_time_out: None,
+        idle_time_out,
         outgoing_locales: None,
         incoming_locales: None,
         offered_capabilities: None,
@@ -32,7 +37,10 @@ fn open_frame() -> BytesMut {
 
 /// Reads frames until `deadline`, returning every performative seen and the number of
 /// empty (heartbeat) frames; stops early at EOF.
-async fn read_frames(stream: &mut TcpStream, within: Duration) -> (Vec<Performative>, usize) {
+pub(crate) async fn read_frames(
+    stream: &mut TcpStream,
+    within: Duration,
+) -> (Vec<Performative>, usize) {
     let mut input = BytesMut::new();
     let mut header = [0u8; 8];
     let _ = tokio::time::timeout(within, stream.read_exact(&mut header)).await;
@@ -53,7 +61,7 @@ async fn read_frames(stream: &mut TcpStream, within: Duration) -> (Vec<Performat
     }
 }
 
-fn close_condition(performatives: &[Performative]) -> Option<String> {
+pub(crate) fn close_condition(performatives: &[Performative]) -> Option<String> {
     performatives
         .iter()
         .find_map(|performative| match performative {
@@ -69,15 +77,19 @@ fn close_condition(performatives: &[Performative]) -> Option<String> {
 }
 
 #[tokio::test]
-async fn the_broker_sends_heartbeats_at_half_its_idle_timeout() {
-    let broker = Broker::start("[server]\nidle_timeout = \"400ms\"\n").await;
+async fn the_broker_sends_heartbeats_at_half_the_peers_idle_timeout() {
+    // AMQP 1.0 §2.4.5: the peer's idle-time-out says how often it must hear from us.
+    let broker = Broker::start("[server]\nidle_timeout = \"30s\"\n").await;
     let mut stream = TcpStream::connect(broker.address).await.expect("connect");
-    stream.write_all(&open_frame()).await.expect("write");
+    stream
+        .write_all(&open_frame_with_idle(Some(400)))
+        .await
+        .expect("write");
     let (performatives, heartbeats) = read_frames(&mut stream, Duration::from_millis(1100)).await;
     let Some(Performative::Open(open)) = performatives.first() else {
         panic!("expected the broker's open, got {performatives:?}");
     };
-    assert_eq!(open.idle_time_out, Some(400));
+    assert_eq!(open.idle_time_out, Some(30_000), "ours is advertised");
     assert!(
         heartbeats >= 3,
         "about 5 heartbeats in 1.1 s at 200 ms, saw {heartbeats}"

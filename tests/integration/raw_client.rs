@@ -28,7 +28,12 @@ pub type Received = (Performative, bytes::Bytes);
 impl RawClient {
     /// Connects, opens and begins a session with `incoming_window`.
     pub async fn connect(broker: &Broker, incoming_window: u32) -> RawClient {
-        let stream = TcpStream::connect(broker.address).await.expect("connect");
+        RawClient::connect_to(broker.address, incoming_window).await
+    }
+
+    /// Connects to a broker at `address` (e.g. a broker process), opens and begins.
+    pub async fn connect_to(address: std::net::SocketAddr, incoming_window: u32) -> RawClient {
+        let stream = TcpStream::connect(address).await.expect("connect");
         let mut client = RawClient {
             stream,
             input: BytesMut::new(),
@@ -136,6 +141,19 @@ impl RawClient {
 
     /// Sends one unsettled transfer carrying `payload` (encoded message sections).
     pub async fn transfer(&mut self, handle: u32, delivery_id: u32, format: u32, payload: &[u8]) {
+        self.transfer_frame(handle, delivery_id, format, payload, false)
+            .await;
+    }
+
+    /// Sends one transfer frame; `more` says further frames of the delivery follow.
+    pub async fn transfer_frame(
+        &mut self,
+        handle: u32,
+        delivery_id: u32,
+        format: u32,
+        payload: &[u8],
+        more: bool,
+    ) {
         let transfer = Performative::Transfer(fe2o3_amqp_types::performatives::Transfer {
             handle: Handle(handle),
             delivery_id: Some(delivery_id),
@@ -144,7 +162,7 @@ impl RawClient {
             )),
             message_format: Some(format),
             settled: Some(false),
-            more: false,
+            more,
             rcv_settle_mode: None,
             state: None,
             resume: false,

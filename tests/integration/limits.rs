@@ -1,0 +1,314 @@
+//! Per-connection bounds and idle timeouts (issue 10, items 11 and 12): what one peer can
+//! make the broker hold, and when silence ends a connection.
+
+use std::time::Duration;
+
+use fe2o3_amqp_types::definitions::{Handle, ReceiverSettleMode, Role, SenderSettleMode};
+use fe2o3_amqp_types::messaging::{Source, Target};
+use fe2o3_amqp_types::performatives::{Attach, Begin, Performative};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use crate::harness::Broker;
+use crate::process::BrokerProcess;
+use crate::raw::{close_condition, open_frame_with_idle, read_frames};
+use crate::raw_client::RawClient;
+
+fn begin() -> Performative {
+    Performative::Begin(Begin {
+        remote_channel: None,
+        next_outgoing_id: 1,
+        incoming_window: 100,
+        outgoing_window: 100,
+        handle_max: Handle(10),
+        offered_capabilities: None,
+        desired_capabilities: None,
+        properties: None,
+    })
+}
+
+fn attach(name: String, handle: u32, address: &str) -> Performative {
+    Performative::Attach(Attach {
+        name,
+        handle: Handle(handle),
+        role: Role::Receiver,
+        snd_settle_mode: SenderSettleMode::Unsettled,
+        rcv_settle_mode: ReceiverSettleMode::First,
+        source: Some(Box::new(Source::builder().address(address).build())),
+        target: Some(Box::new(Target::builder().build().into())),
+        unsettled: None,
+        incomplete_unsettled: false,
+        initial_delivery_count: None,
+        max_message_size: None,
+        offered_capabilities: None,
+        desired_capabilities: None,
+        properties: None,
+    })
+}
+
+#[tokio::test]
+async fn a_begin_above_channel_max_closes_the_connection() {
+    let broker = Broker::start("[[queues]]\nname = \"q\"\n").await;
+    let mut stream = TcpStream::connect(broker.address).await.expect("connect");
+    let mut bytes = open_frame_with_idle(None);
+    ferrobus::server::frame::write_performative(&mut bytes, 300, &begin()).expect("encodes");
+    stream.write_all(&bytes).await.expect("write");
+    let (performatives, _) = read_frames(&mut stream, Duration::from_secs(2)).await;
+    let Some(Performative::Open(open)) = performatives.first() else {
+        panic!("expected the broker's open: {performatives:?}");
+    };
+    assert_eq!(
+        open.channel_max.0, 255,
+        "a modest channel-max is advertised"
+    );
+    let condition = close_condition(&performatives).expect("closed");
+    assert!(
+        condition.contains("FramingError") && condition.contains("channel 300"),
+        "{condition}"
+    );
+}
+
+#[tokio::test]
+async fn an_attach_above_handle_max_ends_the_session() {
+    let broker = Broker::start("[[queues]]\nname = \"q\"\n").await;
+    let mut client = RawClient::connect(&broker, 100).await;
+    client.send(attach("too-high".into(), 5_000, "q")).await;
+    let (performative, _) = client
+        .expect(|performative| matches!(performative, Performative::End(_)))
+        .await;
+    let Performative::End(end) = performative else {
+        unreachable!()
+    };
+    let error = format!("{:?}", end.error);
+    assert!(
+        error.contains("ResourceLimitExceeded") && error.contains("handle-max of 1023"),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn refused_attaches_keep_nothing_and_huge_names_are_refused() {
+    // Issue 10 item 11: 200 refused attaches with 1 MB names cost +216 MiB before.
+    let broker = BrokerProcess::start(
+        "[server]\nmax_frame_size = 2097152\n[[auth.keys]]\nname = \"k\"\nkey = \"secret\"\nrights = [\"Manage\"]\n[[queues]]\nname = \"q\"\n",
+        &[],
+    );
+    let before = broker.resident_kib();
+    let mut client = RawClient::connect_to(broker.address, 1000).await;
+    // Unauthenticated attaches with names just under the limit are refused, one by one.
+    for handle in 0..200 {
+        client
+            .send(attach(
+                format!("{handle:04}{}", "n".repeat(2_000)),
+                handle,
+                "q",
+            ))
+            .await;
+        client
+            .expect(|performative| matches!(performative, Performative::Detach(_)))
+            .await;
+    }
+    // A 1 MB name is refused outright: the connection closes.
+    for _ in 0..20 {
+        let mut client = RawClient::connect_to(broker.address, 1000).await;
+        client.send(attach("n".repeat(1 << 20), 0, "q")).await;
+        let condition = client.expect_close(Duration::from_secs(5)).await;
+        assert!(
+            condition.contains("ResourceLimitExceeded") && condition.contains("link name"),
+            "{condition}"
+        );
+    }
+    let grown = broker.resident_kib().saturating_sub(before);
+    assert!(
+        grown < 20 * 1024,
+        "refused attaches cost {grown} KiB of resident memory"
+    );
+}
+
+#[tokio::test]
+async fn unfinished_deliveries_are_bounded_per_connection() {
+    let broker =
+        Broker::start("[[queues]]\nname = \"q\"\nmax_message_size_in_kilobytes = 1024\n").await;
+    let mut client = RawClient::connect(&broker, u32::MAX).await;
+    let chunk = vec![0x41u8; 60_000];
+    // Three links each hold 0.9 MB of an unfinished delivery: 2.7 MB > 2 × 1 MiB.
+    for handle in 0..3 {
+        client
+            .attach_sender(&format!("partial-{handle}"), "q", handle)
+            .await;
+    }
+    let mut condition = None;
+    'sending: for handle in 0..3 {
+        for _ in 0..15 {
+            client.transfer_frame(handle, handle, 0, &chunk, true).await;
+            if let Some((Performative::Close(close), _)) =
+                client.next(Duration::from_millis(1)).await
+            {
+                condition = Some(format!("{:?}", close.error));
+                break 'sending;
+            }
+        }
+    }
+    let condition = match condition {
+        Some(condition) => condition,
+        None => client.expect_close(Duration::from_secs(5)).await,
+    };
+    assert!(
+        condition.contains("ResourceLimitExceeded") && condition.contains("unfinished"),
+        "{condition}"
+    );
+}
+
+#[tokio::test]
+async fn a_silent_peer_is_closed_after_our_idle_timeout() {
+    let broker = Broker::start("[server]\nidle_timeout = \"1s\"\n").await;
+    let mut stream = TcpStream::connect(broker.address).await.expect("connect");
+    stream
+        .write_all(&open_frame_with_idle(None))
+        .await
+        .expect("write");
+    let started = tokio::time::Instant::now();
+    let (performatives, _) = read_frames(&mut stream, Duration::from_secs(4)).await;
+    let condition = close_condition(&performatives).expect("closed for silence");
+    assert!(
+        condition.contains("ResourceLimitExceeded") && condition.contains("idle"),
+        "{condition}"
+    );
+    assert!(started.elapsed() >= Duration::from_millis(900));
+}
+
+#[tokio::test]
+async fn a_peer_that_sends_heartbeats_within_our_timeout_stays_connected() {
+    // The peer advertises 1 s; we advertise 1 s. It sends an empty frame every 500 ms.
+    let broker = Broker::start("[server]\nidle_timeout = \"1s\"\n").await;
+    let mut stream = TcpStream::connect(broker.address).await.expect("connect");
+    stream
+        .write_all(&open_frame_with_idle(Some(1_000)))
+        .await
+        .expect("write");
+    let (mut reader, mut writer) = stream.into_split();
+    let heartbeats = tokio::spawn(async move {
+        for _ in 0..6 {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            writer
+                .write_all(&[0, 0, 0, 8, 2, 0, 0, 0])
+                .await
+                .expect("heartbeat");
+        }
+        writer
+    });
+    let mut input = bytes::BytesMut::new();
+    let mut received_heartbeats = 0;
+    let mut closed = None;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    use tokio::io::AsyncReadExt;
+    let mut header = [0u8; 8];
+    reader.read_exact(&mut header).await.expect("header");
+    loop {
+        while let Ok(Some(raw)) = ferrobus::server::frame::take_frame(&mut input, 1 << 20) {
+            if raw.body.is_empty() {
+                received_heartbeats += 1;
+            } else if let Ok((Performative::Close(close), _)) =
+                ferrobus::server::frame::decode_performative(&raw.body)
+            {
+                closed = Some(format!("{close:?}"));
+            }
+        }
+        match tokio::time::timeout_at(deadline, reader.read_buf(&mut input)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => {
+                closed.get_or_insert_with(|| "socket closed".into());
+                break;
+            }
+            Err(_) => break,
+            Ok(Ok(_)) => {}
+        }
+    }
+    let _writer = heartbeats.await.expect("heartbeats sent");
+    assert_eq!(closed, None, "a compliant peer is not dropped");
+    assert!(
+        received_heartbeats >= 4,
+        "heartbeats at half of the peer's 1 s: {received_heartbeats} in 3 s"
+    );
+}
+
+#[tokio::test]
+async fn an_idle_timeout_of_zero_means_none() {
+    let broker = Broker::start("[server]\nidle_timeout = \"0s\"\n").await;
+    let mut stream = TcpStream::connect(broker.address).await.expect("connect");
+    stream
+        .write_all(&open_frame_with_idle(None))
+        .await
+        .expect("write");
+    let (performatives, heartbeats) = read_frames(&mut stream, Duration::from_millis(1500)).await;
+    let Some(Performative::Open(open)) = performatives.first() else {
+        panic!("expected the broker's open: {performatives:?}");
+    };
+    assert_eq!(open.idle_time_out, None, "no idle timeout advertised");
+    assert_eq!(
+        heartbeats, 0,
+        "no heartbeats when neither side asks for them"
+    );
+    assert!(
+        close_condition(&performatives).is_none(),
+        "not closed for silence"
+    );
+}
+
+#[tokio::test]
+async fn connections_past_the_descriptor_limit_are_refused_not_left_hanging() {
+    // Issue 10 item 13: run with 64 descriptors and open 80 connections.
+    let mut broker = BrokerProcess::start_with(
+        "[[queues]]\nname = \"q\"\n",
+        &["--log-level", "info"],
+        "ulimit -n 64;",
+    );
+    assert!(
+        broker
+            .wait_for_line(
+                "max_connections is 10000 but the process may open only 64",
+                Duration::from_secs(2)
+            )
+            .await
+            .is_some(),
+        "the start-up warns about the limit: {:?}",
+        broker.lines()
+    );
+    let mut open = Vec::new();
+    let mut refused = 0;
+    for _ in 0..80 {
+        let mut stream = TcpStream::connect(broker.address).await.expect("connect");
+        stream
+            .write_all(&open_frame_with_idle(None))
+            .await
+            .expect("write");
+        let (performatives, _) = read_frames(&mut stream, Duration::from_millis(150)).await;
+        match close_condition(&performatives) {
+            Some(condition) => {
+                assert!(
+                    condition.contains("ResourceLimitExceeded")
+                        && condition.contains("file descriptors"),
+                    "{condition}"
+                );
+                refused += 1;
+            }
+            None => {
+                assert!(
+                    matches!(performatives.first(), Some(Performative::Open(_))),
+                    "every connection is answered, none left hanging: {performatives:?}"
+                );
+                open.push(stream);
+            }
+        }
+    }
+    assert!(refused > 0, "some of 80 connections exceed 64 descriptors");
+    assert!(
+        open.len() > 20,
+        "most descriptors serve connections: {}",
+        open.len()
+    );
+    drop(open);
+    assert!(broker.alive());
+    // Descriptors come back: a fresh client is served.
+    let mut client = RawClient::connect_to(broker.address, 100).await;
+    client.attach_receiver("after", "q", 0, true).await;
+}
