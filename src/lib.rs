@@ -56,8 +56,11 @@ pub async fn run(
     shutdown: watch::Receiver<bool>,
 ) -> Result<(), String> {
     let clock = Clock::system();
-    let rewriter: broker::topic::Rewriter = Arc::new(amqp::rewrite::apply_rule_action);
-    let registry = Registry::start(config, clock, rewriter)?;
+    let codec = broker::topic::TopicCodec {
+        rewrite: Arc::new(amqp::rewrite::apply_rule_action),
+        decode_properties: Arc::new(amqp::rewrite::decode_user_properties),
+    };
+    let registry = Registry::start(config, clock, codec)?;
     let keys = config
         .auth
         .keys

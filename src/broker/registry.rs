@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use super::entity::actor::{self, IdleSender};
 use super::entity::{EntityHandle, settings::EntitySettings};
 use super::forwarder::{self, Targets};
-use super::topic::{self, Rewriter, SubscriptionEntry, TopicHandle};
+use super::topic::{self, SubscriptionEntry, TopicCodec, TopicHandle};
 use crate::clock::Clock;
 use crate::config::{Config, QueueConfig, SubscriptionConfig, TopicConfig};
 
@@ -118,7 +118,7 @@ impl Registry {
     pub fn start(
         config: &Config,
         clock: Clock,
-        rewriter: Rewriter,
+        codec: TopicCodec,
     ) -> Result<Arc<Registry>, String> {
         let created_at = clock.now().0;
         let mut compiled = Vec::new();
@@ -163,7 +163,7 @@ impl Registry {
                 subscriptions,
                 clock,
                 on_idle.clone(),
-                rewriter.clone(),
+                codec.clone(),
             );
             entities.insert(key(&topic_config.name), Entity::Topic(handle));
         }

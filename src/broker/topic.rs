@@ -27,6 +27,21 @@ use crate::config::TopicConfig;
 /// Supplied by the AMQP adapter, which owns the encoding (the core must not).
 pub type Rewriter = Arc<dyn Fn(&Message, &[PropertyChange], &str) -> Message + Send + Sync>;
 
+/// Decodes a message's application properties for filters. Supplied by the AMQP adapter.
+pub type PropertyDecoder =
+    Arc<dyn Fn(&Message) -> Vec<(String, super::types::PropertyValue)> + Send + Sync>;
+
+/// What a topic needs from the AMQP adapter: the encoding stays out of the core.
+#[derive(Clone)]
+pub struct TopicCodec {
+    /// Rewrites messages for rule actions.
+    pub rewrite: Rewriter,
+    /// Decodes application properties. A topic decodes every message it publishes itself
+    /// — sent, forwarded into it or scheduled — so filters see the same properties
+    /// whichever way a message arrived (issue 10, item 17).
+    pub decode_properties: PropertyDecoder,
+}
+
 /// Dead-letter reason for session-less messages reaching a session subscription.
 pub const SESSION_ID_IS_NULL: &str = "Session ID is null.";
 
@@ -128,7 +143,7 @@ struct Topic {
     /// Wall clock.
     clock: Clock,
     /// Applies rule actions.
-    rewriter: Rewriter,
+    codec: TopicCodec,
     /// Next topic-level sequence number for scheduled messages.
     next_sequence_number: i64,
     /// Scheduled messages by (due time, sequence number).
@@ -141,7 +156,7 @@ pub fn spawn(
     subscriptions: Vec<SubscriptionEntry>,
     clock: Clock,
     on_idle: IdleSender,
-    rewriter: Rewriter,
+    codec: TopicCodec,
 ) -> TopicHandle {
     let (commands, inbox) = mpsc::channel::<TopicCommand>(1024);
     let handle = TopicHandle {
@@ -156,7 +171,7 @@ pub fn spawn(
             .then(|| DuplicateDetector::new(config.duplicate_detection_history_time_window)),
         auto_delete_on_idle: config.auto_delete_on_idle,
         clock,
-        rewriter,
+        codec,
         next_sequence_number: 1,
         scheduled: BTreeMap::new(),
     };
@@ -294,9 +309,9 @@ impl Topic {
             match &rule.action {
                 None => plain_match = true,
                 Some(action) => match action.apply(&view) {
-                    Ok(changes) => copies
-                        .accepted
-                        .push(Arc::new((self.rewriter)(message, &changes, &rule.name))),
+                    Ok(changes) => copies.accepted.push(Arc::new((self.codec.rewrite)(
+                        message, &changes, &rule.name,
+                    ))),
                     Err(error) => {
                         if entry.dead_letter_on_filter_errors {
                             copies.dead_lettered.push((
@@ -338,6 +353,19 @@ impl Topic {
         replies: &mut mpsc::UnboundedReceiver<Notification>,
     ) -> Result<Reply, EntityError> {
         let now = self.clock.now();
+        let messages: Vec<Arc<Message>> = messages
+            .into_iter()
+            .map(|message| {
+                if !message.user_properties.is_empty()
+                    || message.application_properties_section.is_empty()
+                {
+                    return message;
+                }
+                let mut decoded = Arc::unwrap_or_clone(message);
+                decoded.user_properties = (self.codec.decode_properties)(&decoded);
+                Arc::new(decoded)
+            })
+            .collect();
         let messages: Vec<Arc<Message>> = match &mut self.duplicates {
             None => messages,
             Some(detector) => messages

@@ -350,3 +350,36 @@ fn hand_built_configs_are_validated_too() {
         .unwrap_or_default();
     assert!(message.contains("has no rules"), "{message}");
 }
+
+#[test]
+fn forwarding_cycles_of_any_length_are_rejected_and_named() {
+    // Issue 10 item 16.
+    assert_error(
+        "[[queues]]\nname = \"a\"\nforward_to = \"b\"\n[[queues]]\nname = \"b\"\nforward_to = \"a\"\n",
+        &["cycle", "queue \"a\" → queue \"b\" → queue \"a\""],
+    );
+    assert_error(
+        "[[queues]]\nname = \"a\"\nforward_to = \"b\"\n[[queues]]\nname = \"b\"\nforward_to = \"c\"\n[[queues]]\nname = \"c\"\nforward_to = \"A\"\n",
+        &[
+            "cycle",
+            "queue \"a\" → queue \"b\" → queue \"c\" → queue \"a\"",
+        ],
+    );
+    // Through a topic and one of its subscriptions.
+    assert_error(
+        "[[queues]]\nname = \"q\"\nforward_to = \"t\"\n[[topics]]\nname = \"t\"\n[[topics.subscriptions]]\nname = \"s\"\nforward_to = \"q\"\n",
+        &[
+            "cycle",
+            "queue \"q\" → topic \"t\" (subscription \"s\") → queue \"q\"",
+        ],
+    );
+}
+
+#[test]
+fn forwarding_chains_without_a_cycle_are_accepted() {
+    let config = Config::from_toml_str(
+        "[[queues]]\nname = \"a\"\nforward_to = \"b\"\nforward_dead_lettered_messages_to = \"c\"\n[[queues]]\nname = \"b\"\nforward_to = \"c\"\n[[queues]]\nname = \"c\"\nforward_dead_lettered_messages_to = \"a\"\n",
+        "chain.toml",
+    );
+    assert!(config.is_ok(), "{:?}", config.err());
+}

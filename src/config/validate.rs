@@ -72,7 +72,89 @@ pub(super) fn validate(config: &Config) -> Result<(), ConfigError> {
     for (index, topic) in config.topics.iter().enumerate() {
         validate_topic(&topic_context(index, &topic.name), topic, &targets)?;
     }
+    if let Some(cycle) = forwarding_cycle(config) {
+        return Err(ConfigError::invalid(
+            "forwarding",
+            format!("forward_to makes a cycle, which would pass messages around for ever: {cycle}"),
+        ));
+    }
     Ok(())
+}
+
+/// A `forward_to` cycle of any length, written out (`queue "a" → queue "b" → queue "a"`), if
+/// the configuration has one. A topic forwards through each subscription that has a
+/// `forward_to`. Dead-letter forwarding is not followed: a message only takes it after a
+/// failure, and the hop limit ends any chain.
+fn forwarding_cycle(config: &Config) -> Option<String> {
+    // Lower-cased entity name → (label, next entities with the hop's label).
+    let mut edges: HashMap<String, (String, Vec<(String, String)>)> = HashMap::new();
+    for queue in &config.queues {
+        let next = queue
+            .forward_to
+            .iter()
+            .map(|target| (target.to_ascii_lowercase(), String::new()))
+            .collect();
+        edges.insert(
+            queue.name.to_ascii_lowercase(),
+            (format!("queue {:?}", queue.name), next),
+        );
+    }
+    for topic in &config.topics {
+        let next = topic
+            .subscriptions
+            .iter()
+            .filter_map(|subscription| {
+                let target = subscription.forward_to.as_ref()?;
+                Some((
+                    target.to_ascii_lowercase(),
+                    format!(" (subscription {:?})", subscription.name),
+                ))
+            })
+            .collect();
+        edges.insert(
+            topic.name.to_ascii_lowercase(),
+            (format!("topic {:?}", topic.name), next),
+        );
+    }
+    // Iterative depth-first search; `on_path` holds the entities of the current path.
+    let mut finished: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let mut names: Vec<&String> = edges.keys().collect();
+    names.sort();
+    for start in names {
+        if finished.contains(start) {
+            continue;
+        }
+        let mut path: Vec<(String, usize)> = vec![(start.clone(), 0)];
+        while let Some((node, next_index)) = path.last().cloned() {
+            let next = edges
+                .get(&node)
+                .map(|(_, next)| next.as_slice())
+                .unwrap_or(&[]);
+            let Some((target, _)) = next.get(next_index) else {
+                finished.insert(node);
+                path.pop();
+                continue;
+            };
+            if let Some(last) = path.last_mut() {
+                last.1 += 1;
+            }
+            if let Some(position) = path.iter().position(|(on_path, _)| on_path == target) {
+                let mut text = String::new();
+                for (node, taken) in &path[position..] {
+                    let (label, next) = &edges[node];
+                    text.push_str(label);
+                    text.push_str(&next[taken - 1].1);
+                    text.push_str(" → ");
+                }
+                text.push_str(&edges[target].0);
+                return Some(text);
+            }
+            if !finished.contains(target) && edges.contains_key(target) {
+                path.push((target.clone(), 0));
+            }
+        }
+    }
+    None
 }
 
 fn validate_server(config: &Config) -> Result<(), ConfigError> {

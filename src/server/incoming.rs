@@ -14,7 +14,6 @@ use super::log_text::LogText;
 use super::session::unattached_handle;
 use crate::amqp::errors::{self, Failure};
 use crate::amqp::message::{self};
-use crate::amqp::rewrite;
 use crate::broker::entity::{Command, ReplyTo};
 use crate::broker::topic::TopicCommand;
 
@@ -198,14 +197,6 @@ impl Connection {
                     .await
             }
             SendTarget::Topic(handle) => {
-                let messages = messages
-                    .into_iter()
-                    .map(|message| {
-                        let mut message = Arc::unwrap_or_clone(message);
-                        message.user_properties = rewrite::decode_user_properties(&message);
-                        Arc::new(message)
-                    })
-                    .collect();
                 handle
                     .send(TopicCommand::Publish {
                         messages,

@@ -14,7 +14,7 @@ use super::links::LinkKind;
 use super::log_text::LogText;
 use crate::amqp::errors::{self, Failure};
 use crate::amqp::management::{self, PendingResponse, Plan};
-use crate::amqp::{cbs, request, rewrite};
+use crate::amqp::{cbs, request};
 use crate::broker::entity::{Command, Reply, ReplyTo, RequestId};
 use crate::broker::topic::TopicCommand;
 use crate::broker::types::{EntityError, SubQueue};
@@ -274,13 +274,7 @@ impl Connection {
         let request = reply.request;
         let command = match plan {
             Plan::Schedule(messages) => TopicCommand::Schedule {
-                messages: messages
-                    .into_iter()
-                    .map(|mut message| {
-                        message.user_properties = rewrite::decode_user_properties(&message);
-                        Arc::new(message)
-                    })
-                    .collect(),
+                messages: messages.into_iter().map(Arc::new).collect(),
                 reply,
             },
             Plan::Cancel(sequence_numbers) => TopicCommand::CancelScheduled {

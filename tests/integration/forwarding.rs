@@ -214,3 +214,68 @@ async fn subscriptions_forward_their_copies() {
         matches!(forwarded.body(), Body::Value(value) if value.0 == Value::String("published".into()))
     );
 }
+
+#[tokio::test]
+async fn messages_forwarded_into_a_topic_match_its_filters_like_direct_sends() {
+    // Issue 10 item 17: application properties are decoded by the topic itself.
+    let broker = Broker::start(
+        r#"
+[[queues]]
+name = "inbox"
+forward_to = "events"
+[[topics]]
+name = "events"
+[[topics.subscriptions]]
+name = "red"
+[[topics.subscriptions.rules]]
+name = "red-only"
+sql_filter = "color = 'red'"
+[[topics.subscriptions]]
+name = "eu"
+[[topics.subscriptions.rules]]
+name = "eu-only"
+correlation_filter = { properties = { region = "eu" } }
+"#,
+    )
+    .await;
+    let (_connection, mut session) = broker.connect().await;
+    let mut sender = Sender::attach(&mut session, "sender", "inbox")
+        .await
+        .expect("attach");
+    for (key, value, body) in [("color", "red", "red one"), ("region", "eu", "eu one")] {
+        let message = fe2o3_amqp::types::messaging::Message::builder()
+            .application_properties(
+                fe2o3_amqp::types::messaging::ApplicationProperties::builder()
+                    .insert(key, SimpleValue::String(value.into()))
+                    .build(),
+            )
+            .value(body.to_string())
+            .build();
+        sender.send(message).await.expect("accepted");
+    }
+    for (subscription, expected) in [("red", "red one"), ("eu", "eu one")] {
+        let (_connection, mut session) = broker.connect().await;
+        let mut receiver = Receiver::attach(
+            &mut session,
+            "receiver",
+            format!("events/Subscriptions/{subscription}").as_str(),
+        )
+        .await
+        .expect("attach");
+        let delivery = receive(&mut receiver).await;
+        assert_eq!(
+            delivery.body(),
+            &Body::Value(fe2o3_amqp::types::messaging::AmqpValue(Value::String(
+                expected.into()
+            ))),
+            "subscription {subscription}"
+        );
+        receiver.accept(&delivery).await.expect("completes");
+        let more =
+            tokio::time::timeout(Duration::from_millis(300), receiver.recv::<Body<Value>>()).await;
+        assert!(
+            more.is_err(),
+            "subscription {subscription} got only its match"
+        );
+    }
+}
