@@ -109,6 +109,7 @@ pub fn entity_failure(error: &EntityError) -> Failure {
             Failure::new(RESOURCE_LIMIT_EXCEEDED, description, 403)
         }
         EntityError::NotAllowed(_) => Failure::new(NOT_ALLOWED, description, 400),
+        EntityError::LimitExceeded(_) => Failure::new(RESOURCE_LIMIT_EXCEEDED, description, 403),
         EntityError::MessageNotFound(_) => Failure::new(MESSAGE_NOT_FOUND, description, 404),
         EntityError::Argument(_) => Failure::new(ARGUMENT_ERROR, description, 400),
         EntityError::SessionCannotBeLocked(_) => {

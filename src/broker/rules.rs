@@ -41,6 +41,8 @@ pub struct RuleError {
     pub error: FilterSyntaxError,
 }
 
+pub use crate::config::MAX_RULES_PER_SUBSCRIPTION;
+
 /// Compiles a configured rule.
 pub fn compile(config: &RuleConfig, created_at: i64) -> Result<Rule, RuleError> {
     let filter = match &config.filter {

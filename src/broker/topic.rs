@@ -446,6 +446,13 @@ impl Topic {
                         rule.name, entry.name
                     )));
                 }
+                if entry.rules.len() >= rules::MAX_RULES_PER_SUBSCRIPTION {
+                    return Err(EntityError::LimitExceeded(format!(
+                        "Subscription '{}' has {} rules, the most a subscription may have.",
+                        entry.name,
+                        rules::MAX_RULES_PER_SUBSCRIPTION
+                    )));
+                }
                 let mut rule = *rule;
                 rule.created_at = now;
                 entry.rules.push(rule);

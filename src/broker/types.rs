@@ -141,6 +141,9 @@ pub enum EntityError {
     /// Messages of this kind may not be sent here.
     #[error("{0}")]
     NotAllowed(String),
+    /// A limit on how many of something an entity may have (rules per subscription).
+    #[error("{0}")]
+    LimitExceeded(String),
     /// A sequence number names no message in the required state.
     #[error("{0}")]
     MessageNotFound(String),

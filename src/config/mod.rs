@@ -37,6 +37,9 @@ pub use entities::{
 /// Default listen address: loopback only, the AMQP port.
 pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 5672));
 /// Default connection idle timeout advertised in `open`.
+/// Rules one subscription may hold (Service Bus allows 2,000 SQL filters per topic): each
+/// is evaluated for every message published to the topic.
+pub const MAX_RULES_PER_SUBSCRIPTION: usize = 2_000;
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Time receivers get to settle at shutdown.
 pub const DEFAULT_SHUTDOWN_GRACE_PERIOD: Duration = Duration::from_secs(5);

@@ -383,3 +383,15 @@ fn forwarding_chains_without_a_cycle_are_accepted() {
     );
     assert!(config.is_ok(), "{:?}", config.err());
 }
+
+#[test]
+fn more_than_two_thousand_rules_on_a_subscription_are_rejected() {
+    let mut text =
+        String::from("[[topics]]\nname = \"t\"\n[[topics.subscriptions]]\nname = \"s\"\n");
+    for index in 0..2_001 {
+        text.push_str(&format!(
+            "[[topics.subscriptions.rules]]\nname = \"r{index}\"\nsql_filter = \"n = {index}\"\n"
+        ));
+    }
+    assert_error(&text, &["2001 rules", "at most 2000"]);
+}

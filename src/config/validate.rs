@@ -409,6 +409,16 @@ fn validate_subscription(
         ));
     }
     let mut seen: HashMap<String, usize> = HashMap::new();
+    if subscription.rules.len() > super::MAX_RULES_PER_SUBSCRIPTION {
+        return Err(ConfigError::invalid(
+            context,
+            format!(
+                "has {} rules; a subscription may have at most {}",
+                subscription.rules.len(),
+                super::MAX_RULES_PER_SUBSCRIPTION
+            ),
+        ));
+    }
     for (index, rule) in subscription.rules.iter().enumerate() {
         let rule_context = rule_context(context, index, &rule.name);
         if let Some(previous) = seen.insert(rule.name.to_ascii_lowercase(), index) {

@@ -66,7 +66,7 @@ fn token(audience: &str, key_name: &str, key: &str, expires_at: i64) -> String {
 }
 
 /// A request/response pair of links on a node (`$cbs` or `<entity>/$management`).
-struct Node {
+pub(crate) struct Node {
     sender: Sender,
     receiver: Receiver,
     reply_to: String,
@@ -79,7 +79,11 @@ impl Node {
         self.receiver.close().await.expect("response link closes");
     }
 
-    async fn attach(session: &mut SessionHandle<()>, address: &str, label: &str) -> Node {
+    pub(crate) async fn attach(
+        session: &mut SessionHandle<()>,
+        address: &str,
+        label: &str,
+    ) -> Node {
         let reply_to = format!("reply-{label}");
         let sender = Sender::attach(session, format!("{label}-requests"), address)
             .await
@@ -100,7 +104,7 @@ impl Node {
     }
 
     /// Sends a request and returns the response's `statusCode`.
-    async fn request(&mut self, properties: &[(&str, SimpleValue)], body: Value) -> i32 {
+    pub(crate) async fn request(&mut self, properties: &[(&str, SimpleValue)], body: Value) -> i32 {
         self.request_described(properties, body).await.0
     }
 

@@ -102,3 +102,49 @@ async fn an_idle_topic_and_its_subscriptions_are_deleted() {
     let receiver = Receiver::attach(&mut session, "sub", "ephemeral/Subscriptions/s").await;
     assert!(receiver.is_err(), "its subscriptions are gone with it");
 }
+
+#[tokio::test]
+async fn a_subscription_holds_at_most_two_thousand_rules() {
+    // Issue 10 item 3: every rule is evaluated for every message; the count is bounded.
+    use fe2o3_amqp::types::primitives::{OrderedMap, SimpleValue};
+    let mut config =
+        String::from("[[topics]]\nname = \"t\"\n[[topics.subscriptions]]\nname = \"s\"\n");
+    for index in 0..2_000 {
+        config.push_str(&format!(
+            "[[topics.subscriptions.rules]]\nname = \"r{index}\"\nsql_filter = \"n = {index}\"\n"
+        ));
+    }
+    let broker = Broker::start(&config).await;
+    let (_connection, mut session) = broker.connect().await;
+    let mut management =
+        crate::auth::Node::attach(&mut session, "t/Subscriptions/s/$management", "rules").await;
+    let mut filter = OrderedMap::new();
+    filter.insert(
+        Value::String("expression".into()),
+        Value::String("n = -1".into()),
+    );
+    let mut description = OrderedMap::new();
+    description.insert(Value::String("sql-filter".into()), Value::Map(filter));
+    let mut body = OrderedMap::new();
+    body.insert(
+        Value::String("rule-name".into()),
+        Value::String("one-too-many".into()),
+    );
+    body.insert(
+        Value::String("rule-description".into()),
+        Value::Map(description),
+    );
+    let status = management
+        .request(
+            &[(
+                "operation",
+                SimpleValue::String("com.microsoft:add-rule".into()),
+            )],
+            Value::Map(body),
+        )
+        .await;
+    assert_eq!(
+        status, 403,
+        "the 2,001st rule is refused with a quota error"
+    );
+}
