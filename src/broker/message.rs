@@ -74,13 +74,35 @@ pub struct Message {
     pub extra_properties: super::types::PropertyChanges,
 }
 
+/// Memory one stored message costs beyond its encoded bytes: the `Message` and `Record`
+/// structs, their index entries (sequence-number maps, the available set, deadlines) and
+/// allocator slack — measured at about 900 bytes for an empty message, rounded up. Counting
+/// it makes `max_size_in_megabytes` bound what a queue of tiny messages really holds
+/// (issue 10, item 9: a 10 MiB queue of empty messages used to hold 143 MiB).
+pub const MESSAGE_OVERHEAD: usize = 1024;
+
 impl Message {
-    /// Encoded size in bytes, counted against entity quotas.
-    pub fn size(&self) -> usize {
+    /// Size of the message as the client encoded it (Service Bus `Size`), in bytes.
+    pub fn encoded_size(&self) -> usize {
         self.annotation_entries.len()
             + self.properties_section.len()
             + self.application_properties_section.len()
             + self.body.len()
             + 16
+    }
+
+    /// Bytes this message holds in memory, counted against entity quotas and the broker's
+    /// memory budget: its bytes, the fixed overhead and its decoded properties.
+    pub fn size(&self) -> usize {
+        let decoded: usize = self
+            .user_properties
+            .iter()
+            .map(|(name, _)| name.len() + 64)
+            .sum();
+        self.encoded_size()
+            + MESSAGE_OVERHEAD
+            + decoded
+            + self.system.message_id.as_ref().map_or(0, String::len)
+            + self.system.session_id.as_ref().map_or(0, String::len)
     }
 }

@@ -1,5 +1,6 @@
 //! The broker core: entities, their message logs and rules. No sockets, no AMQP frames.
 
+pub mod budget;
 pub mod entity;
 pub mod filter;
 pub mod forwarder;

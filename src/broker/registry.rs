@@ -31,6 +31,8 @@ pub struct Registry {
     /// Lowercase path → entity. Read on every attach; written only when an entity is
     /// deleted. Never held across an await.
     entities: RwLock<HashMap<String, Entity>>,
+    /// The memory budget every entity's stored bytes are charged to.
+    budget: Arc<crate::broker::budget::MemoryBudget>,
 }
 
 fn queue_settings(queue: &QueueConfig) -> EntitySettings {
@@ -96,6 +98,7 @@ fn spawn_entity(
         crate::amqp::ids::unique_u64(),
         on_idle.clone(),
         forwarding.then_some(forward_sender),
+        registry.budget.clone(),
     );
     if forwarding {
         forwarder::spawn(
@@ -135,7 +138,15 @@ impl Registry {
             }
         }
         let mut compiled = compiled.into_iter();
-        let registry = Arc::new(Registry::default());
+        let registry = Arc::new(Registry {
+            entities: RwLock::default(),
+            budget: Arc::new(crate::broker::budget::MemoryBudget::new(
+                config
+                    .server
+                    .memory_budget
+                    .unwrap_or_else(crate::broker::budget::default_limit),
+            )),
+        });
         let (on_idle, mut idle_paths): (IdleSender, _) = mpsc::unbounded_channel();
         let mut entities = HashMap::new();
         for queue in &config.queues {

@@ -161,7 +161,9 @@ impl FilterMessage for FilterView<'_> {
                 .header
                 .time_to_live
                 .map(|ttl| FilterValueRef::Duration(ttl.as_millis() as i64)),
-            SystemProperty::Size => Some(FilterValueRef::Integer(self.message.size() as i64)),
+            SystemProperty::Size => {
+                Some(FilterValueRef::Integer(self.message.encoded_size() as i64))
+            }
             SystemProperty::DeliveryCount => Some(FilterValueRef::Integer(0)),
             _ => None,
         }

@@ -79,7 +79,46 @@ fn convert_server(raw: RawServer) -> Result<ServerConfig, ConfigError> {
             raw.shutdown_grace_period,
         )?
         .unwrap_or(defaults.shutdown_grace_period),
+        memory_budget: raw
+            .memory_budget
+            .map(|value| byte_size("server", "memory_budget", value))
+            .transpose()?,
     })
+}
+
+/// Reads a byte size: bytes, or a number with KB, MB, GB (powers of 1000) or KiB, MiB,
+/// GiB (powers of 1024).
+fn byte_size(context: &str, key: &str, value: super::raw::RawBytes) -> Result<u64, ConfigError> {
+    let text = match value {
+        super::raw::RawBytes::Number(bytes) => return Ok(bytes),
+        super::raw::RawBytes::Text(text) => text,
+    };
+    let trimmed = text.trim();
+    let split = trimmed
+        .find(|character: char| !character.is_ascii_digit())
+        .unwrap_or(trimmed.len());
+    let (number, unit) = trimmed.split_at(split);
+    let factor: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "kib" => 1 << 10,
+        "mib" => 1 << 20,
+        "gib" => 1 << 30,
+        _ => 0,
+    };
+    number
+        .parse::<u64>()
+        .ok()
+        .filter(|_| factor > 0)
+        .and_then(|number| number.checked_mul(factor))
+        .ok_or_else(|| {
+            ConfigError::invalid(
+                context,
+                format!("{key} {text:?} is not a byte size (e.g. 536870912, \"512MiB\", \"2GiB\")"),
+            )
+        })
 }
 
 fn convert_auth(raw: RawAuth) -> Result<AuthConfig, ConfigError> {

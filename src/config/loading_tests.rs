@@ -105,7 +105,7 @@ default_message_time_to_live = "1h"
 dead_lettering_on_message_expiration = true
 dead_lettering_on_filter_evaluation_exceptions = false
 requires_session = true
-forward_to = "orders"
+forward_to = "dlq-sink"
 forward_dead_lettered_messages_to = "events"
 auto_delete_on_idle = "P1DT2H30M"
 [[topics.subscriptions.rules]]
@@ -181,7 +181,7 @@ sql_action = "SET sys.Label = 'big'"
     assert!(subscription.dead_lettering_on_message_expiration);
     assert!(!subscription.dead_lettering_on_filter_evaluation_exceptions);
     assert!(subscription.requires_session);
-    assert_eq!(subscription.forward_to.as_deref(), Some("orders"));
+    assert_eq!(subscription.forward_to.as_deref(), Some("dlq-sink"));
     assert_eq!(
         subscription.forward_dead_lettered_messages_to.as_deref(),
         Some("events")

@@ -118,6 +118,8 @@ pub struct ServerConfig {
     /// On SIGTERM/SIGINT, how long receivers may still settle what they hold before every
     /// connection is closed with `amqp:connection:forced`.
     pub shutdown_grace_period: Duration,
+    /// Bytes all entities together may store; `None`: half of the machine's memory.
+    pub memory_budget: Option<u64>,
 }
 
 impl Default for ServerConfig {
@@ -128,6 +130,7 @@ impl Default for ServerConfig {
             max_frame_size: DEFAULT_MAX_FRAME_SIZE,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             shutdown_grace_period: DEFAULT_SHUTDOWN_GRACE_PERIOD,
+            memory_budget: None,
         }
     }
 }

@@ -33,6 +33,15 @@ pub(super) struct RawServer {
     pub max_frame_size: Option<u32>,
     pub max_connections: Option<usize>,
     pub shutdown_grace_period: Option<String>,
+    pub memory_budget: Option<RawBytes>,
+}
+
+/// A byte size: a number of bytes, or text such as "512MiB", "2GiB", "100MB".
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(super) enum RawBytes {
+    Number(u64),
+    Text(String),
 }
 
 /// `[auth]`.

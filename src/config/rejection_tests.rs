@@ -395,3 +395,25 @@ fn more_than_two_thousand_rules_on_a_subscription_are_rejected() {
     }
     assert_error(&text, &["2001 rules", "at most 2000"]);
 }
+
+#[test]
+fn memory_budgets_are_byte_sizes() {
+    assert_eq!(
+        Config::from_toml_str("[server]\nmemory_budget = \"512MiB\"\n", "t.toml")
+            .expect("valid")
+            .server
+            .memory_budget,
+        Some(512 * 1024 * 1024)
+    );
+    assert_eq!(
+        Config::from_toml_str("[server]\nmemory_budget = 1000\n", "t.toml")
+            .expect("valid")
+            .server
+            .memory_budget,
+        Some(1000)
+    );
+    assert_error(
+        "[server]\nmemory_budget = \"lots\"\n",
+        &["memory_budget", "\"lots\"", "byte size"],
+    );
+}

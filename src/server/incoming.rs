@@ -168,10 +168,11 @@ impl Connection {
         let messages = match message::parse_transfer(payload, message_format) {
             Ok(messages) => messages,
             Err(error) => {
-                return refuse(
-                    self,
-                    Failure::new(errors::DECODE_ERROR, error.to_string(), 400),
-                );
+                let condition = match error {
+                    message::MessageError::TooLong { .. } => errors::ARGUMENT_ERROR,
+                    _ => errors::DECODE_ERROR,
+                };
+                return refuse(self, Failure::new(condition, error.to_string(), 400));
             }
         };
         let messages: Vec<_> = messages.into_iter().map(Arc::new).collect();

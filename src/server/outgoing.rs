@@ -88,7 +88,7 @@ impl Connection {
         if self.cannot_send(channel, handle) {
             return self.hold_back(channel, handle, receiver, delivery).await;
         }
-        let mut payload = BytesMut::with_capacity(delivery.record.message.size() + 128);
+        let mut payload = BytesMut::with_capacity(delivery.record.message.encoded_size() + 128);
         message::encode_delivery(
             DeliveryView {
                 record: &delivery.record,

@@ -9,6 +9,7 @@ mod harness;
 mod hostile;
 mod limits;
 mod logs;
+mod memory;
 mod process;
 mod queues;
 mod raw;

@@ -11,9 +11,11 @@ use super::state::{Effect, EntityState, Record};
 use super::{
     Command, Delivery, EntityHandle, Notification, NotificationSender, Reply, SessionOperation,
 };
+use crate::broker::budget::MemoryBudget;
 use crate::broker::forwarder::{Forward, ForwardSender};
 use crate::broker::types::{EntityError, ReceiverId, SubQueue};
 use crate::clock::Clock;
+use std::sync::Arc;
 
 /// A management reply carrying records of `sub_queue` (peek, deferred receive).
 fn messages(sub_queue: SubQueue, records: Vec<Record>) -> Reply {
@@ -42,6 +44,7 @@ pub fn spawn(
     token_seed: u64,
     on_idle: IdleSender,
     forwarder: Option<ForwardSender>,
+    budget: Arc<MemoryBudget>,
 ) -> EntityHandle {
     let (commands, inbox) = mpsc::channel(COMMAND_CAPACITY);
     let handle = EntityHandle {
@@ -54,6 +57,8 @@ pub fn spawn(
         sinks: HashMap::new(),
         on_idle,
         forwarder,
+        budget,
+        charged: 0,
     };
     tokio::spawn(actor.run(inbox));
     handle
@@ -71,6 +76,10 @@ struct Actor {
     on_idle: IdleSender,
     /// Takes messages to auto-forward, when the entity forwards.
     forwarder: Option<ForwardSender>,
+    /// The broker-wide memory budget this entity's stored bytes are charged to.
+    budget: Arc<MemoryBudget>,
+    /// What this entity has charged to it.
+    charged: u64,
 }
 
 impl Actor {
@@ -87,9 +96,11 @@ impl Actor {
                 command = inbox.recv() => {
                     let Some(command) = command else { break };
                     self.handle(command);
+                    self.recharge();
                     // Take whatever else is queued before flushing effects.
                     while let Ok(command) = inbox.try_recv() {
                         self.handle(command);
+                        self.recharge();
                     }
                 }
                 () = timer => {
@@ -97,7 +108,9 @@ impl Actor {
                     self.state.advance(now);
                 }
             }
-            if self.carry_out_effects() {
+            let deleted = self.carry_out_effects();
+            self.recharge();
+            if deleted {
                 // Deleted for idleness (rule IDL-1): stop taking commands, answer the ones
                 // already queued with not-found, and stop; handles then report not-found.
                 let _ = self.on_idle.send(self.state.settings().path.clone());
@@ -108,12 +121,34 @@ impl Actor {
                 break;
             }
         }
+        // The entity is gone: what it stored no longer counts.
+        self.budget.recharge(self.charged, 0);
+    }
+
+    /// Brings this entity's charge on the memory budget up to date.
+    fn recharge(&mut self) {
+        let stored = self.state.stored_bytes();
+        if stored != self.charged {
+            self.budget.recharge(self.charged, stored);
+            self.charged = stored;
+        }
     }
 
     fn handle(&mut self, command: Command) {
         let now = self.clock.now();
         match command {
             Command::Send { messages, reply } => {
+                let incoming: u64 = messages.iter().map(|message| message.size() as u64).sum();
+                if let Err(used) = self.budget.admit(incoming) {
+                    if let Some(reply) = reply {
+                        reply.send(Err(EntityError::QuotaExceeded {
+                            entity: "the broker's memory budget (server.memory_budget)".into(),
+                            size: used,
+                            limit: self.budget.limit(),
+                        }));
+                    }
+                    return;
+                }
                 let result = self.state.enqueue(now, messages);
                 if let Some(reply) = reply {
                     reply.send(result.map(Reply::SequenceNumbers));

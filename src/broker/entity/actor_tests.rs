@@ -47,7 +47,14 @@ impl Entity {
         configure(&mut settings);
         let (idle_sender, idle) = mpsc::unbounded_channel();
         let started = Instant::now();
-        let handle = actor::spawn(settings, Clock::starting_at(START), 7, idle_sender, None);
+        let handle = actor::spawn(
+            settings,
+            Clock::starting_at(START),
+            7,
+            idle_sender,
+            None,
+            Default::default(),
+        );
         let (reply_sink, replies) = mpsc::unbounded_channel();
         Entity {
             handle,

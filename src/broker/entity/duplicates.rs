@@ -6,6 +6,10 @@ use std::time::Duration;
 
 use crate::broker::types::{SequenceNumber, Timestamp};
 
+/// Message ids one entity's duplicate detection remembers at most (about 40 MB at the
+/// longest ids).
+pub const MAX_REMEMBERED: usize = 100_000;
+
 /// Message ids seen within a sliding window.
 #[derive(Debug)]
 pub struct DuplicateDetector {
@@ -46,7 +50,9 @@ impl DuplicateDetector {
             .map(|(_, sequence_number)| *sequence_number)
     }
 
-    /// Remembers an accepted message id.
+    /// Remembers an accepted message id. At most [`MAX_REMEMBERED`] ids are kept: past
+    /// that the oldest are forgotten first, so the history's memory is bounded whatever the
+    /// send rate (ids themselves are at most 128 characters).
     pub fn remember(&mut self, now: Timestamp, message_id: &str, sequence_number: SequenceNumber) {
         if self
             .seen
@@ -54,6 +60,11 @@ impl DuplicateDetector {
             .is_none()
         {
             self.order.push_back((now, message_id.to_string()));
+        }
+        while self.order.len() > MAX_REMEMBERED {
+            if let Some((_, id)) = self.order.pop_front() {
+                self.seen.remove(&id);
+            }
         }
     }
 

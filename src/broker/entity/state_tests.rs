@@ -76,8 +76,9 @@ fn sequence_numbers_are_gapless_from_one() {
 
 #[test]
 fn quota_refuses_messages_beyond_the_entity_size() {
-    let mut state = entity(|settings| settings.max_size_bytes = 1000);
-    let big = "x".repeat(600);
+    // Each message costs its bytes plus the per-message overhead (issue 10, item 9).
+    let mut state = entity(|settings| settings.max_size_bytes = 4000);
+    let big = "x".repeat(1500);
     state
         .enqueue(START, vec![message(&big)])
         .expect("first fits");
@@ -402,4 +403,19 @@ fn credit_of_two_to_the_thirty_one_or_more_is_credit() {
     state.grant_credit(START, RECEIVER, Some(0), 1 << 31, false);
     state.enqueue(START, vec![message("b")]).expect("stored");
     assert_eq!(deliveries(&mut state).len(), 2);
+}
+
+#[test]
+fn the_quota_counts_the_overhead_of_empty_messages() {
+    // Issue 10 item 9: a 10 MiB queue once held 143 MiB of empty messages.
+    let mut state = entity(|settings| settings.max_size_bytes = 100 * 1024);
+    let mut accepted = 0;
+    while state.enqueue(START, vec![message("")]).is_ok() {
+        accepted += 1;
+        assert!(accepted < 1_000, "the quota must bound empty messages");
+    }
+    assert!(
+        accepted <= 100 * 1024 / crate::broker::message::MESSAGE_OVERHEAD,
+        "{accepted} empty messages in 100 KiB"
+    );
 }

@@ -326,6 +326,11 @@ impl EntityState {
         self.last_activity = self.last_activity.max(now);
     }
 
+    /// Bytes stored across the sub-queues (what the quota counts).
+    pub fn stored_bytes(&self) -> u64 {
+        self.stored_bytes
+    }
+
     /// Number of records in a sub-queue (all states), for tests and diagnostics.
     pub fn message_count(&self, sub_queue: SubQueue) -> usize {
         self.store(sub_queue).records.len()
