@@ -5,6 +5,7 @@ mod auth;
 mod cli;
 mod flow_control;
 mod forwarding;
+mod fuzz;
 mod harness;
 mod hostile;
 mod limits;

@@ -33,8 +33,10 @@ impl BrokerProcess {
         std::fs::create_dir_all(&directory).expect("scratch dir");
         let config_path = directory.join("broker.toml");
         std::fs::write(&config_path, config).expect("config");
+        // FERROBUS_PROCESS_BIN runs another build (e.g. an older one, to see a test fail).
+        let binary = std::env::var("FERROBUS_PROCESS_BIN").unwrap_or_else(|_| BINARY.to_string());
         let mut command_line = format!(
-            "{shell_prefix} exec '{BINARY}' --config '{}' --listen 127.0.0.1:0",
+            "{shell_prefix} exec '{binary}' --config '{}' --listen 127.0.0.1:0",
             config_path.display()
         );
         for argument in arguments {
