@@ -15,7 +15,6 @@ use super::links::LinkKind;
 use crate::amqp::errors::{self, Failure};
 use crate::amqp::management::Plan;
 use crate::amqp::sas::{self, Grant, Right};
-use crate::broker::topic::RuleOperation;
 use crate::broker::types::SubQueue;
 
 /// The authorization an entity link was attached under.
@@ -47,15 +46,15 @@ pub fn node_path(path: &str, sub_queue: SubQueue) -> String {
     }
 }
 
-/// The right a `$management` operation needs, as Service Bus requires it: sending for
-/// scheduling, receiving for everything that reads or settles messages and sessions,
-/// managing for rules.
+/// The right a `$management` operation needs, as Service Bus documents it: sending for
+/// scheduling; receiving for everything that reads or settles messages and sessions, and
+/// for a subscription's rules (the SDKs' rule managers "require only Listen claims", where
+/// the ATOM administration client requires Manage).
 pub fn management_right(plan: &Plan) -> Right {
     match plan {
         Plan::Schedule(_) | Plan::Cancel(_) => Right::Send,
-        Plan::Rules(RuleOperation::Add(_) | RuleOperation::Remove(_)) => Right::Manage,
-        Plan::Rules(RuleOperation::Enumerate { .. }) => Right::Manage,
-        Plan::RenewLocks(_)
+        Plan::Rules(_)
+        | Plan::RenewLocks(_)
         | Plan::Settle(..)
         | Plan::Peek { .. }
         | Plan::Session(..)

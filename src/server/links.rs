@@ -292,7 +292,13 @@ impl Connection {
             Node::Cbs if client_sends => Ok((LinkKind::CbsRequest, DEFAULT_MAX_MESSAGE_SIZE, None)),
             Node::Cbs => Ok((LinkKind::CbsResponse, 0, None)),
             Node::Management { path, sub_queue } => {
-                if self.context.registry.lookup(&path).is_none() {
+                // A peer with no claim on the node learns nothing about whether the entity
+                // exists: the attach succeeds and each request is refused with 401.
+                let node = node_path(&path, sub_queue);
+                let any_claim = [Right::Send, Right::Listen, Right::Manage]
+                    .into_iter()
+                    .any(|right| matches!(self.access(&node, right), Access::Allowed(_)));
+                if any_claim && self.context.registry.lookup(&path).is_none() {
                     return Err(errors::entity_not_found(&path));
                 }
                 // Each operation is authorized when it is requested (authorization.rs).
@@ -307,20 +313,22 @@ impl Connection {
                 }
             }
             Node::Entity { path, sub_queue } => {
-                let entity = self
-                    .context
-                    .registry
-                    .lookup(&path)
-                    .ok_or_else(|| errors::entity_not_found(&path))?;
                 let right = if client_sends {
                     Right::Send
                 } else {
                     Right::Listen
                 };
+                // Authorized before the entity is looked up: a peer without the claim does
+                // not learn whether the entity exists.
                 let node = node_path(&path, sub_queue);
                 let Access::Allowed(until) = self.access(&node, right) else {
                     return Err(unauthorized(right, &node));
                 };
+                let entity = self
+                    .context
+                    .registry
+                    .lookup(&path)
+                    .ok_or_else(|| errors::entity_not_found(&path))?;
                 let authorization = until.map(|until| LinkAuthorization {
                     path: node,
                     right,

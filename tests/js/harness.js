@@ -11,6 +11,13 @@
 //
 // One broker per test file (`useBroker(configText)`); every test owns its queue(s), so tests never
 // see each other's messages and may leave messages behind.
+//
+// Authorization mode: FERROBUS_TEST_AUTH=keys gives every broker started here (unless its config
+// already has [[auth.keys]]) the connection strings' key, name RootManageSharedAccessKey with the
+// Manage right, so the SDK's CBS tokens are validated and checked on every link and $management
+// operation. `none` (the default) starts brokers without keys: any token is accepted (emulator
+// behaviour). scripts/test runs the suite once per mode. A test of one mode's behaviour passes
+// `{ skip: KEYS_MODE ? false : "reason" }` to `brokerTest`.
 
 import { spawn } from "node:child_process";
 import { createWriteStream, existsSync, mkdtempSync, writeFileSync } from "node:fs";
@@ -33,6 +40,25 @@ const LOG_TAIL_LINES = 400;
 // The key every connection string carries. Without [[auth.keys]] the broker accepts any token.
 export const SAS_KEY_NAME = "RootManageSharedAccessKey";
 export const SAS_KEY_VALUE = "SAS_KEY_VALUE";
+
+// FERROBUS_TEST_AUTH: "none" (default, any token accepted) or "keys" (see the header).
+export const AUTH_MODE = process.env.FERROBUS_TEST_AUTH || "none";
+if (!["none", "keys"].includes(AUTH_MODE)) {
+  throw new Error(`FERROBUS_TEST_AUTH must be 'none' or 'keys', not '${AUTH_MODE}'`);
+}
+export const KEYS_MODE = AUTH_MODE === "keys";
+
+/** `[[auth.keys]]` table. */
+export function authKeyToml(name, key, rights) {
+  return `[[auth.keys]]\nname = ${tomlValue(name)}\nkey = ${tomlValue(key)}\nrights = [${rights.map(tomlValue).join(", ")}]\n`;
+}
+
+/** The config a broker starts with: in keys mode the connection strings' key is added, unless the
+ * test configures keys itself. */
+export function withTestAuth(configText) {
+  if (!KEYS_MODE || configText.includes("[[auth.keys]]")) return configText;
+  return configText + "\n" + authKeyToml(SAS_KEY_NAME, SAS_KEY_VALUE, ["Manage"]);
+}
 
 // Every test gets this timeout, so a hang fails the test instead of the run.
 export const TEST_TIMEOUT_MS = 60_000;
@@ -91,7 +117,7 @@ export function brokerBinary() {
 /** One ferrobus process with its own config file and log file. */
 export class Broker {
   constructor(configText) {
-    this.configText = configText;
+    this.configText = withTestAuth(configText);
     this.workDir = mkdtempSync(path.join(tmpdir(), "ferrobus-js-"));
     this.configPath = path.join(this.workDir, "ferrobus.toml");
     this.logPath = path.join(this.workDir, "ferrobus.stderr.log");
@@ -196,8 +222,9 @@ export class Broker {
 
 /**
  * Starts one broker for the calling test file (in `before`) and stops it (in `after`).
- * Returns `{ broker, brokerTest }`: `brokerTest(name, fn)` registers a test with TEST_TIMEOUT_MS
- * whose failure message carries the broker's stderr tail.
+ * Returns `{ broker, brokerTest }`: `brokerTest(name, fn, { skip })` registers a test with
+ * TEST_TIMEOUT_MS whose failure message carries the broker's stderr tail (`skip`: false, or the
+ * reason to skip it).
  */
 export function useBroker(configText) {
   const broker = new Broker(configText);
@@ -207,8 +234,8 @@ export function useBroker(configText) {
   after(async () => {
     await broker.stop();
   });
-  function brokerTest(name, fn) {
-    test(name, { timeout: TEST_TIMEOUT_MS }, async (t) => {
+  function brokerTest(name, fn, { skip = false } = {}) {
+    test(name, { timeout: TEST_TIMEOUT_MS, skip }, async (t) => {
       // Fails a hung test a little before node's own timeout, so the report still carries the
       // broker's log tail (node's timeout cancels the test without running its catch).
       let hangTimer;

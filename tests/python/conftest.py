@@ -9,6 +9,13 @@ attached to the report of every failing test.
 Queues: the session-scoped ``broker`` serves every queue in ``SHARED_QUEUES``. Each test owns
 its queue(s), so tests never see each other's messages and may leave messages behind. Tests that
 need a special broker configuration (auth keys) start a dedicated one with ``start_broker``.
+
+Authorization mode: ``FERROBUS_TEST_AUTH=keys`` gives every broker this harness starts (unless
+its config already has ``[[auth.keys]]``) the connection strings' key, name
+``RootManageSharedAccessKey`` with the Manage right, so the SDKs' CBS tokens are validated and
+checked on every link and ``$management`` operation. ``none`` (the default) starts brokers
+without keys, where any token is accepted (emulator behaviour). ``scripts/test`` runs the suite
+once per mode. Tests of no-keys behaviour are marked ``requires_no_keys``.
 """
 
 from __future__ import annotations
@@ -36,6 +43,17 @@ ANSI_ESCAPE_PATTERN = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # The key every connection string carries. Without [[auth.keys]] the broker accepts any token.
 SAS_KEY_NAME = "RootManageSharedAccessKey"
 SAS_KEY_VALUE = "SAS_KEY_VALUE"
+
+# FERROBUS_TEST_AUTH: "none" (default, any token accepted) or "keys" (see the module doc).
+AUTH_MODE = os.environ.get("FERROBUS_TEST_AUTH", "none")
+if AUTH_MODE not in ("none", "keys"):
+    raise RuntimeError(f"FERROBUS_TEST_AUTH must be 'none' or 'keys', not {AUTH_MODE!r}")
+KEYS_MODE = AUTH_MODE == "keys"
+
+# Marks a test of behaviour that only exists without keys (e.g. "any key is accepted").
+requires_no_keys = pytest.mark.skipif(
+    KEYS_MODE, reason="tests the no-keys (emulator) behaviour; FERROBUS_TEST_AUTH=keys configures keys"
+)
 
 # Per-queue defaults; a test's queue overrides only what its rule needs.
 QUEUE_DEFAULTS = {
@@ -96,6 +114,14 @@ def auth_key_toml(name: str, key: str, rights: List[str]) -> str:
     return f'[[auth.keys]]\nname = "{name}"\nkey = "{key}"\nrights = [{rights_list}]\n'
 
 
+def with_test_auth(config_text: str) -> str:
+    """The config a broker is started with: in keys mode, the connection strings' key is added
+    unless the test configures keys itself."""
+    if not KEYS_MODE or "[[auth.keys]]" in config_text:
+        return config_text
+    return config_text + "\n" + auth_key_toml(SAS_KEY_NAME, SAS_KEY_VALUE, ["Manage"])
+
+
 def connection_string(port: int, key_name: str = SAS_KEY_NAME, key: str = SAS_KEY_VALUE) -> str:
     return (
         f"Endpoint=sb://127.0.0.1:{port};SharedAccessKeyName={key_name};"
@@ -115,7 +141,7 @@ class Broker:
     """One ferrobus process with its own config file and log file."""
 
     def __init__(self, config_text: str, work_dir: Path) -> None:
-        self.config_text = config_text
+        self.config_text = with_test_auth(config_text)
         self.work_dir = work_dir
         self.config_path = work_dir / "ferrobus.toml"
         self.log_path = work_dir / "ferrobus.stderr.log"
@@ -231,7 +257,7 @@ def _stop(broker: Broker) -> None:
 
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    """The shared broker: every queue in SHARED_QUEUES, no auth keys (any token is accepted)."""
+    """The shared broker: every queue in SHARED_QUEUES; keys only in keys mode (see the module doc)."""
     config = "".join(queue_toml(name, **overrides) for name, overrides in SHARED_QUEUES.items())
     shared = _start(config, tmp_path_factory.mktemp("ferrobus-shared"))
     yield shared

@@ -17,6 +17,8 @@ from proton import SASL, Delivery, Link, Message, Timeout, timestamp, ulong
 from proton.reactor import AtLeastOnce, ReceiverOption
 from proton.utils import BlockingConnection, LinkDetached
 
+from conftest import KEYS_MODE, SAS_KEY_NAME, SAS_KEY_VALUE, requires_no_keys
+
 pytestmark = pytest.mark.timeout(60)
 
 CONNECT_TIMEOUT_SECONDS = 10
@@ -41,11 +43,18 @@ class SettleSecond(ReceiverOption):
 
 @pytest.fixture
 def connect(broker) -> Iterator[Callable[..., BlockingConnection]]:
-    """Open BlockingConnections to the shared broker; all are closed at teardown."""
+    """Open BlockingConnections to the shared broker; all are closed at teardown. SASL ANONYMOUS,
+    or in keys mode SASL PLAIN with the configured key (a generic client has no $cbs token)."""
     opened: List[BlockingConnection] = []
 
     def open_connection(**options) -> BlockingConnection:
-        options.setdefault("allowed_mechs", "ANONYMOUS")
+        if KEYS_MODE:
+            options.setdefault("allowed_mechs", "PLAIN")
+            options.setdefault("allow_insecure_mechs", True)
+            options.setdefault("user", SAS_KEY_NAME)
+            options.setdefault("password", SAS_KEY_VALUE)
+        else:
+            options.setdefault("allowed_mechs", "ANONYMOUS")
         connection = BlockingConnection(broker.amqp_url, timeout=CONNECT_TIMEOUT_SECONDS, **options)
         opened.append(connection)
         return connection
@@ -81,6 +90,7 @@ def wait_for_broker_outcome(connection: BlockingConnection, delivery: Delivery) 
     )
 
 
+@requires_no_keys
 def test_sasl_anonymous_connection_sends_receives_and_accepts(connect):
     """SASL ANONYMOUS is accepted (wire contract 1.3); accept = complete (rule LCK-1)."""
     queue = "amqp-anonymous"
@@ -99,6 +109,7 @@ def test_sasl_anonymous_connection_sends_receives_and_accepts(connect):
     assert_nothing_to_receive(receiver)
 
 
+@requires_no_keys
 def test_connection_without_sasl_layer_works(connect):
     """A bare AMQP header (no SASL) is accepted (wire contract 1.3, rhea with a SAS-only string)."""
     queue = "amqp-no-sasl"

@@ -34,7 +34,7 @@ from azure.servicebus.exceptions import (
     ServiceBusQuotaExceededError,
 )
 
-from conftest import SAS_KEY_NAME, SAS_KEY_VALUE, auth_key_toml, queue_toml, unique_id
+from conftest import SAS_KEY_NAME, SAS_KEY_VALUE, auth_key_toml, queue_toml, requires_no_keys, unique_id
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -527,6 +527,7 @@ def test_correct_sas_key_is_accepted_by_a_broker_with_auth_keys(start_broker):
             receiver.complete_message(received)
 
 
+@requires_no_keys
 def test_broker_without_auth_keys_accepts_any_key(broker):
     queue = "sdk-any-key"
     with client_for(broker.connection_string_with("SomeName", "any-key-at-all")) as client:
