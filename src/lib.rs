@@ -113,6 +113,9 @@ pub async fn run(
         next_receiver_id: AtomicU64::new(1),
         max_message_sizes,
     });
+    let registry = context.registry.clone();
     server::serve(listener, context, shutdown).await;
+    // Every connection is closed: now the entities, topics and forwarders stop.
+    registry.shut_down().await;
     Ok(())
 }

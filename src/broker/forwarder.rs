@@ -42,11 +42,18 @@ pub fn spawn(
     targets: Targets,
     registry: Weak<Registry>,
     mut inbox: mpsc::UnboundedReceiver<Forward>,
+    lifecycle: &crate::broker::lifecycle::Lifecycle,
 ) {
-    tokio::spawn(async move {
+    let mut stopping = lifecycle.stopping();
+    lifecycle.spawn(async move {
         let (sink, mut replies) = mpsc::unbounded_channel();
         let mut next_request = 0u64;
-        while let Some(forward) = inbox.recv().await {
+        loop {
+            let forward = tokio::select! {
+                forward = inbox.recv() => forward,
+                () = crate::broker::lifecycle::stopped(&mut stopping) => None,
+            };
+            let Some(forward) = forward else { break };
             let target = if forward.dead_letter {
                 targets.dead_letters.as_deref()
             } else {

@@ -33,6 +33,8 @@ pub struct Registry {
     entities: RwLock<HashMap<String, Entity>>,
     /// The memory budget every entity's stored bytes are charged to.
     budget: Arc<crate::broker::budget::MemoryBudget>,
+    /// The core's tasks and their stop signal.
+    lifecycle: crate::broker::lifecycle::Lifecycle,
 }
 
 fn queue_settings(queue: &QueueConfig) -> EntitySettings {
@@ -99,6 +101,7 @@ fn spawn_entity(
         on_idle.clone(),
         forwarding.then_some(forward_sender),
         registry.budget.clone(),
+        &registry.lifecycle,
     );
     if forwarding {
         forwarder::spawn(
@@ -106,6 +109,7 @@ fn spawn_entity(
             targets,
             Arc::downgrade(registry),
             forward_inbox,
+            &registry.lifecycle,
         );
     }
     handle
@@ -140,6 +144,7 @@ impl Registry {
         let mut compiled = compiled.into_iter();
         let registry = Arc::new(Registry {
             entities: RwLock::default(),
+            lifecycle: Default::default(),
             budget: Arc::new(crate::broker::budget::MemoryBudget::new(
                 config
                     .server
@@ -175,6 +180,7 @@ impl Registry {
                 clock,
                 on_idle.clone(),
                 codec.clone(),
+                &registry.lifecycle,
             );
             entities.insert(key(&topic_config.name), Entity::Topic(handle));
         }
@@ -182,8 +188,14 @@ impl Registry {
             *map = entities;
         }
         let janitor = Arc::downgrade(&registry);
-        tokio::spawn(async move {
-            while let Some(path) = idle_paths.recv().await {
+        let mut stopping = registry.lifecycle.stopping();
+        registry.lifecycle.spawn(async move {
+            loop {
+                let path = tokio::select! {
+                    path = idle_paths.recv() => path,
+                    () = crate::broker::lifecycle::stopped(&mut stopping) => None,
+                };
+                let Some(path) = path else { break };
                 let Some(registry) = janitor.upgrade() else {
                     break;
                 };
@@ -191,6 +203,12 @@ impl Registry {
             }
         });
         Ok(registry)
+    }
+
+    /// Stops every entity, topic and forwarder task and waits for them (after the front end
+    /// has closed every connection).
+    pub async fn shut_down(&self) {
+        self.lifecycle.shut_down().await;
     }
 
     /// Removes an entity (and, for a topic, its subscriptions).

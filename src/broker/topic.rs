@@ -157,6 +157,7 @@ pub fn spawn(
     clock: Clock,
     on_idle: IdleSender,
     codec: TopicCodec,
+    lifecycle: &crate::broker::lifecycle::Lifecycle,
 ) -> TopicHandle {
     let (commands, inbox) = mpsc::channel::<TopicCommand>(1024);
     let handle = TopicHandle {
@@ -175,7 +176,7 @@ pub fn spawn(
         next_sequence_number: 1,
         scheduled: BTreeMap::new(),
     };
-    tokio::spawn(topic.run(inbox, on_idle));
+    lifecycle.spawn(topic.run(inbox, on_idle, lifecycle.stopping()));
     handle
 }
 
@@ -188,7 +189,12 @@ struct Copies {
 }
 
 impl Topic {
-    async fn run(mut self, mut inbox: mpsc::Receiver<TopicCommand>, on_idle: IdleSender) {
+    async fn run(
+        mut self,
+        mut inbox: mpsc::Receiver<TopicCommand>,
+        on_idle: IdleSender,
+        mut stopping: tokio::sync::watch::Receiver<bool>,
+    ) {
         let (sink, mut replies) = mpsc::unbounded_channel();
         let mut last_activity = tokio::time::Instant::now();
         loop {
@@ -210,6 +216,7 @@ impl Topic {
             };
             let command = tokio::select! {
                 command = inbox.recv() => command,
+                () = crate::broker::lifecycle::stopped(&mut stopping) => break,
                 () = activation => {
                     self.activate_due(&sink, &mut replies).await;
                     continue;

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use super::settings::EntitySettings;
 use super::state::{Effect, EntityState, Record};
@@ -13,6 +13,7 @@ use super::{
 };
 use crate::broker::budget::MemoryBudget;
 use crate::broker::forwarder::{Forward, ForwardSender};
+use crate::broker::lifecycle::{Lifecycle, stopped};
 use crate::broker::types::{EntityError, ReceiverId, SubQueue};
 use crate::clock::Clock;
 use std::sync::Arc;
@@ -45,6 +46,7 @@ pub fn spawn(
     on_idle: IdleSender,
     forwarder: Option<ForwardSender>,
     budget: Arc<MemoryBudget>,
+    lifecycle: &Lifecycle,
 ) -> EntityHandle {
     let (commands, inbox) = mpsc::channel(COMMAND_CAPACITY);
     let handle = EntityHandle {
@@ -60,7 +62,7 @@ pub fn spawn(
         budget,
         charged: 0,
     };
-    tokio::spawn(actor.run(inbox));
+    lifecycle.spawn(actor.run(inbox, lifecycle.stopping()));
     handle
 }
 
@@ -83,7 +85,11 @@ struct Actor {
 }
 
 impl Actor {
-    async fn run(mut self, mut inbox: mpsc::Receiver<Command>) {
+    async fn run(
+        mut self,
+        mut inbox: mpsc::Receiver<Command>,
+        mut stopping: watch::Receiver<bool>,
+    ) {
         loop {
             let deadline = self.state.next_deadline();
             let timer = async {
@@ -107,6 +113,7 @@ impl Actor {
                     let now = self.clock.now();
                     self.state.advance(now);
                 }
+                () = stopped(&mut stopping) => break,
             }
             let deleted = self.carry_out_effects();
             self.recharge();
