@@ -62,9 +62,12 @@ impl Lifecycle {
     }
 }
 
-/// Resolves once `stopping` is true (or its sender is gone).
+/// Resolves once `stopping` turns true; never, if its `Lifecycle` is gone without stopping
+/// (tests that start an actor alone).
 pub async fn stopped(stopping: &mut watch::Receiver<bool>) {
-    let _ = stopping.wait_for(|stop| *stop).await;
+    if stopping.wait_for(|stop| *stop).await.is_err() {
+        std::future::pending::<()>().await;
+    }
 }
 
 #[cfg(test)]
