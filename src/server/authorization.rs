@@ -46,6 +46,11 @@ pub fn node_path(path: &str, sub_queue: SubQueue) -> String {
     }
 }
 
+/// The path of a node's `$management` node, which the SDKs' tokens name.
+pub fn management_path(path: &str, sub_queue: SubQueue) -> String {
+    format!("{}/$management", node_path(path, sub_queue))
+}
+
 /// The right a `$management` operation needs, as Service Bus documents it: sending for
 /// scheduling; receiving for everything that reads or settles messages and sessions, and
 /// for a subscription's rules (the SDKs' rule managers "require only Listen claims", where

@@ -16,7 +16,7 @@ use crate::amqp::address::{self, Node};
 use crate::amqp::errors::{self, Failure};
 use crate::amqp::link_properties;
 
-use super::authorization::{Access, LinkAuthorization, node_path, unauthorized};
+use super::authorization::{Access, LinkAuthorization, management_path, node_path, unauthorized};
 use crate::amqp::sas::Right;
 use crate::broker::entity::{Command, EntityHandle};
 use crate::broker::registry::Entity;
@@ -294,7 +294,7 @@ impl Connection {
             Node::Management { path, sub_queue } => {
                 // A peer with no claim on the node learns nothing about whether the entity
                 // exists: the attach succeeds and each request is refused with 401.
-                let node = node_path(&path, sub_queue);
+                let node = management_path(&path, sub_queue);
                 let any_claim = [Right::Send, Right::Listen, Right::Manage]
                     .into_iter()
                     .any(|right| matches!(self.access(&node, right), Access::Allowed(_)));

@@ -7,7 +7,7 @@ use fe2o3_amqp_types::definitions::Role;
 use fe2o3_amqp_types::messaging::{Accepted, DeliveryState};
 use std::sync::Arc;
 
-use super::authorization::{Access, management_right, node_path, unauthorized};
+use super::authorization::{Access, management_path, management_right, unauthorized};
 use super::connection::{Connection, ConnectionError, Pending};
 use super::dispositions::{disposition, rejected};
 use super::links::LinkKind;
@@ -94,7 +94,9 @@ impl Connection {
             Err(failure) => return self.respond_failure(&pending, &failure),
         };
         let right = management_right(&plan);
-        let node = node_path(&path, sub_queue);
+        // Checked against the management node itself: the SDKs put their token for
+        // `<entity>/$management` (a token for the entity covers it too).
+        let node = management_path(&path, sub_queue);
         if let Access::Denied = self.access(&node, right) {
             tracing::info!(path = %LogText(&node), ?right, "management operation refused");
             return self.respond_failure(&pending, &unauthorized(right, &node));
