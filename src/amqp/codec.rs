@@ -23,14 +23,16 @@ pub enum CodecError {
     TooDeep { offset: usize },
 }
 
-fn read_u8(bytes: &[u8], at: usize) -> Result<u8, CodecError> {
+/// The byte at `at`, or `Truncated`.
+pub(crate) fn read_u8(bytes: &[u8], at: usize) -> Result<u8, CodecError> {
     bytes
         .get(at)
         .copied()
         .ok_or(CodecError::Truncated { offset: at })
 }
 
-fn read_u32(bytes: &[u8], at: usize) -> Result<usize, CodecError> {
+/// The big-endian u32 at `at`, or `Truncated`.
+pub(crate) fn read_u32(bytes: &[u8], at: usize) -> Result<usize, CodecError> {
     let slice = bytes
         .get(at..at + 4)
         .ok_or(CodecError::Truncated { offset: at })?;

@@ -6,7 +6,7 @@
 //! otherwise overflow the stack and abort the whole process (issue 10, item 1). Every
 //! list, map, array and described value counts as one level.
 
-use super::codec::CodecError;
+use super::codec::{CodecError, read_u8, read_u32};
 
 /// Levels of list, map, array or described value a value may nest.
 pub const MAX_DEPTH: usize = 32;
@@ -31,20 +31,6 @@ pub fn check_value(bytes: &[u8]) -> Result<usize, CodecError> {
 /// Checks that `bytes` is a sequence of whole values (message sections).
 pub fn check_values(bytes: &[u8]) -> Result<(), CodecError> {
     walk(bytes, None).map(|_| ())
-}
-
-fn read_u8(bytes: &[u8], at: usize) -> Result<u8, CodecError> {
-    bytes
-        .get(at)
-        .copied()
-        .ok_or(CodecError::Truncated { offset: at })
-}
-
-fn read_u32(bytes: &[u8], at: usize) -> Result<usize, CodecError> {
-    let slice = bytes
-        .get(at..at + 4)
-        .ok_or(CodecError::Truncated { offset: at })?;
-    Ok(u32::from_be_bytes([slice[0], slice[1], slice[2], slice[3]]) as usize)
 }
 
 /// Walks `count` top-level values (all of `bytes` when `None`); returns the bytes read.

@@ -6,12 +6,12 @@
 use std::time::Duration;
 
 use fe2o3_amqp::Sender;
-use fe2o3_amqp_types::definitions::{Handle, ReceiverSettleMode, Role, SenderSettleMode};
-use fe2o3_amqp_types::messaging::{Accepted, DeliveryState, Source, Target};
-use fe2o3_amqp_types::performatives::{Attach, Disposition, Performative};
+use fe2o3_amqp_types::definitions::Role;
+use fe2o3_amqp_types::messaging::{Accepted, DeliveryState};
+use fe2o3_amqp_types::performatives::{Disposition, Performative};
 
 use crate::harness::Broker;
-use crate::raw_client::{RawClient, delivery_count, is_transfer, send_messages};
+use crate::raw_client::{RawClient, delivery_count, is_transfer, receiver_attach, send_messages};
 
 #[tokio::test]
 async fn link_credit_of_u32_max_delivers() {
@@ -174,22 +174,7 @@ async fn attaching_a_link_name_twice_steals_it() {
     let mut client = RawClient::connect(&broker, 1000).await;
     client.attach_receiver("same-name", "q", 0, true).await;
     client
-        .send(Performative::Attach(Attach {
-            name: "same-name".into(),
-            handle: Handle(1),
-            role: Role::Receiver,
-            snd_settle_mode: SenderSettleMode::Settled,
-            rcv_settle_mode: ReceiverSettleMode::First,
-            source: Some(Box::new(Source::builder().address("q").build())),
-            target: Some(Box::new(Target::builder().build().into())),
-            unsettled: None,
-            incomplete_unsettled: false,
-            initial_delivery_count: None,
-            max_message_size: None,
-            offered_capabilities: None,
-            desired_capabilities: None,
-            properties: None,
-        }))
+        .send(receiver_attach("same-name", "q", 1, true))
         .await;
     let (performative, _) = client
         .expect(|performative| matches!(performative, Performative::Detach(_)))

@@ -3,9 +3,8 @@
 
 use std::time::Duration;
 
-use fe2o3_amqp_types::definitions::{Handle, ReceiverSettleMode, Role, SenderSettleMode};
-use fe2o3_amqp_types::messaging::{Source, Target};
-use fe2o3_amqp_types::performatives::{Attach, Begin, Performative};
+use fe2o3_amqp_types::definitions::Handle;
+use fe2o3_amqp_types::performatives::{Begin, Performative};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
@@ -28,22 +27,7 @@ fn begin() -> Performative {
 }
 
 fn attach(name: String, handle: u32, address: &str) -> Performative {
-    Performative::Attach(Attach {
-        name,
-        handle: Handle(handle),
-        role: Role::Receiver,
-        snd_settle_mode: SenderSettleMode::Unsettled,
-        rcv_settle_mode: ReceiverSettleMode::First,
-        source: Some(Box::new(Source::builder().address(address).build())),
-        target: Some(Box::new(Target::builder().build().into())),
-        unsettled: None,
-        incomplete_unsettled: false,
-        initial_delivery_count: None,
-        max_message_size: None,
-        offered_capabilities: None,
-        desired_capabilities: None,
-        properties: None,
-    })
+    crate::raw_client::receiver_attach(&name, address, handle, false)
 }
 
 #[tokio::test]

@@ -2,10 +2,6 @@
 
 use std::time::Duration;
 
-use fe2o3_amqp_types::definitions::{Handle, ReceiverSettleMode, Role, SenderSettleMode};
-use fe2o3_amqp_types::messaging::{Source, Target};
-use fe2o3_amqp_types::performatives::{Attach, Performative};
-
 use crate::process::BrokerProcess;
 use crate::raw_client::RawClient;
 
@@ -15,22 +11,9 @@ async fn a_newline_in_a_link_name_cannot_forge_a_log_line() {
     let mut client = RawClient::connect_to(broker.address, 100).await;
     let name = format!("evil\nFORGED: admin logged in{}", "x".repeat(1_500));
     client
-        .send(Performative::Attach(Attach {
-            name,
-            handle: Handle(0),
-            role: Role::Receiver,
-            snd_settle_mode: SenderSettleMode::Unsettled,
-            rcv_settle_mode: ReceiverSettleMode::First,
-            source: Some(Box::new(Source::builder().address("missing").build())),
-            target: Some(Box::new(Target::builder().build().into())),
-            unsettled: None,
-            incomplete_unsettled: false,
-            initial_delivery_count: None,
-            max_message_size: None,
-            offered_capabilities: None,
-            desired_capabilities: None,
-            properties: None,
-        }))
+        .send(crate::raw_client::receiver_attach(
+            &name, "missing", 0, false,
+        ))
         .await;
     let refused = broker
         .wait_for_line("attach refused", Duration::from_secs(5))

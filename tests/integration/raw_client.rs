@@ -22,6 +22,30 @@ pub struct RawClient {
     input: BytesMut,
 }
 
+/// An `attach` of a receiver link (the broker sends), peek-lock unless `settled`.
+pub fn receiver_attach(name: &str, address: &str, handle: u32, settled: bool) -> Performative {
+    Performative::Attach(Attach {
+        name: name.into(),
+        handle: Handle(handle),
+        role: Role::Receiver,
+        snd_settle_mode: if settled {
+            SenderSettleMode::Settled
+        } else {
+            SenderSettleMode::Unsettled
+        },
+        rcv_settle_mode: ReceiverSettleMode::First,
+        source: Some(Box::new(Source::builder().address(address).build())),
+        target: Some(Box::new(Target::builder().build().into())),
+        unsettled: None,
+        incomplete_unsettled: false,
+        initial_delivery_count: None,
+        max_message_size: None,
+        offered_capabilities: None,
+        desired_capabilities: None,
+        properties: None,
+    })
+}
+
 /// A performative the broker sent, with the payload that followed it (transfers).
 pub type Received = (Performative, bytes::Bytes);
 
@@ -91,27 +115,8 @@ impl RawClient {
 
     /// Attaches a receiver link (peek-lock unless `settled`) on `handle`.
     pub async fn attach_receiver(&mut self, name: &str, address: &str, handle: u32, settled: bool) {
-        self.send(Performative::Attach(Attach {
-            name: name.into(),
-            handle: Handle(handle),
-            role: Role::Receiver,
-            snd_settle_mode: if settled {
-                SenderSettleMode::Settled
-            } else {
-                SenderSettleMode::Unsettled
-            },
-            rcv_settle_mode: ReceiverSettleMode::First,
-            source: Some(Box::new(Source::builder().address(address).build())),
-            target: Some(Box::new(Target::builder().build().into())),
-            unsettled: None,
-            incomplete_unsettled: false,
-            initial_delivery_count: None,
-            max_message_size: None,
-            offered_capabilities: None,
-            desired_capabilities: None,
-            properties: None,
-        }))
-        .await;
+        self.send(receiver_attach(name, address, handle, settled))
+            .await;
         self.expect(|performative| matches!(performative, Performative::Attach(_)))
             .await;
     }
