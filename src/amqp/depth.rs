@@ -28,6 +28,21 @@ pub fn check_value(bytes: &[u8]) -> Result<usize, CodecError> {
     walk(bytes, Some(1))
 }
 
+/// Checks that `bytes` starts with one described value (a performative or SASL frame body)
+/// and returns its length. Requiring the descriptor makes sure a decoder that reads a
+/// described type reads only what was checked (a plain value first would leave the rest —
+/// e.g. a 3 GB declared length — unchecked).
+pub fn check_described(bytes: &[u8]) -> Result<usize, CodecError> {
+    match bytes.first() {
+        Some(0x00) => walk(bytes, Some(1)),
+        Some(code) => Err(CodecError::InvalidFormatCode {
+            code: *code,
+            offset: 0,
+        }),
+        None => Err(CodecError::Truncated { offset: 0 }),
+    }
+}
+
 /// Checks that `bytes` is a sequence of whole values (message sections).
 pub fn check_values(bytes: &[u8]) -> Result<(), CodecError> {
     walk(bytes, None).map(|_| ())
@@ -325,6 +340,13 @@ mod tests {
         sections.push(0xa1);
         assert!(check_values(&sections).is_err());
         assert_eq!(check_values(&[]), Ok(()));
+    }
+
+    #[test]
+    fn a_frame_body_must_start_with_a_described_value() {
+        let body = [0x52, 0x16, 0x00, 0xb3, 0xb3, 0x4a, 0xb3, 0xff, 0x01];
+        assert!(check_described(&body).is_err());
+        assert_eq!(check_described(&[0x00, 0x53, 0x10, 0x45]), Ok(4));
     }
 
     #[test]

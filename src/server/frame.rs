@@ -84,7 +84,7 @@ pub fn take_frame(input: &mut BytesMut, max_size: u32) -> Result<Option<RawFrame
 /// writes them so; AMQP says symbols) is normalised and decoded again.
 pub fn decode_performative(body: &Bytes) -> Result<(Performative, Bytes), FrameError> {
     // Before serde_amqp (which recurses) sees it: bounded nesting, lengths within bounds.
-    crate::amqp::depth::check_value(body)
+    crate::amqp::depth::check_described(body)
         .map_err(|error| FrameError::Decode(format!("the performative is malformed: {error}")))?;
     match decode_performative_strict(body) {
         Err(error) => match normalize_rejected_info(body) {

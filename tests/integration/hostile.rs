@@ -309,3 +309,18 @@ async fn a_management_request_nested_too_deep_is_rejected() {
     assert!(refused.contains("DecodeError"), "{refused}");
     still_serving(&broker).await;
 }
+
+#[tokio::test]
+async fn a_frame_body_that_is_not_a_described_performative_is_refused_before_decoding() {
+    // Found by the coverage-guided `frame` target: a plain uint first, then a symbol whose
+    // declared length is 3 GB; the decoder tried to allocate it (out of memory).
+    let broker = Broker::start("[[queues]]\nname = \"q\"\n").await;
+    let mut client = RawClient::connect(&broker, 100).await;
+    let body = [
+        0x52, 0x16, 0x00, 0xb3, 0xb3, 0x4a, 0xb3, 0xff, 0x01, 0xe9, 0x00, 0xad, 0xad, 0xad, 0x2e,
+    ];
+    client.send_raw(&frame(0, &body)).await;
+    let close = client.expect_close(Duration::from_secs(5)).await;
+    assert!(close.contains("DecodeError"), "{close}");
+    still_serving(&broker).await;
+}
