@@ -137,30 +137,26 @@ fn walk(bytes: &[u8], count: Option<u64>) -> Result<usize, CodecError> {
             0xc0..=0xc1 | 0xd0..=0xd1 => {
                 let (size, count, header) = if code < 0xd0 {
                     let size = read_u8(bytes, body)? as usize;
-                    let count = if size == 0 {
-                        0
-                    } else {
-                        read_u8(bytes, body + 1)? as u64
-                    };
+                    let count = read_u8(bytes, body + 1)? as u64;
                     (size, count, 1)
                 } else {
                     let size = read_u32(bytes, body)?;
-                    let count = if size < 4 {
-                        0
-                    } else {
-                        read_u32(bytes, body + 4)? as u64
-                    };
+                    let count = read_u32(bytes, body + 4)? as u64;
                     (size, count, 4)
                 };
                 let end = body + header + size;
-                let counted = header.min(size);
+                // The size covers the count: a smaller one is malformed (a decoder would
+                // read the count from the bytes after the value).
+                if size < header {
+                    return Err(CodecError::Truncated { offset: position });
+                }
                 if (code == 0xc1 || code == 0xd1) && count % 2 == 1 {
                     return Err(CodecError::InvalidFormatCode {
                         code,
                         offset: position,
                     });
                 }
-                position = body + header + counted;
+                position = body + 2 * header;
                 Some(Open {
                     end,
                     remaining: count,
@@ -202,6 +198,10 @@ fn walk(bytes: &[u8], count: Option<u64>) -> Result<usize, CodecError> {
                         code: element,
                         offset: at - 1,
                     });
+                }
+                // The count and the element constructor lie inside the array's size.
+                if at > end {
+                    return Err(CodecError::Truncated { offset: position });
                 }
                 position = at;
                 // Elements of a zero-width type take no bytes: none to walk (a count of
@@ -340,6 +340,17 @@ mod tests {
         sections.push(0xa1);
         assert!(check_values(&sections).is_err());
         assert_eq!(check_values(&[]), Ok(()));
+    }
+
+    #[test]
+    fn a_compound_whose_size_does_not_cover_its_count_is_refused() {
+        // Found by the frame target: list8 of size 0, then a symbol declaring 3 GB.
+        let body = [
+            0x00, 0x53, 0x18, 0xc0, 0x00, 0xd3, 0x00, 0xb3, 0xb3, 0xb3, 0x00, 0x00,
+        ];
+        assert!(check_described(&body).is_err());
+        assert_eq!(check_value(&[0xc0, 0x01, 0x00]), Ok(3));
+        assert!(check_value(&[0xe0, 0x00, 0x00]).is_err());
     }
 
     #[test]
