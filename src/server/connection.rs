@@ -456,7 +456,7 @@ fn close_with(
 
 /// Output bytes above which we stop reading the peer's frames until it reads ours: a peer
 /// that sends but never reads cannot make the broker buffer without limit.
-const OUTPUT_READ_PAUSE: usize = 4 * 1024 * 1024;
+const OUTPUT_READ_PAUSE: usize = 8 * 1024 * 1024;
 
 /// Writes as much of `output` as the socket takes now, without waiting. Returns whether
 /// anything was written.

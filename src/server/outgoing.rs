@@ -16,7 +16,7 @@ use crate::broker::types::ReceiverId;
 
 /// Output bytes waiting for the socket above which deliveries are held back at their
 /// entity instead of piling up here (the peer is not reading fast enough).
-pub(super) const OUTPUT_HIGH_WATER: usize = 1024 * 1024;
+pub(super) const OUTPUT_HIGH_WATER: usize = 4 * 1024 * 1024;
 
 impl Connection {
     /// Sends a message on a broker-sender link.
