@@ -7,11 +7,7 @@
 //! Without keys everything is allowed (the emulator's behaviour); SASL PLAIN with a key
 //! authorizes the whole connection for that key's rights, without expiry.
 
-use fe2o3_amqp_types::definitions::Handle;
-use fe2o3_amqp_types::performatives::{Detach, Performative};
-
 use super::connection::{Connection, ConnectionError};
-use super::links::LinkKind;
 use crate::amqp::errors::{self, Failure};
 use crate::amqp::management::Plan;
 use crate::amqp::sas::{self, Grant, Right};
@@ -171,32 +167,7 @@ impl Connection {
                     "The token authorizing this link to '{path}' has expired. Put a new token on $cbs before it expires."
                 ),
             );
-            let link = self
-                .sessions
-                .get_mut(&channel)
-                .and_then(|session| session.links.get_mut(&handle));
-            match link.map(|link| matches!(link.kind, LinkKind::EntityReceiver { .. })) {
-                Some(true) => self.detach_with_error(channel, handle, error).await?,
-                Some(false) => {
-                    if let Some(link) = self
-                        .sessions
-                        .get_mut(&channel)
-                        .and_then(|session| session.links.get_mut(&handle))
-                    {
-                        link.kind = LinkKind::Refused;
-                        link.authorization = None;
-                    }
-                    self.write(
-                        channel,
-                        Performative::Detach(Detach {
-                            handle: Handle(handle),
-                            closed: true,
-                            error: Some(error),
-                        }),
-                    )?;
-                }
-                None => {}
-            }
+            self.detach_with_error(channel, handle, error).await?;
         }
         Ok(())
     }
