@@ -109,7 +109,8 @@ pub struct Config {
 pub struct ServerConfig {
     /// Address the listener binds; `--listen` overrides it.
     pub listen: SocketAddr,
-    /// Idle timeout advertised in `open`; peers that stay silent longer are disconnected.
+    /// Idle timeout advertised in `open` (zero: none); a peer that sends no frame for twice
+    /// that is disconnected (AMQP §2.4.5: the advertised value is half the threshold).
     pub idle_timeout: Duration,
     /// Largest frame accepted and advertised, in bytes (at least 512).
     pub max_frame_size: u32,

@@ -255,7 +255,7 @@ async fn handshake(
 }
 
 /// The `open` the broker sends.
-fn our_open(context: &Context) -> Open {
+pub(super) fn our_open(context: &Context) -> Open {
     Open {
         container_id: "ferrobus".to_string(),
         hostname: None,
@@ -285,8 +285,25 @@ pub enum Admission {
     Admitted,
     /// `max_connections` is reached: opened and closed at once with an error.
     TooManyConnections,
-    /// The process is out of file descriptors: opened and closed at once with an error.
-    OutOfFileDescriptors,
+}
+
+/// Our protocol header, `open` and `close` with `amqp:resource-limit-exceeded`: the whole
+/// answer to a connection taken while the process is out of file descriptors. It is
+/// written at once, without waiting for the peer's header, so the connection's descriptor
+/// (the spare's) is free again at once.
+pub(super) fn out_of_descriptors_refusal(context: &Context) -> Vec<u8> {
+    let mut output = BytesMut::new();
+    output.extend_from_slice(&frame::AMQP_HEADER);
+    let close = Close {
+        error: Some(errors::amqp_error(
+            errors::RESOURCE_LIMIT_EXCEEDED,
+            "The broker has no file descriptors left for another connection.",
+        )),
+    };
+    // Encoding our own open and close cannot fail; an empty answer would still close.
+    let _ = frame::write_performative(&mut output, 0, &Performative::Open(our_open(context)));
+    let _ = frame::write_performative(&mut output, 0, &Performative::Close(close));
+    output.to_vec()
 }
 
 /// Serves one TCP connection to its end, or refuses it after the handshake when it is not
@@ -366,9 +383,6 @@ pub async fn run(
             "The broker's limit of {} connections is reached.",
             context.settings.max_connections
         )),
-        Admission::OutOfFileDescriptors => {
-            Some("The broker has no file descriptors left for another connection.".to_string())
-        }
     };
     if let Some(refusal) = refusal {
         let _ = close_with(
@@ -486,7 +500,11 @@ async fn event_loop(
 ) -> Result<(), ConnectionError> {
     // AMQP 1.0 §2.4.5: the peer's idle-time-out says how often it must hear from us (we
     // send an empty frame at half of it when otherwise silent); ours says how long we wait
-    // for the peer before closing. Zero or absent means no such obligation.
+    // for the peer before closing: twice the advertised value, since "to avoid spurious
+    // timeouts, the value in idle-time-out SHOULD be half the peer's actual timeout
+    // threshold" (and the SDK wire contract, §1.4: never tighter than 2×). Only complete
+    // frames count as hearing from the peer, so a frame trickled byte by byte does not keep
+    // the connection. Zero or absent means no such obligation.
     let peer_idle = open
         .idle_time_out
         .filter(|millis| *millis > 0)
@@ -497,7 +515,9 @@ async fn event_loop(
             .unwrap_or(Duration::from_secs(3600)),
     );
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let local_idle = Some(connection.context.settings.idle_timeout).filter(|idle| !idle.is_zero());
+    let local_idle = Some(connection.context.settings.idle_timeout)
+        .filter(|idle| !idle.is_zero())
+        .map(|idle| idle * 2);
     let mut last_heard = tokio::time::Instant::now();
     let max_frame_size = connection.context.settings.max_frame_size;
     let mut drain_deadline: Option<tokio::time::Instant> = None;
@@ -512,6 +532,7 @@ async fn event_loop(
             let Some(frame) = frame::take_frame(input, max_frame_size)? else {
                 break;
             };
+            last_heard = tokio::time::Instant::now();
             if connection.handle_frame(frame).await? {
                 return Ok(());
             }
@@ -551,7 +572,6 @@ async fn event_loop(
                 match stream.try_read_buf(input) {
                     Ok(0) => return Err(ConnectionError::Closed),
                     Ok(_) => {
-                        last_heard = tokio::time::Instant::now();
                         if input.capacity() - input.len() < 4096 {
                             input.reserve(64 * 1024);
                         }

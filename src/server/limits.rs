@@ -1,11 +1,15 @@
 //! The process's file-descriptor limit (issue 10, item 13): raised to the hard limit at
 //! start, checked against `max_connections`, and — when accept() runs out anyway — a spare
-//! descriptor lets the broker take the waiting connection and refuse it with
-//! `amqp:resource-limit-exceeded` instead of leaving the peer hanging in the backlog.
+//! descriptor lets the broker take the waiting connection and refuse it at once (our
+//! header, `open` and a `close` with `amqp:resource-limit-exceeded`, without waiting for
+//! the peer's handshake, so the spare is back before the next accept) instead of leaving
+//! the peer hanging in the backlog.
 
 use std::fs::File;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use tokio::net::TcpListener;
 
 /// Descriptors kept for the process itself (listener, epoll, log, data files) on top of
 /// one per connection.
@@ -69,6 +73,38 @@ impl SpareDescriptor {
         {
             *spare = File::open("/dev/null").ok();
         }
+    }
+
+    /// Frees the spare, takes one waiting connection (without waiting for one), writes
+    /// `refusal` to it and closes it, then opens the spare again. False when the spare was
+    /// not held (it is reopened if a descriptor came free) or nothing was waiting.
+    pub fn refuse_one(&self, listener: &TcpListener, refusal: &[u8]) -> bool {
+        if !self.release() {
+            self.restore();
+            return false;
+        }
+        let waker = std::task::Waker::noop();
+        let mut context = std::task::Context::from_waker(waker);
+        let refused = match listener.poll_accept(&mut context) {
+            std::task::Poll::Ready(Ok((stream, _))) => {
+                // A fresh socket's send buffer takes these few hundred bytes at once; if
+                // it did not, the peer would still see the connection closed, not hang.
+                let _ = stream.try_write(refusal);
+                // Read what already arrived (the peer's header, perhaps its `open`):
+                // closing a socket with unread input resets it, which may discard our
+                // answer before the peer reads it.
+                let mut scratch = [0u8; 4096];
+                for _ in 0..16 {
+                    if !matches!(stream.try_read(&mut scratch), Ok(read) if read > 0) {
+                        break;
+                    }
+                }
+                true
+            }
+            _ => false,
+        };
+        self.restore();
+        refused
     }
 }
 

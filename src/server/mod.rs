@@ -32,7 +32,7 @@ use connection::Admission;
 /// Settings of the network front end.
 #[derive(Debug, Clone)]
 pub struct ServerSettings {
-    /// Advertised in `open`; heartbeats go out at half of it.
+    /// Advertised in `open` (zero: none); a peer silent for twice that is closed.
     pub idle_timeout: Duration,
     /// Largest frame we accept, advertised in `open`.
     pub max_frame_size: u32,
@@ -117,6 +117,7 @@ pub async fn serve(
     let permits = Arc::new(Semaphore::new(context.settings.max_connections));
     let mut connections = JoinSet::new();
     let spare = limits::SpareDescriptor::reserve();
+    let refusal = connection::out_of_descriptors_refusal(&context);
     let mut accept_warnings = limits::RateLimitedWarning::new(Duration::from_secs(10));
     loop {
         let accepted = tokio::select! {
@@ -125,7 +126,7 @@ pub async fn serve(
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
             _ = shutdown.changed() => break,
         };
-        let (stream, peer) = match accepted {
+        match accepted {
             Ok((stream, peer)) => {
                 let permit = permits.clone().try_acquire_owned().ok();
                 let admission = if permit.is_some() {
@@ -142,41 +143,21 @@ pub async fn serve(
                     &context,
                     &shutdown,
                 );
-                continue;
             }
             Err(error) if limits::out_of_descriptors(&error) => {
                 accept_warnings.warn(&error);
                 // Free the spare descriptor to take the waiting connection and refuse it
-                // properly, rather than leave the peer hanging in the backlog.
-                if !spare.release() {
+                // at once, rather than leave the peer hanging in the backlog; the spare is
+                // back before the next accept, whatever this peer does.
+                if !spare.refuse_one(&listener, &refusal) {
                     tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-                match listener.accept().await {
-                    Ok(accepted) => accepted,
-                    Err(_) => {
-                        spare.restore();
-                        continue;
-                    }
                 }
             }
             Err(error) => {
                 accept_warnings.warn(&error);
                 tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
             }
-        };
-        // Out of descriptors: refuse this one, then take the spare back once it is closed.
-        let context = context.clone();
-        let shutdown = shutdown.clone();
-        let spare = spare.clone();
-        connections.spawn(
-            async move {
-                connection::run(stream, context, shutdown, Admission::OutOfFileDescriptors).await;
-                spare.restore();
-            }
-            .instrument(tracing::info_span!("connection", %peer)),
-        );
+        }
     }
     drop(listener);
     let open = connections.len();

@@ -144,7 +144,9 @@ async fn unfinished_deliveries_are_bounded_per_connection() {
 }
 
 #[tokio::test]
-async fn a_silent_peer_is_closed_after_our_idle_timeout() {
+async fn a_silent_peer_is_closed_after_twice_our_idle_timeout() {
+    // AMQP 1.0 §2.4.5: the advertised idle-time-out is half the actual threshold (and the
+    // wire contract, §1.4: never enforce it tighter than 2×).
     let broker = Broker::start("[server]\nidle_timeout = \"1s\"\n").await;
     let mut stream = TcpStream::connect(broker.address).await.expect("connect");
     stream
@@ -152,13 +154,64 @@ async fn a_silent_peer_is_closed_after_our_idle_timeout() {
         .await
         .expect("write");
     let started = tokio::time::Instant::now();
-    let (performatives, _) = read_frames(&mut stream, Duration::from_secs(4)).await;
+    let (performatives, _) = read_frames(&mut stream, Duration::from_secs(5)).await;
     let condition = close_condition(&performatives).expect("closed for silence");
     assert!(
         condition.contains("ResourceLimitExceeded") && condition.contains("idle"),
         "{condition}"
     );
-    assert!(started.elapsed() >= Duration::from_millis(900));
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(1900) && waited < Duration::from_millis(3500),
+        "closed after {waited:?}, expected about 2 s"
+    );
+}
+
+#[tokio::test]
+async fn a_peer_trickling_one_frame_byte_by_byte_is_still_timed_out() {
+    // Only complete frames count as activity: a byte every 300 ms of a frame that never
+    // completes does not keep the connection (or its buffered frame) alive.
+    let broker = Broker::start("[server]\nidle_timeout = \"1s\"\n").await;
+    let mut stream = TcpStream::connect(broker.address).await.expect("connect");
+    stream
+        .write_all(&open_frame_with_idle(None))
+        .await
+        .expect("write");
+    let (mut reader, mut writer) = stream.into_split();
+    let trickle = tokio::spawn(async move {
+        // A frame header announcing 4,096 bytes, then its body one byte at a time.
+        let _ = writer.write_all(&[0, 0, 16, 0, 2, 0, 0, 0]).await;
+        for _ in 0..20 {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            if writer.write_all(&[0x40]).await.is_err() {
+                break;
+            }
+        }
+    });
+    let started = tokio::time::Instant::now();
+    let mut input = bytes::BytesMut::new();
+    let mut header = [0u8; 8];
+    use tokio::io::AsyncReadExt;
+    reader.read_exact(&mut header).await.expect("header");
+    let deadline = started + Duration::from_secs(5);
+    let mut closed = None;
+    while closed.is_none() {
+        while let Ok(Some(raw)) = ferrobus::server::frame::take_frame(&mut input, 1 << 20) {
+            if let Ok((Performative::Close(close), _)) =
+                ferrobus::server::frame::decode_performative(&raw.body)
+            {
+                closed = Some(format!("{close:?}"));
+            }
+        }
+        match tokio::time::timeout_at(deadline, reader.read_buf(&mut input)).await {
+            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
+            Ok(Ok(_)) => {}
+        }
+    }
+    trickle.abort();
+    let closed = closed.expect("closed although bytes kept arriving");
+    assert!(closed.contains("idle"), "{closed}");
+    assert!(started.elapsed() < Duration::from_millis(3500));
 }
 
 #[tokio::test]
@@ -295,4 +348,52 @@ async fn connections_past_the_descriptor_limit_are_refused_not_left_hanging() {
     // Descriptors come back: a fresh client is served.
     let mut client = RawClient::connect_to(broker.address, 100).await;
     client.attach_receiver("after", "q", 0, true).await;
+}
+
+#[tokio::test]
+async fn a_silent_peer_past_the_descriptor_limit_does_not_stall_the_next_refusal() {
+    let broker = BrokerProcess::start_with(
+        "[[queues]]\nname = \"q\"\n",
+        &["--log-level", "info"],
+        "ulimit -n 64;",
+    );
+    // Take every descriptor, until a connection is refused.
+    let mut open = Vec::new();
+    loop {
+        assert!(
+            open.len() < 80,
+            "64 descriptors cannot serve 80 connections"
+        );
+        let mut stream = TcpStream::connect(broker.address).await.expect("connect");
+        stream
+            .write_all(&open_frame_with_idle(None))
+            .await
+            .expect("write");
+        let (performatives, _) = read_frames(&mut stream, Duration::from_millis(150)).await;
+        if close_condition(&performatives).is_some() {
+            break;
+        }
+        open.push(stream);
+    }
+    // A peer past the limit that says nothing, then one that speaks.
+    let mut silent = TcpStream::connect(broker.address).await.expect("connect");
+    let mut next = TcpStream::connect(broker.address).await.expect("connect");
+    next.write_all(&open_frame_with_idle(None))
+        .await
+        .expect("write");
+    let started = tokio::time::Instant::now();
+    let (performatives, _) = read_frames(&mut next, Duration::from_secs(3)).await;
+    let condition = close_condition(&performatives)
+        .expect("the next peer is answered while the silent one says nothing");
+    assert!(condition.contains("file descriptors"), "{condition}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "answered promptly: {:?}",
+        started.elapsed()
+    );
+    // The silent peer was answered too, without waiting for its handshake.
+    let (performatives, _) = read_frames(&mut silent, Duration::from_secs(1)).await;
+    let condition = close_condition(&performatives).expect("the silent peer is refused");
+    assert!(condition.contains("file descriptors"), "{condition}");
+    drop(open);
 }
