@@ -25,6 +25,11 @@ use crate::broker::types::{ReceiveMode, ReceiverId, SubQueue};
 
 /// Longest link name accepted (the SDKs use an entity path and a GUID).
 const MAX_LINK_NAME: usize = 2048;
+/// Longest source or target address accepted: entity paths are at most 260 characters,
+/// and with a scheme, host, subscription and `$DeadLetterQueue/$management` an SDK address
+/// stays far below this. (A `$cbs` link, open to unauthenticated peers, keeps its other
+/// terminus's address.)
+const MAX_ADDRESS: usize = 2048;
 
 /// Credit granted to client senders, topped up when half is used.
 pub const SENDER_CREDIT: u32 = 1000;
@@ -151,6 +156,20 @@ impl Connection {
                 format!(
                     "a link name of {} bytes is longer than the {MAX_LINK_NAME} bytes this broker accepts",
                     attach.name.len()
+                ),
+            ));
+        }
+        let longest_address = [source_address(&attach), target_address(&attach)]
+            .into_iter()
+            .flatten()
+            .map(|address| address.len())
+            .max()
+            .unwrap_or(0);
+        if longest_address > MAX_ADDRESS {
+            return Err(ConnectionError::protocol(
+                errors::RESOURCE_LIMIT_EXCEEDED,
+                format!(
+                    "a link address of {longest_address} bytes is longer than the {MAX_ADDRESS} bytes this broker accepts"
                 ),
             ));
         }

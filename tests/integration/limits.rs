@@ -397,3 +397,31 @@ async fn a_silent_peer_past_the_descriptor_limit_does_not_stall_the_next_refusal
     assert!(condition.contains("file descriptors"), "{condition}");
     drop(open);
 }
+
+#[tokio::test]
+async fn a_huge_terminus_address_closes_the_connection_before_anything_is_kept() {
+    // An unauthenticated peer may attach `$cbs` links; the other terminus's address was
+    // kept whole with the link (1 MB per link, a few thousand links per connection).
+    let broker = Broker::start(
+        "[[auth.keys]]\nname = \"k\"\nkey = \"secret\"\nrights = [\"Listen\"]\n[[queues]]\nname = \"q\"\n",
+    )
+    .await;
+    let mut client = RawClient::connect(&broker, 100).await;
+    let Performative::Attach(mut attach) =
+        crate::raw_client::receiver_attach("cbs-reply", "$cbs", 0, false)
+    else {
+        unreachable!("receiver_attach builds an attach")
+    };
+    attach.target = Some(Box::new(
+        fe2o3_amqp_types::messaging::Target::builder()
+            .address("x".repeat(1_000_000))
+            .build()
+            .into(),
+    ));
+    client.send(Performative::Attach(attach)).await;
+    let condition = client.expect_close(Duration::from_secs(5)).await;
+    assert!(
+        condition.contains("ResourceLimitExceeded") && condition.contains("address of 1000000"),
+        "{condition}"
+    );
+}
