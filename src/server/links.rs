@@ -141,14 +141,15 @@ impl Connection {
         attach: Attach,
     ) -> Result<(), ConnectionError> {
         let handle = attach.handle.0;
+        // AMQP 1.0 §2.7.2 (begin, handle-max): "A peer that receives a handle outside the
+        // supported range MUST close the connection with the framing-error error-code."
         if handle > HANDLE_MAX {
-            let error = errors::amqp_error(
-                errors::RESOURCE_LIMIT_EXCEEDED,
-                &format!(
+            return Err(ConnectionError::protocol(
+                errors::FRAMING_ERROR,
+                format!(
                     "handle {handle} is above the handle-max of {HANDLE_MAX} this broker advertised"
                 ),
-            );
-            return self.end_with(channel, Some(error)).await;
+            ));
         }
         if attach.name.len() > MAX_LINK_NAME {
             return Err(ConnectionError::protocol(

@@ -53,20 +53,15 @@ async fn a_begin_above_channel_max_closes_the_connection() {
 }
 
 #[tokio::test]
-async fn an_attach_above_handle_max_ends_the_session() {
+async fn an_attach_above_handle_max_closes_the_connection_with_a_framing_error() {
+    // AMQP 1.0 §2.7.2: a handle outside the advertised range is a framing error.
     let broker = Broker::start("[[queues]]\nname = \"q\"\n").await;
     let mut client = RawClient::connect(&broker, 100).await;
     client.send(attach("too-high".into(), 5_000, "q")).await;
-    let (performative, _) = client
-        .expect(|performative| matches!(performative, Performative::End(_)))
-        .await;
-    let Performative::End(end) = performative else {
-        unreachable!()
-    };
-    let error = format!("{:?}", end.error);
+    let condition = client.expect_close(Duration::from_secs(5)).await;
     assert!(
-        error.contains("ResourceLimitExceeded") && error.contains("handle-max of 1023"),
-        "{error}"
+        condition.contains("FramingError") && condition.contains("handle-max of 1023"),
+        "{condition}"
     );
 }
 
