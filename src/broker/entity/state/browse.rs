@@ -67,19 +67,23 @@ impl EntityState {
             match mode {
                 ReceiveMode::PeekLock => {
                     let lock = self.new_lock(now);
-                    let Some(record) = self.store_mut(sub_queue).records.get_mut(&sequence_number)
-                    else {
+                    if self
+                        .log
+                        .set_lock(sub_queue, sequence_number, Some(lock))
+                        .is_none()
+                    {
+                        continue;
+                    }
+                    let Some(record) = self.log.get(sub_queue, sequence_number) else {
                         continue;
                     };
-                    record.lock = Some(lock);
                     records.push(record.clone());
                     self.locks.insert(lock.token, (sub_queue, sequence_number));
                     self.deadlines
                         .insert((lock.until, Deadline::Lock(lock.token)));
                 }
                 ReceiveMode::ReceiveAndDelete => {
-                    if let Some(record) = self.store_mut(sub_queue).records.remove(&sequence_number)
-                    {
+                    if let Some(record) = self.log.remove(sub_queue, sequence_number) {
                         self.stored_bytes -= record.message.size() as u64;
                         self.forget_deadlines(&record);
                         records.push(record);
@@ -98,10 +102,10 @@ impl EntityState {
         self.advance(now);
         for sequence_number in sequence_numbers {
             let scheduled = matches!(
-                self.main.records.get(sequence_number),
+                self.log.get(SubQueue::Main, *sequence_number),
                 Some(record) if record.state == MessageState::Scheduled
             );
-            if scheduled && let Some(record) = self.main.records.remove(sequence_number) {
+            if scheduled && let Some(record) = self.log.remove(SubQueue::Main, *sequence_number) {
                 if let Some(at) = record.message.scheduled_enqueue_time {
                     self.deadlines
                         .remove(&(at, Deadline::Activation(*sequence_number)));
@@ -123,8 +127,9 @@ impl EntityState {
         self.advance(now);
         let (sub_queue, sequence_number) = self.locked(now, token).ok_or(EntityError::LockLost)?;
         let until = now.plus(self.settings.lock_duration);
-        if let Some(record) = self.store_mut(sub_queue).records.get_mut(&sequence_number)
-            && let Some(previous) = record.lock.replace(Lock { token, until })
+        if let Some(Some(previous)) =
+            self.log
+                .set_lock(sub_queue, sequence_number, Some(Lock { token, until }))
         {
             self.deadlines
                 .remove(&(previous.until, Deadline::Lock(previous.token)));

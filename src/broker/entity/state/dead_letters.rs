@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use super::{
-    Effect, EntityState, MAX_TRANSFER_HOP_COUNT_EXCEEDED, MAX_TRANSFER_HOPS, MessageState, Record,
+    Change, Effect, EntityState, MAX_TRANSFER_HOP_COUNT_EXCEEDED, MAX_TRANSFER_HOPS, MessageState,
+    Record,
 };
 use crate::broker::message::Message;
 use crate::broker::types::{PropertyChanges, PropertyValue, SequenceNumber, SubQueue, Timestamp};
@@ -32,6 +33,9 @@ impl EntityState {
             );
             return;
         }
+        // The number was used without a record: the counter must not reuse it.
+        self.log
+            .note(|| Change::NextSequence(self_next(sequence_number)));
         let mut forwarded = Arc::unwrap_or_clone(message);
         forwarded.hop_count += 1;
         forwarded.original_sequence_number = Some(sequence_number.0);
@@ -55,23 +59,19 @@ impl EntityState {
         let sequence_number = self.allocate_sequence_number();
         self.stored_bytes += message.size() as u64;
         let mut record = self.arrival_record(message, sequence_number, now, Vec::new());
-        record.property_changes.push((
-            "DeadLetterReason".to_string(),
-            PropertyValue::String(reason),
-        ));
-        record.property_changes.push((
-            "DeadLetterErrorDescription".to_string(),
-            PropertyValue::String(description),
-        ));
-        self.transfer_dead_letter
-            .records
-            .insert(sequence_number, record);
-        self.transfer_dead_letter.available.insert(sequence_number);
+        record
+            .property_changes
+            .extend(dead_letter_properties(Some(reason), Some(description)));
+        self.log.insert(SubQueue::TransferDeadLetter, record);
+        self.log
+            .available_mut(SubQueue::TransferDeadLetter)
+            .insert(sequence_number);
         self.dispatch(now);
     }
 
-    /// Puts a record into the dead-letter sub-queue with its reason, or forwards it to
-    /// `forward_dead_lettered_messages_to` (rule FWD-1) with `x-opt-deadletter-source`.
+    /// Puts an arriving record (not yet in the log) into the dead-letter sub-queue with its
+    /// reason, or forwards it to `forward_dead_lettered_messages_to` (rule FWD-1) with
+    /// `x-opt-deadletter-source`.
     pub(super) fn store_dead_letter(
         &mut self,
         mut record: Record,
@@ -81,37 +81,37 @@ impl EntityState {
         record.lock = None;
         record.state = MessageState::Active;
         record.expires_at = None;
-        if let Some(reason) = &reason {
-            record.property_changes.push((
-                "DeadLetterReason".to_string(),
-                PropertyValue::String(reason.clone()),
-            ));
-        }
-        if let Some(description) = description {
-            record.property_changes.push((
-                "DeadLetterErrorDescription".to_string(),
-                PropertyValue::String(description),
-            ));
-        }
+        record
+            .property_changes
+            .extend(dead_letter_properties(reason.clone(), description));
         let sequence_number = record.sequence_number;
         if self.settings.forward_dead_lettered_messages_to.is_some() {
-            self.stored_bytes -= record.message.size() as u64;
-            let mut forwarded = Arc::unwrap_or_clone(record.message);
-            forwarded.hop_count += 1;
-            forwarded.original_sequence_number = Some(sequence_number.0);
-            forwarded.dead_letter_source = Some(self.settings.path.clone());
-            forwarded.extra_properties.extend(record.property_changes);
-            self.effects.push(Effect::Forward {
-                message: Arc::new(forwarded),
-                dead_letter: true,
-            });
+            self.forward_dead_letter(record);
         } else {
-            self.dead_letter.records.insert(sequence_number, record);
-            self.dead_letter.available.insert(sequence_number);
+            self.log.insert(SubQueue::DeadLetter, record);
+            self.log
+                .available_mut(SubQueue::DeadLetter)
+                .insert(sequence_number);
         }
         self.effects.push(Effect::DeadLettered {
             sequence_number,
             reason,
+        });
+    }
+
+    /// Hands a dead letter (already out of the log) to `forward_dead_lettered_messages_to`.
+    fn forward_dead_letter(&mut self, record: Record) {
+        self.stored_bytes -= record.message.size() as u64;
+        self.log
+            .note(|| Change::NextSequence(self_next(record.sequence_number)));
+        let mut forwarded = Arc::unwrap_or_clone(record.message);
+        forwarded.hop_count += 1;
+        forwarded.original_sequence_number = Some(record.sequence_number.0);
+        forwarded.dead_letter_source = Some(self.settings.path.clone());
+        forwarded.extra_properties.extend(record.property_changes);
+        self.effects.push(Effect::Forward {
+            message: Arc::new(forwarded),
+            dead_letter: true,
         });
     }
 
@@ -144,21 +144,81 @@ impl EntityState {
         reason: Option<String>,
         description: Option<String>,
     ) {
+        self.dead_letter_with(sub_queue, sequence_number, reason, description, Vec::new());
+    }
+
+    /// [`Self::dead_letter`], merging the settling receiver's `properties` first.
+    pub(super) fn dead_letter_with(
+        &mut self,
+        sub_queue: SubQueue,
+        sequence_number: SequenceNumber,
+        reason: Option<String>,
+        description: Option<String>,
+        properties: PropertyChanges,
+    ) {
         if sub_queue != SubQueue::Main {
             // Already a dead letter: it just becomes receivable again (and not deferred).
-            let store = self.store_mut(sub_queue);
-            if let Some(record) = store.records.get_mut(&sequence_number) {
+            if self.log.update(sub_queue, sequence_number, |record| {
+                record.property_changes.extend(properties);
                 record.state = MessageState::Active;
-                store.available.insert(sequence_number);
+            }) {
+                self.log.available_mut(sub_queue).insert(sequence_number);
             }
             return;
         }
         self.session_remove_available(sequence_number);
-        self.main.available.remove(&sequence_number);
-        let Some(record) = self.main.records.remove(&sequence_number) else {
+        let Some(record) = self.log.get(SubQueue::Main, sequence_number) else {
             return;
         };
+        let record = record.clone();
         self.forget_deadlines(&record);
-        self.store_dead_letter(record, reason, description);
+        let mut added = properties;
+        added.extend(dead_letter_properties(reason.clone(), description));
+        if self.settings.forward_dead_lettered_messages_to.is_some() {
+            let Some(mut record) = self.log.remove(SubQueue::Main, sequence_number) else {
+                return;
+            };
+            record.property_changes.extend(added);
+            self.forward_dead_letter(record);
+        } else {
+            self.log
+                .move_to(SubQueue::Main, SubQueue::DeadLetter, sequence_number);
+            self.log
+                .update(SubQueue::DeadLetter, sequence_number, |record| {
+                    record.state = MessageState::Active;
+                    record.expires_at = None;
+                    record.property_changes.extend(added);
+                });
+            self.log
+                .available_mut(SubQueue::DeadLetter)
+                .insert(sequence_number);
+        }
+        self.effects.push(Effect::DeadLettered {
+            sequence_number,
+            reason,
+        });
     }
+}
+
+/// The number after `sequence_number`, for a counter change.
+fn self_next(sequence_number: SequenceNumber) -> i64 {
+    sequence_number.0 + 1
+}
+
+/// The application properties a dead-letter reason and description become (rule DLQ-4).
+fn dead_letter_properties(reason: Option<String>, description: Option<String>) -> PropertyChanges {
+    let mut properties = Vec::new();
+    if let Some(reason) = reason {
+        properties.push((
+            "DeadLetterReason".to_string(),
+            PropertyValue::String(reason),
+        ));
+    }
+    if let Some(description) = description {
+        properties.push((
+            "DeadLetterErrorDescription".to_string(),
+            PropertyValue::String(description),
+        ));
+    }
+    properties
 }

@@ -11,13 +11,17 @@
 //! one store (main or dead-letter); `available` holds exactly the active, unlocked records
 //! of its store; a lock token maps to exactly one locked record.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
 mod browse;
 mod dead_letters;
+pub mod log;
 mod sessions;
+
+use log::Store;
+pub use log::{Change, MessageLog};
 
 use super::duplicates::DuplicateDetector;
 use super::settings::EntitySettings;
@@ -132,15 +136,6 @@ pub enum Effect {
     },
 }
 
-/// Messages of one sub-queue.
-#[derive(Debug, Default)]
-struct Store {
-    /// Every record of this sub-queue by sequence number.
-    records: BTreeMap<SequenceNumber, Record>,
-    /// Active, unlocked records in delivery order.
-    available: BTreeSet<SequenceNumber>,
-}
-
 /// What a timer deadline is for; ordered so the deadline set is a priority queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Deadline {
@@ -190,14 +185,10 @@ impl ReceiverState {
 pub struct EntityState {
     /// The rules this entity runs with.
     settings: EntitySettings,
-    /// The next sequence number to assign (rule SEQ-1: from 1, gapless).
-    next_sequence_number: i64,
-    /// Messages of the entity itself.
-    main: Store,
-    /// The dead-letter sub-queue (rule DLQ-1).
-    dead_letter: Store,
-    /// The transfer dead-letter sub-queue: messages that could not be forwarded (FWD-3).
-    transfer_dead_letter: Store,
+    /// The records of the main, dead-letter (rule DLQ-1) and transfer dead-letter (rule
+    /// FWD-3) sub-queues, the sequence counter (rule SEQ-1) and session states: everything
+    /// durable, changed only through its methods.
+    log: MessageLog,
     /// Lock token → where the locked record is.
     locks: HashMap<LockToken, (SubQueue, SequenceNumber)>,
     /// Pending deadlines, earliest first. Entries may be stale; they are checked on firing.
@@ -272,10 +263,7 @@ impl EntityState {
             dirty_sessions: HashSet::new(),
             draining: Vec::new(),
             settings,
-            next_sequence_number: 1,
-            main: Store::default(),
-            dead_letter: Store::default(),
-            transfer_dead_letter: Store::default(),
+            log: MessageLog::default(),
             locks: HashMap::new(),
             deadlines: BTreeSet::new(),
             receivers: HashMap::new(),
@@ -342,19 +330,22 @@ impl EntityState {
     }
 
     fn store(&self, sub_queue: SubQueue) -> &Store {
-        match sub_queue {
-            SubQueue::Main => &self.main,
-            SubQueue::DeadLetter => &self.dead_letter,
-            SubQueue::TransferDeadLetter => &self.transfer_dead_letter,
-        }
+        self.log.store(sub_queue)
     }
 
-    fn store_mut(&mut self, sub_queue: SubQueue) -> &mut Store {
-        match sub_queue {
-            SubQueue::Main => &mut self.main,
-            SubQueue::DeadLetter => &mut self.dead_letter,
-            SubQueue::TransferDeadLetter => &mut self.transfer_dead_letter,
-        }
+    /// The entity's message log (read only: changes go through the core's operations).
+    pub fn log(&self) -> &MessageLog {
+        &self.log
+    }
+
+    /// Turns change records on (durable storage) or off.
+    pub fn set_journaling(&mut self, on: bool) {
+        self.log.set_journaling(on);
+    }
+
+    /// Durable changes made since the last call, in order.
+    pub fn take_changes(&mut self) -> Vec<Change> {
+        self.log.take_changes()
     }
 
     /// Processes every deadline due at `now`: lock expiry, message expiry, activation.
@@ -450,9 +441,7 @@ impl EntityState {
     }
 
     fn allocate_sequence_number(&mut self) -> SequenceNumber {
-        let sequence_number = SequenceNumber(self.next_sequence_number);
-        self.next_sequence_number += 1;
-        sequence_number
+        self.log.allocate()
     }
 
     fn effective_time_to_live(&self, message: &Message) -> Option<Duration> {
@@ -485,11 +474,13 @@ impl EntityState {
             self.deadlines
                 .insert((at, Deadline::Expiry(sequence_number)));
         }
-        self.main.records.insert(sequence_number, record);
+        self.log.insert(SubQueue::Main, record);
         if self.settings.requires_session {
             self.session_make_available(sequence_number);
         } else {
-            self.main.available.insert(sequence_number);
+            self.log
+                .available_mut(SubQueue::Main)
+                .insert(sequence_number);
         }
         sequence_number
     }
@@ -529,14 +520,14 @@ impl EntityState {
             .insert((at, Deadline::Activation(sequence_number)));
         let mut record = self.arrival_record(message, sequence_number, now, Vec::new());
         record.state = MessageState::Scheduled;
-        self.main.records.insert(sequence_number, record);
+        self.log.insert(SubQueue::Main, record);
         sequence_number
     }
 
     /// A scheduled message materialises with a new sequence number (rules SCH-3, TTL-10).
     fn activate(&mut self, now: Timestamp, at: Timestamp, sequence_number: SequenceNumber) {
         let scheduled = matches!(
-            self.main.records.get(&sequence_number),
+            self.log.get(SubQueue::Main, sequence_number),
             Some(record) if record.state == MessageState::Scheduled
         );
         if !scheduled {
@@ -545,23 +536,22 @@ impl EntityState {
         self.scheduled_count -= 1;
         self.touch(now);
         let already_expired = self
-            .main
-            .records
-            .get(&sequence_number)
+            .log
+            .get(SubQueue::Main, sequence_number)
             .and_then(|record| record.time_to_live)
             .is_some_and(|ttl| at.plus(ttl) <= now);
         if already_expired {
             // The timer ran so late that the message expired before it could be seen:
             // expire it under its scheduling sequence number (rules TTL-10, TTL-6).
-            if let Some(record) = self.main.records.get_mut(&sequence_number) {
+            self.log.update(SubQueue::Main, sequence_number, |record| {
                 record.state = MessageState::Active;
                 record.enqueued_time = at;
                 record.expires_at = record.time_to_live.map(|ttl| at.plus(ttl));
-            }
+            });
             self.expire(now, sequence_number);
             return;
         }
-        if let Some(record) = self.main.records.remove(&sequence_number) {
+        if let Some(record) = self.log.remove(SubQueue::Main, sequence_number) {
             self.append(at, record.message, 0, record.property_changes);
         }
     }
@@ -589,9 +579,13 @@ impl EntityState {
             (None, false) => {
                 // Removed on delivery: restore it where receive-and-delete took it from.
                 self.stored_bytes += record.message.size() as u64;
-                self.store_mut(sub_queue)
-                    .records
-                    .insert(sequence_number, record);
+                if sub_queue == SubQueue::Main
+                    && let Some(at) = record.expires_at
+                {
+                    self.deadlines
+                        .insert((at, Deadline::Expiry(sequence_number)));
+                }
+                self.log.insert(sub_queue, record);
                 self.make_available(now, sub_queue, sequence_number);
                 self.dispatch(now);
             }
@@ -807,7 +801,7 @@ impl EntityState {
             return false;
         };
         let expired = matches!(
-            self.main.records.get(&sequence_number),
+            self.log.get(SubQueue::Main, sequence_number),
             Some(Record { expires_at: Some(at), .. }) if *at <= now
         );
         if expired {
@@ -827,12 +821,12 @@ impl EntityState {
         mode: ReceiveMode,
     ) -> bool {
         loop {
-            let Some(sequence_number) = self.store_mut(sub_queue).available.pop_first() else {
+            let Some(sequence_number) = self.log.available_mut(sub_queue).pop_first() else {
                 return false;
             };
             let expired = sub_queue == SubQueue::Main
                 && matches!(
-                    self.main.records.get(&sequence_number),
+                    self.log.get(SubQueue::Main, sequence_number),
                     Some(Record { expires_at: Some(at), .. }) if *at <= now
                 );
             if expired {
@@ -862,16 +856,20 @@ impl EntityState {
             };
             let record = match mode {
                 ReceiveMode::PeekLock => {
-                    let Some(record) = self.store_mut(sub_queue).records.get_mut(&sequence_number)
-                    else {
+                    if self
+                        .log
+                        .set_lock(sub_queue, sequence_number, lock)
+                        .is_none()
+                    {
+                        return false;
+                    }
+                    let Some(record) = self.log.get(sub_queue, sequence_number) else {
                         return false;
                     };
-                    record.lock = lock;
                     record.clone()
                 }
                 ReceiveMode::ReceiveAndDelete => {
-                    let Some(record) = self.store_mut(sub_queue).records.remove(&sequence_number)
-                    else {
+                    let Some(record) = self.log.remove(sub_queue, sequence_number) else {
                         return false;
                     };
                     self.stored_bytes -= record.message.size() as u64;
@@ -952,39 +950,37 @@ impl EntityState {
             ));
         }
         self.locks.remove(&token);
-        let Some(record) = self.store_mut(sub_queue).records.get_mut(&sequence_number) else {
+        let Some(previous) = self.log.set_lock(sub_queue, sequence_number, None) else {
             return Err(EntityError::LockLost);
         };
-        if let Some(lock) = record.lock.take() {
+        if let Some(lock) = previous {
             self.deadlines
                 .remove(&(lock.until, Deadline::Lock(lock.token)));
         }
-        let Some(record) = self.store_mut(sub_queue).records.get_mut(&sequence_number) else {
-            return Err(EntityError::LockLost);
-        };
         match settlement {
             Settlement::Complete => {
-                if let Some(record) = self.store_mut(sub_queue).records.remove(&sequence_number) {
+                if let Some(record) = self.log.remove(sub_queue, sequence_number) {
                     self.stored_bytes -= record.message.size() as u64;
                     self.forget_deadlines(&record);
                 }
             }
             Settlement::Release => self.make_available(now, sub_queue, sequence_number),
             Settlement::Abandon { properties } => {
-                record.property_changes.extend(properties);
-                self.count_failed_delivery(now, sub_queue, sequence_number);
+                // One change: the properties and the counted attempt together.
+                self.count_failed_delivery_with(now, sub_queue, sequence_number, properties);
             }
             Settlement::Defer { properties } => {
-                record.property_changes.extend(properties);
-                record.state = MessageState::Deferred;
+                self.log.update(sub_queue, sequence_number, |record| {
+                    record.property_changes.extend(properties);
+                    record.state = MessageState::Deferred;
+                });
             }
             Settlement::DeadLetter {
                 reason,
                 description,
                 properties,
             } => {
-                record.property_changes.extend(properties);
-                self.dead_letter(sub_queue, sequence_number, reason, description);
+                self.dead_letter_with(sub_queue, sequence_number, reason, description, properties);
             }
         }
         self.dispatch(now);
@@ -1003,9 +999,7 @@ impl EntityState {
             return; // renewed: a later deadline is pending
         }
         self.locks.remove(&token);
-        if let Some(record) = self.store_mut(sub_queue).records.get_mut(&sequence_number) {
-            record.lock = None;
-        }
+        self.log.set_lock(sub_queue, sequence_number, None);
         // Rule LCK-2: lock expiry counts as a failed delivery.
         self.count_failed_delivery(now, sub_queue, sequence_number);
     }
@@ -1018,12 +1012,28 @@ impl EntityState {
         sub_queue: SubQueue,
         sequence_number: SequenceNumber,
     ) {
+        self.count_failed_delivery_with(now, sub_queue, sequence_number, Vec::new());
+    }
+
+    /// [`Self::count_failed_delivery`], merging `properties` in the same change (abandon).
+    fn count_failed_delivery_with(
+        &mut self,
+        now: Timestamp,
+        sub_queue: SubQueue,
+        sequence_number: SequenceNumber,
+        properties: PropertyChanges,
+    ) {
         let max = self.settings.max_delivery_count;
-        let Some(record) = self.store_mut(sub_queue).records.get_mut(&sequence_number) else {
+        let mut delivery_count = 0;
+        let updated = self.log.update(sub_queue, sequence_number, |record| {
+            record.property_changes.extend(properties);
+            record.delivery_count += 1;
+            delivery_count = record.delivery_count;
+        });
+        if !updated {
             return;
-        };
-        record.delivery_count += 1;
-        if record.delivery_count >= max && sub_queue == SubQueue::Main {
+        }
+        if delivery_count >= max && sub_queue == SubQueue::Main {
             let description =
                 format!("Message could not be consumed after {max} delivery attempts.");
             self.dead_letter(
@@ -1045,7 +1055,7 @@ impl EntityState {
     ) {
         let expired = sub_queue == SubQueue::Main
             && matches!(
-                self.main.records.get(&sequence_number),
+                self.log.get(SubQueue::Main, sequence_number),
                 Some(Record { expires_at: Some(at), .. }) if *at <= now
             );
         let deferred = matches!(
@@ -1060,14 +1070,14 @@ impl EntityState {
             if sub_queue == SubQueue::Main && self.settings.requires_session {
                 self.session_make_available(sequence_number);
             } else {
-                self.store_mut(sub_queue).available.insert(sequence_number);
+                self.log.available_mut(sub_queue).insert(sequence_number);
             }
         }
     }
 
     fn expire_if_due(&mut self, now: Timestamp, sequence_number: SequenceNumber) {
         let due = matches!(
-            self.main.records.get(&sequence_number),
+            self.log.get(SubQueue::Main, sequence_number),
             Some(record) if record.state == MessageState::Active
                 && record.lock.is_none()
                 && matches!(record.expires_at, Some(at) if at <= now)
@@ -1075,7 +1085,9 @@ impl EntityState {
         if due {
             let session_id = self.session_of(sequence_number);
             self.session_remove_available(sequence_number);
-            self.main.available.remove(&sequence_number);
+            self.log
+                .available_mut(SubQueue::Main)
+                .remove(&sequence_number);
             self.expire(now, sequence_number);
             // Rule TTL-9: while a listener is active, one expired message expires its
             // whole session.
@@ -1098,8 +1110,7 @@ impl EntityState {
             );
         } else {
             self.session_remove_available(sequence_number);
-            self.main.available.remove(&sequence_number);
-            if let Some(record) = self.main.records.remove(&sequence_number) {
+            if let Some(record) = self.log.remove(SubQueue::Main, sequence_number) {
                 self.stored_bytes -= record.message.size() as u64;
                 self.forget_deadlines(&record);
             }

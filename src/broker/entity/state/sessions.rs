@@ -22,8 +22,6 @@ pub struct SessionEntry {
     pub(super) holder: Option<ReceiverId>,
     /// When the session lock lapses.
     pub(super) locked_until: Timestamp,
-    /// Application state (`set-session-state`), kept even without messages.
-    pub(super) state: Option<Vec<u8>>,
     /// Last state change or lock, for `get-message-sessions`.
     pub(super) last_updated: Timestamp,
     /// The key under which the session sits in `ready`, if it does.
@@ -36,9 +34,8 @@ impl EntityState {
         if !self.settings.requires_session {
             return None;
         }
-        self.main
-            .records
-            .get(&sequence_number)
+        self.log
+            .get(SubQueue::Main, sequence_number)
             .and_then(|record| record.message.system.session_id.clone())
     }
 
@@ -250,9 +247,7 @@ impl EntityState {
             .collect();
         for (token, (sub_queue, sequence_number)) in locked {
             self.locks.remove(&token);
-            if let Some(record) = self.main.records.get_mut(&sequence_number) {
-                record.lock = None;
-            }
+            self.log.set_lock(SubQueue::Main, sequence_number, None);
             self.count_failed_delivery(now, sub_queue, sequence_number);
         }
         self.refresh_ready(session_id);
@@ -309,10 +304,7 @@ impl EntityState {
             .map(|(token, (_, sequence_number))| (*token, *sequence_number))
             .collect();
         for (token, sequence_number) in tokens {
-            if let Some(record) = self.main.records.get_mut(&sequence_number)
-                && let Some(lock) = record.lock.as_mut()
-            {
-                lock.until = until;
+            if self.log.extend_lock(SubQueue::Main, sequence_number, until) {
                 self.deadlines.insert((until, Deadline::Lock(token)));
             }
         }
@@ -334,8 +326,8 @@ impl EntityState {
         self.touch(now);
         self.advance(now);
         let entry = self.held_session(now, session_id)?;
-        entry.state = state;
         entry.last_updated = now;
+        self.log.set_session_state(session_id, state);
         Ok(())
     }
 
@@ -348,7 +340,8 @@ impl EntityState {
         // Activity first: a command arriving at the idle deadline keeps the entity.
         self.touch(now);
         self.advance(now);
-        Ok(self.held_session(now, session_id)?.state.clone())
+        self.held_session(now, session_id)?;
+        Ok(self.log.session_state(session_id).cloned())
     }
 
     /// Sessions with messages or state (`get-message-sessions`), or, for a real
@@ -362,16 +355,12 @@ impl EntityState {
     ) -> Vec<String> {
         self.advance(now);
         let mut with_messages: BTreeSet<String> = self
-            .main
-            .records
+            .log
+            .records(SubQueue::Main)
             .values()
             .filter_map(|record: &Record| record.message.system.session_id.clone())
             .collect();
-        for (session_id, entry) in &self.sessions {
-            if entry.state.is_some() {
-                with_messages.insert(session_id.clone());
-            }
-        }
+        with_messages.extend(self.log.session_states().keys().cloned());
         with_messages
             .into_iter()
             .filter(|session_id| {

@@ -1,0 +1,436 @@
+//! The message log of one entity: the only owner of its records (main, dead-letter and
+//! transfer dead-letter sub-queues, with their active, deferred and scheduled messages),
+//! its sequence counter and its session states. Every durable change goes through a method
+//! here and, when journaling is on, leaves a [`Change`] record; replaying those records with
+//! [`MessageLog::apply`] rebuilds the same log (the property test checks it). What is not
+//! durable lives beside the log, not in it: lock holders and link credit are in
+//! `EntityState`, and a record's `lock` field is set only through [`MessageLog::set_lock`],
+//! which records nothing — a restart releases every lock (issue 11).
+//!
+//! The `available` sets are indexes over the records (what a receiver can take next); the
+//! core maintains them, and recovery rebuilds them from the records.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{Lock, Record};
+use crate::broker::types::{MessageState, PropertyChanges, SequenceNumber, SubQueue, Timestamp};
+
+/// One durable change to an entity's state, in the order the core made it.
+#[derive(Debug, Clone)]
+pub enum Change {
+    /// A record entered a sub-queue (a send, a scheduled message, an arrival dead-lettered,
+    /// an activated scheduled message under its new number). Its `lock` is always `None`.
+    Put {
+        /// Where.
+        sub_queue: SubQueue,
+        /// The record, message included.
+        record: Box<Record>,
+    },
+    /// The durable fields of a record changed (delivery count bumped, deferred, property
+    /// changes merged, activated in place).
+    Update {
+        /// Where.
+        sub_queue: SubQueue,
+        /// Which record.
+        sequence_number: SequenceNumber,
+        /// The new delivery count.
+        delivery_count: u32,
+        /// The new state.
+        state: MessageState,
+        /// The enqueued time (an activation restamps it).
+        enqueued_time: Timestamp,
+        /// The absolute expiry.
+        expires_at: Option<Timestamp>,
+        /// Every property change merged so far.
+        property_changes: PropertyChanges,
+    },
+    /// A record moved between sub-queues under the same number (dead-lettered).
+    Move {
+        /// From.
+        from: SubQueue,
+        /// To.
+        to: SubQueue,
+        /// Which record.
+        sequence_number: SequenceNumber,
+    },
+    /// A record left the entity (completed, received and deleted, expired, cancelled,
+    /// forwarded, replaced by its activation).
+    Remove {
+        /// Where.
+        sub_queue: SubQueue,
+        /// Which record.
+        sequence_number: SequenceNumber,
+    },
+    /// The sequence counter (written by checkpoints; sends imply it).
+    NextSequence(i64),
+    /// A session's state was set or cleared.
+    SessionState {
+        /// The session.
+        session_id: String,
+        /// Its state.
+        state: Option<Vec<u8>>,
+    },
+    /// Duplicate detection remembered a message id.
+    Remembered {
+        /// The message id.
+        message_id: String,
+        /// The number it was accepted under.
+        sequence_number: SequenceNumber,
+        /// When.
+        at: Timestamp,
+    },
+}
+
+/// Messages of one sub-queue.
+#[derive(Debug, Default)]
+pub(super) struct Store {
+    /// Every record of this sub-queue by sequence number.
+    pub(super) records: BTreeMap<SequenceNumber, Record>,
+    /// Active, unlocked records in delivery order (an index the core maintains).
+    pub(super) available: BTreeSet<SequenceNumber>,
+}
+
+/// The durable state of one entity; see the module documentation.
+#[derive(Debug)]
+pub struct MessageLog {
+    main: Store,
+    dead_letter: Store,
+    transfer_dead_letter: Store,
+    /// The next sequence number to assign (rule SEQ-1: from 1, never reused).
+    next_sequence_number: i64,
+    /// Session states (`set-session-state`), kept even without messages.
+    session_states: BTreeMap<String, Vec<u8>>,
+    /// Changes not yet taken by the shell, when journaling is on.
+    journal: Option<Vec<Change>>,
+}
+
+impl Default for MessageLog {
+    fn default() -> MessageLog {
+        MessageLog::new(false)
+    }
+}
+
+impl MessageLog {
+    /// An empty log; `journal` turns change records on (durable storage).
+    pub fn new(journal: bool) -> MessageLog {
+        MessageLog {
+            main: Store::default(),
+            dead_letter: Store::default(),
+            transfer_dead_letter: Store::default(),
+            next_sequence_number: 1,
+            session_states: BTreeMap::new(),
+            journal: journal.then(Vec::new),
+        }
+    }
+
+    /// Whether changes are recorded.
+    pub fn journaling(&self) -> bool {
+        self.journal.is_some()
+    }
+
+    /// Turns change records on or off (recovery replays with them off).
+    pub fn set_journaling(&mut self, on: bool) {
+        self.journal = on.then(Vec::new);
+    }
+
+    /// Changes made since the last call, in order.
+    pub fn take_changes(&mut self) -> Vec<Change> {
+        match &mut self.journal {
+            Some(journal) => std::mem::take(journal),
+            None => Vec::new(),
+        }
+    }
+
+    /// Records a change made outside the records (duplicate detection).
+    pub(super) fn note(&mut self, change: impl FnOnce() -> Change) {
+        if let Some(journal) = &mut self.journal {
+            journal.push(change());
+        }
+    }
+
+    pub(super) fn store(&self, sub_queue: SubQueue) -> &Store {
+        match sub_queue {
+            SubQueue::Main => &self.main,
+            SubQueue::DeadLetter => &self.dead_letter,
+            SubQueue::TransferDeadLetter => &self.transfer_dead_letter,
+        }
+    }
+
+    fn store_mut(&mut self, sub_queue: SubQueue) -> &mut Store {
+        match sub_queue {
+            SubQueue::Main => &mut self.main,
+            SubQueue::DeadLetter => &mut self.dead_letter,
+            SubQueue::TransferDeadLetter => &mut self.transfer_dead_letter,
+        }
+    }
+
+    /// The records of a sub-queue.
+    pub fn records(&self, sub_queue: SubQueue) -> &BTreeMap<SequenceNumber, Record> {
+        &self.store(sub_queue).records
+    }
+
+    /// One record.
+    pub fn get(&self, sub_queue: SubQueue, sequence_number: SequenceNumber) -> Option<&Record> {
+        self.store(sub_queue).records.get(&sequence_number)
+    }
+
+    /// The available index of a sub-queue, to change.
+    pub(super) fn available_mut(&mut self, sub_queue: SubQueue) -> &mut BTreeSet<SequenceNumber> {
+        &mut self.store_mut(sub_queue).available
+    }
+
+    /// Assigns the next sequence number.
+    pub(super) fn allocate(&mut self) -> SequenceNumber {
+        let sequence_number = SequenceNumber(self.next_sequence_number);
+        self.next_sequence_number += 1;
+        sequence_number
+    }
+
+    /// The next number to assign.
+    pub fn next_sequence_number(&self) -> i64 {
+        self.next_sequence_number
+    }
+
+    /// Adds a record (its lock is cleared: locks are not part of the log).
+    pub(super) fn insert(&mut self, sub_queue: SubQueue, mut record: Record) {
+        record.lock = None;
+        let sequence_number = record.sequence_number;
+        if let Some(journal) = &mut self.journal {
+            journal.push(Change::Put {
+                sub_queue,
+                record: Box::new(record.clone()),
+            });
+        }
+        self.store_mut(sub_queue)
+            .records
+            .insert(sequence_number, record);
+    }
+
+    /// Removes a record (and its entry in the available index).
+    pub(super) fn remove(
+        &mut self,
+        sub_queue: SubQueue,
+        sequence_number: SequenceNumber,
+    ) -> Option<Record> {
+        let store = self.store_mut(sub_queue);
+        store.available.remove(&sequence_number);
+        let record = store.records.remove(&sequence_number)?;
+        if let Some(journal) = &mut self.journal {
+            journal.push(Change::Remove {
+                sub_queue,
+                sequence_number,
+            });
+        }
+        Some(record)
+    }
+
+    /// Changes the durable fields of a record through `change`; records an update.
+    pub(super) fn update(
+        &mut self,
+        sub_queue: SubQueue,
+        sequence_number: SequenceNumber,
+        change: impl FnOnce(&mut Record),
+    ) -> bool {
+        let store = match sub_queue {
+            SubQueue::Main => &mut self.main,
+            SubQueue::DeadLetter => &mut self.dead_letter,
+            SubQueue::TransferDeadLetter => &mut self.transfer_dead_letter,
+        };
+        let Some(record) = store.records.get_mut(&sequence_number) else {
+            return false;
+        };
+        let lock = record.lock;
+        change(record);
+        record.lock = lock;
+        if let Some(journal) = &mut self.journal {
+            journal.push(Change::Update {
+                sub_queue,
+                sequence_number,
+                delivery_count: record.delivery_count,
+                state: record.state,
+                enqueued_time: record.enqueued_time,
+                expires_at: record.expires_at,
+                property_changes: record.property_changes.clone(),
+            });
+        }
+        true
+    }
+
+    /// Moves a record to another sub-queue under the same number (its lock is dropped and
+    /// it leaves the available index of its old sub-queue).
+    pub(super) fn move_to(
+        &mut self,
+        from: SubQueue,
+        to: SubQueue,
+        sequence_number: SequenceNumber,
+    ) -> bool {
+        let store = self.store_mut(from);
+        store.available.remove(&sequence_number);
+        let Some(mut record) = store.records.remove(&sequence_number) else {
+            return false;
+        };
+        record.lock = None;
+        self.store_mut(to).records.insert(sequence_number, record);
+        if let Some(journal) = &mut self.journal {
+            journal.push(Change::Move {
+                from,
+                to,
+                sequence_number,
+            });
+        }
+        true
+    }
+
+    /// Sets or clears the (volatile) lock of a record; returns the previous one. Records
+    /// nothing: locks are not durable.
+    pub(super) fn set_lock(
+        &mut self,
+        sub_queue: SubQueue,
+        sequence_number: SequenceNumber,
+        lock: Option<Lock>,
+    ) -> Option<Option<Lock>> {
+        let record = self
+            .store_mut(sub_queue)
+            .records
+            .get_mut(&sequence_number)?;
+        Some(std::mem::replace(&mut record.lock, lock))
+    }
+
+    /// Extends a held lock in place; records nothing.
+    pub(super) fn extend_lock(
+        &mut self,
+        sub_queue: SubQueue,
+        sequence_number: SequenceNumber,
+        until: Timestamp,
+    ) -> bool {
+        match self
+            .store_mut(sub_queue)
+            .records
+            .get_mut(&sequence_number)
+            .and_then(|record| record.lock.as_mut())
+        {
+            Some(lock) => {
+                lock.until = until;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A session's state.
+    pub fn session_state(&self, session_id: &str) -> Option<&Vec<u8>> {
+        self.session_states.get(session_id)
+    }
+
+    /// Every session with state.
+    pub fn session_states(&self) -> &BTreeMap<String, Vec<u8>> {
+        &self.session_states
+    }
+
+    /// Sets or clears a session's state.
+    pub(super) fn set_session_state(&mut self, session_id: &str, state: Option<Vec<u8>>) {
+        if let Some(journal) = &mut self.journal {
+            journal.push(Change::SessionState {
+                session_id: session_id.to_string(),
+                state: state.clone(),
+            });
+        }
+        match state {
+            Some(state) => {
+                self.session_states.insert(session_id.to_string(), state);
+            }
+            None => {
+                self.session_states.remove(session_id);
+            }
+        }
+    }
+
+    /// Replays one change (recovery, and the property test's replica). Indexes are not
+    /// touched: recovery rebuilds them from the records. Duplicate-detection changes are
+    /// returned to the caller, which owns the detector.
+    pub fn apply(&mut self, change: Change) -> Option<Change> {
+        match change {
+            Change::Put { sub_queue, record } => {
+                let sequence_number = record.sequence_number;
+                self.next_sequence_number = self.next_sequence_number.max(sequence_number.0 + 1);
+                let mut record = *record;
+                record.lock = None;
+                self.store_mut(sub_queue)
+                    .records
+                    .insert(sequence_number, record);
+            }
+            Change::Update {
+                sub_queue,
+                sequence_number,
+                delivery_count,
+                state,
+                enqueued_time,
+                expires_at,
+                property_changes,
+            } => {
+                if let Some(record) = self.store_mut(sub_queue).records.get_mut(&sequence_number) {
+                    record.delivery_count = delivery_count;
+                    record.state = state;
+                    record.enqueued_time = enqueued_time;
+                    record.expires_at = expires_at;
+                    record.property_changes = property_changes;
+                }
+            }
+            Change::Move {
+                from,
+                to,
+                sequence_number,
+            } => {
+                if let Some(record) = self.store_mut(from).records.remove(&sequence_number) {
+                    self.store_mut(to).records.insert(sequence_number, record);
+                }
+            }
+            Change::Remove {
+                sub_queue,
+                sequence_number,
+            } => {
+                self.store_mut(sub_queue).records.remove(&sequence_number);
+            }
+            Change::NextSequence(next) => {
+                self.next_sequence_number = self.next_sequence_number.max(next);
+            }
+            Change::SessionState { session_id, state } => match state {
+                Some(state) => {
+                    self.session_states.insert(session_id, state);
+                }
+                None => {
+                    self.session_states.remove(&session_id);
+                }
+            },
+            remembered @ Change::Remembered { .. } => return Some(remembered),
+        }
+        None
+    }
+
+    /// The whole durable state as change records: what a checkpoint writes so that older
+    /// log segments can be dropped. Replaying it into an empty log rebuilds this one.
+    pub fn checkpoint(&self) -> Vec<Change> {
+        let mut changes = vec![Change::NextSequence(self.next_sequence_number)];
+        for sub_queue in [
+            SubQueue::Main,
+            SubQueue::DeadLetter,
+            SubQueue::TransferDeadLetter,
+        ] {
+            for record in self.store(sub_queue).records.values() {
+                let mut record = record.clone();
+                record.lock = None;
+                changes.push(Change::Put {
+                    sub_queue,
+                    record: Box::new(record),
+                });
+            }
+        }
+        for (session_id, state) in &self.session_states {
+            changes.push(Change::SessionState {
+                session_id: session_id.clone(),
+                state: Some(state.clone()),
+            });
+        }
+        changes
+    }
+}
