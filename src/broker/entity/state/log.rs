@@ -407,6 +407,25 @@ impl MessageLog {
         None
     }
 
+    /// A canonical text of the durable state (records without locks, counter, session
+    /// states): equal fingerprints mean equal logs. For tests.
+    pub fn fingerprint(&self) -> String {
+        let mut text = format!("next {}\n", self.next_sequence_number);
+        for sub_queue in [
+            SubQueue::Main,
+            SubQueue::DeadLetter,
+            SubQueue::TransferDeadLetter,
+        ] {
+            for record in self.store(sub_queue).records.values() {
+                let mut record = record.clone();
+                record.lock = None;
+                text.push_str(&format!("{sub_queue:?} {record:?}\n"));
+            }
+        }
+        text.push_str(&format!("{:?}", self.session_states));
+        text
+    }
+
     /// The whole durable state as change records: what a checkpoint writes so that older
     /// log segments can be dropped. Replaying it into an empty log rebuilds this one.
     pub fn checkpoint(&self) -> Vec<Change> {

@@ -276,6 +276,86 @@ impl EntityState {
         }
     }
 
+    /// An entity rebuilt from its change records (recovery): the records, counter,
+    /// session states and duplicate-detection history they describe, with every index
+    /// rebuilt — available messages, expiry deadlines and scheduled activations (re-armed).
+    /// No lock is held and no receiver is attached: a restart releases locks. Deadlines
+    /// that passed while the broker was down run at the next `advance`.
+    pub fn restore(
+        settings: EntitySettings,
+        token_seed: u64,
+        now: Timestamp,
+        changes: impl IntoIterator<Item = Change>,
+    ) -> EntityState {
+        let mut state = EntityState::new(settings, token_seed, now);
+        for change in changes {
+            if let Some(Change::Remembered {
+                message_id,
+                sequence_number,
+                at,
+            }) = state.log.apply(change)
+                && let Some(detector) = &mut state.duplicates
+            {
+                detector.remember(at, &message_id, sequence_number);
+            }
+        }
+        state.rebuild_indexes();
+        state
+    }
+
+    /// Rebuilds what is derived from the records: stored bytes, available sets, sessions,
+    /// expiry and activation deadlines, the scheduled count.
+    fn rebuild_indexes(&mut self) {
+        for sub_queue in [
+            SubQueue::Main,
+            SubQueue::DeadLetter,
+            SubQueue::TransferDeadLetter,
+        ] {
+            let entries: Vec<_> = self
+                .log
+                .records(sub_queue)
+                .values()
+                .map(|record| {
+                    (
+                        record.sequence_number,
+                        record.state,
+                        record.expires_at,
+                        record
+                            .message
+                            .scheduled_enqueue_time
+                            .unwrap_or(record.enqueued_time),
+                        record.message.size() as u64,
+                    )
+                })
+                .collect();
+            for (sequence_number, state, expires_at, activation, size) in entries {
+                self.stored_bytes += size;
+                match state {
+                    MessageState::Active if sub_queue == SubQueue::Main => {
+                        if let Some(at) = expires_at {
+                            self.deadlines
+                                .insert((at, Deadline::Expiry(sequence_number)));
+                        }
+                        if self.settings.requires_session {
+                            self.session_make_available(sequence_number);
+                        } else {
+                            self.log.available_mut(sub_queue).insert(sequence_number);
+                        }
+                    }
+                    MessageState::Active => {
+                        self.log.available_mut(sub_queue).insert(sequence_number);
+                    }
+                    MessageState::Scheduled => {
+                        self.scheduled_count += 1;
+                        self.deadlines
+                            .insert((activation, Deadline::Activation(sequence_number)));
+                    }
+                    MessageState::Deferred => {}
+                }
+            }
+        }
+    }
+
     /// The settings this entity runs with.
     pub fn settings(&self) -> &EntitySettings {
         &self.settings
@@ -322,6 +402,11 @@ impl EntityState {
     /// Number of records in a sub-queue (all states), for tests and diagnostics.
     pub fn message_count(&self, sub_queue: SubQueue) -> usize {
         self.store(sub_queue).records.len()
+    }
+
+    /// Whether a record is in its sub-queue's available index (sessionless entities).
+    pub fn is_available(&self, sub_queue: SubQueue, sequence_number: SequenceNumber) -> bool {
+        self.store(sub_queue).available.contains(&sequence_number)
     }
 
     /// Looks up a record by sequence number.
@@ -431,8 +516,13 @@ impl EntityState {
                 Some(at) if at > now => self.insert_scheduled(now, message, at),
                 _ => self.append(now, message, 0, Vec::new()),
             };
-            if let (Some(detector), Some(id)) = (&mut self.duplicates, &message_id) {
-                detector.remember(now, id, sequence_number);
+            if let (Some(detector), Some(id)) = (&mut self.duplicates, message_id) {
+                detector.remember(now, &id, sequence_number);
+                self.log.note(|| Change::Remembered {
+                    message_id: id,
+                    sequence_number,
+                    at: now,
+                });
             }
             sequence_numbers.push(sequence_number);
         }

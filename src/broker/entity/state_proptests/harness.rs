@@ -8,7 +8,13 @@ use super::*;
 impl Harness {
     pub(super) fn new(spec: SettingsSpec) -> Harness {
         Harness {
-            state: EntityState::new(spec.settings(), 42, START),
+            state: {
+                let mut state = EntityState::new(spec.settings(), 42, START);
+                state.set_journaling(true);
+                state
+            },
+            replica: MessageLog::new(false),
+            changes: Vec::new(),
             spec,
             now: START,
             messages: BTreeMap::new(),
@@ -172,6 +178,18 @@ impl Harness {
         }
 
         self.apply(operation, now, &mut expects, &mut pending)?;
+        // Issue 11: the change records of this step, replayed into a replica, rebuild
+        // exactly the durable state the core has.
+        let changes = self.state.take_changes();
+        for change in &changes {
+            self.replica.apply(change.clone());
+        }
+        self.changes.extend(changes);
+        prop_assert_eq!(
+            self.replica.fingerprint(),
+            self.state.log().fingerprint(),
+            "replaying the change records rebuilds the log"
+        );
         let effects = self.state.take_effects();
         let delivered = self.observe(effects, now, &pending)?;
         self.check(now, before_max, expects, pending, delivered)

@@ -25,7 +25,9 @@ mod checks;
 mod harness;
 
 use super::settings::EntitySettings;
-use super::state::{Effect, EntityState, MAX_DELIVERY_COUNT_EXCEEDED, Record, TTL_EXPIRED};
+use super::state::{
+    Change, Effect, EntityState, MAX_DELIVERY_COUNT_EXCEEDED, MessageLog, Record, TTL_EXPIRED,
+};
 use crate::broker::message::Message;
 use crate::broker::types::{
     EntityError, LockToken, MessageState, PropertyValue, ReceiveMode, ReceiverId, SequenceNumber,
@@ -339,6 +341,10 @@ struct Harness {
     /// Duplicate detection: id → (first accepted, sequence number).
     duplicates: HashMap<u8, (Timestamp, SequenceNumber)>,
     next_body: u64,
+    /// The core's change records replayed as they come (issue 11).
+    replica: MessageLog,
+    /// Every change record so far, for the recovery check at the end.
+    changes: Vec<Change>,
 }
 
 fn body_of(record: &Record) -> u64 {
@@ -404,9 +410,26 @@ proptest! {
         settings in settings_strategy(),
         operations in vec(operation_strategy(), 1..120),
     ) {
-        let mut harness = Harness::new(settings);
+        let mut harness = Harness::new(settings.clone());
         for operation in &operations {
             harness.step(operation)?;
+        }
+        // Recovery from the change records restores the same durable state, with every
+        // lock released: what was locked is available again (or still deferred).
+        let restored = EntityState::restore(
+            settings.settings(),
+            7,
+            harness.now,
+            harness.changes.iter().cloned(),
+        );
+        prop_assert_eq!(restored.log().fingerprint(), harness.state.log().fingerprint());
+        prop_assert_eq!(restored.stored_bytes(), harness.state.stored_bytes());
+        for sub_queue in [SubQueue::Main, SubQueue::DeadLetter] {
+            for (number, record) in harness.state.log().records(sub_queue) {
+                let available = restored.is_available(sub_queue, *number);
+                let expected = record.state == MessageState::Active;
+                prop_assert_eq!(available, expected, "{:?} {} after recovery", sub_queue, number.0);
+            }
         }
     }
 }
