@@ -39,6 +39,16 @@ pub struct Cli {
     #[arg(long, value_name = "LEVEL", value_parser = parse_log_level)]
     pub log_level: Option<String>,
 
+    /// Data directory, overriding `storage.data_dir` [default: data, relative to the
+    /// working directory].
+    #[arg(long, value_name = "DIR", conflicts_with = "memory")]
+    pub data_dir: Option<PathBuf>,
+
+    /// Keep everything in memory (nothing is written; a restart starts empty), overriding
+    /// `storage.mode`.
+    #[arg(long)]
+    pub memory: bool,
+
     /// Validate FILE, print a summary of its entities, and exit (0 if valid, 1 if not).
     #[arg(long, value_name = "FILE")]
     pub check_config: Option<PathBuf>,
@@ -107,6 +117,8 @@ mod tests {
         assert_eq!(cli.listen, None);
         assert_eq!(cli.check_config, None);
         assert_eq!(cli.log_filter(), "info");
+        assert_eq!(cli.data_dir, None);
+        assert!(!cli.memory);
         Ok(())
     }
 

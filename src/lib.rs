@@ -30,8 +30,9 @@ use tokio::sync::watch;
 use amqp::sas::{AccessKey, Rights};
 use broker::registry::Registry;
 use clock::Clock;
-use config::Config;
+use config::{Config, StorageMode};
 use server::{Context, ServerSettings};
+use store::storage::{Recovery, Storage, StorageOptions};
 
 /// Checks what the configuration parser cannot: rule SQL compiles.
 pub fn validate(config: &Config) -> Result<(), String> {
@@ -48,19 +49,67 @@ pub fn validate(config: &Config) -> Result<(), String> {
     Ok(())
 }
 
-/// Runs the broker on an already-bound listener until `shutdown` turns true. Fails at once
-/// (serving nothing) if the configuration's rules do not compile.
+/// Opens the data directory of a durable configuration and recovers what it holds;
+/// `None` in memory mode. Fails when the directory is locked by another process, cannot be
+/// created, or holds a log damaged before its tail.
+pub fn open_storage(config: &Config) -> Result<Option<(Storage, Recovery)>, String> {
+    if config.storage.mode == StorageMode::Memory {
+        return Ok(None);
+    }
+    let started = std::time::Instant::now();
+    let mut options = StorageOptions::new(&config.storage.data_dir);
+    options.min_free_space = config.storage.min_free_space;
+    options.compaction_min_bytes = config.storage.compaction_threshold;
+    let (storage, mut recovery) = Storage::open(options).map_err(|error| error.to_string())?;
+    recovery.elapsed = started.elapsed();
+    Ok(Some((storage, recovery)))
+}
+
+/// Runs the broker on an already-bound listener until `shutdown` turns true, with the
+/// storage its configuration names. Fails at once (serving nothing) if the configuration's
+/// rules do not compile or the data directory cannot be opened.
 pub async fn run(
     listener: TcpListener,
     config: &Config,
     shutdown: watch::Receiver<bool>,
 ) -> Result<(), String> {
+    let storage = open_storage(config)?;
+    run_with_storage(listener, config, storage, shutdown).await
+}
+
+/// [`run`] with storage already opened by [`open_storage`].
+pub async fn run_with_storage(
+    listener: TcpListener,
+    config: &Config,
+    storage: Option<(Storage, Recovery)>,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(), String> {
     let clock = Clock::system();
+    let store = storage.as_ref().map(|(storage, _)| storage.clone());
+    if let Some((storage, recovery)) = &storage {
+        let messages: usize = recovery
+            .entities
+            .values()
+            .map(|changes| {
+                changes
+                    .iter()
+                    .filter(|change| matches!(change, broker::entity::state::Change::Put { .. }))
+                    .count()
+            })
+            .sum();
+        tracing::info!(
+            data_dir = %storage.directory().display(),
+            records = recovery.records,
+            entities = recovery.entities.len(),
+            "recovered the data directory in {:.1} ms ({messages} message records)",
+            recovery.elapsed.as_secs_f64() * 1000.0
+        );
+    }
     let codec = broker::topic::TopicCodec {
         rewrite: Arc::new(amqp::rewrite::apply_rule_action),
         decode_properties: Arc::new(amqp::rewrite::decode_user_properties),
     };
-    let registry = Registry::start(config, clock, codec)?;
+    let registry = Registry::start(config, clock, codec, storage)?;
     let keys = config
         .auth
         .keys
@@ -117,5 +166,9 @@ pub async fn run(
     server::serve(listener, context, shutdown).await;
     // Every connection is closed: now the entities, topics and forwarders stop.
     registry.shut_down().await;
+    if let Some(store) = store {
+        // Everything acknowledged is on disk already; this releases the directory.
+        store.close();
+    }
     Ok(())
 }

@@ -95,6 +95,14 @@ fn main() -> ExitCode {
             );
         }
     }
+    let mut config = config;
+    if cli.memory {
+        config.storage.mode = ferrobus::config::StorageMode::Memory;
+    }
+    if let Some(directory) = &cli.data_dir {
+        config.storage.mode = ferrobus::config::StorageMode::Durable;
+        config.storage.data_dir = directory.clone();
+    }
     let listen = cli.listen.unwrap_or(config.server.listen);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -107,6 +115,16 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(async move {
+        let storage = match ferrobus::open_storage(&config) {
+            Ok(storage) => storage,
+            Err(error) => {
+                eprintln!(
+                    "ferrobus: cannot open the data directory {}: {error}",
+                    config.storage.data_dir.display()
+                );
+                return ExitCode::FAILURE;
+            }
+        };
         let listener = match tokio::net::TcpListener::bind(listen).await {
             Ok(listener) => listener,
             Err(error) => {
@@ -119,15 +137,22 @@ fn main() -> ExitCode {
             .local_addr()
             .map(|address| address.to_string())
             .unwrap_or_default();
+        let storage_text = match config.storage.mode {
+            ferrobus::config::StorageMode::Durable => {
+                format!("data: {}", config.storage.data_dir.display())
+            }
+            ferrobus::config::StorageMode::Memory => "in memory".to_string(),
+        };
         tracing::info!(
-            "ferrobus {} listening on {address} with {} entities (config: {origin})",
+            "ferrobus {} listening on {address} with {} entities (config: {origin}, {storage_text})",
             env!("CARGO_PKG_VERSION"),
             config.entity_count()
         );
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let grace = config.server.shutdown_grace_period;
         let server = tokio::spawn(async move {
-            if let Err(error) = ferrobus::run(listener, &config, stopped).await {
+            if let Err(error) = ferrobus::run_with_storage(listener, &config, storage, stopped).await
+            {
                 tracing::error!("{error}");
             }
         });

@@ -119,5 +119,7 @@ pub fn entity_failure(error: &EntityError) -> Failure {
         EntityError::Timeout(_) => Failure::new(TIMEOUT, description, 408),
         EntityError::AlreadyExists(_) => Failure::new(ENTITY_ALREADY_EXISTS, description, 409),
         EntityError::NotFound(path) => entity_not_found(path),
+        EntityError::StorageFull(_) => Failure::new(RESOURCE_LIMIT_EXCEEDED, description, 403),
+        EntityError::StorageFailed(_) => Failure::new(INTERNAL_ERROR, description, 500),
     }
 }

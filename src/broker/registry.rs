@@ -7,12 +7,13 @@ use std::sync::{Arc, RwLock};
 
 use tokio::sync::mpsc;
 
-use super::entity::actor::{self, IdleSender};
+use super::entity::actor::{self, Durability, IdleSender};
 use super::entity::{EntityHandle, settings::EntitySettings};
 use super::forwarder::{self, Targets};
 use super::topic::{self, SubscriptionEntry, TopicCodec, TopicHandle};
 use crate::clock::Clock;
 use crate::config::{Config, QueueConfig, SubscriptionConfig, TopicConfig};
+use crate::store::storage::{Recovery, Storage};
 
 /// What a path names.
 #[derive(Debug, Clone)]
@@ -81,13 +82,23 @@ fn subscription_settings(topic: &TopicConfig, subscription: &SubscriptionConfig)
     }
 }
 
-/// Starts an entity actor, and its forwarder when it auto-forwards.
+/// Starts an entity actor, and its forwarder when it auto-forwards. With storage, the
+/// entity starts from what recovery read for it.
 fn spawn_entity(
     settings: EntitySettings,
     clock: Clock,
     on_idle: &IdleSender,
     registry: &Arc<Registry>,
+    storage: Option<&mut (Storage, Recovery)>,
 ) -> EntityHandle {
+    let durability = storage.map(|(storage, recovery)| {
+        let key = key(&settings.path);
+        Durability {
+            storage: storage.clone(),
+            recovered: recovery.entities.remove(&key).unwrap_or_default(),
+            key,
+        }
+    });
     let targets = Targets {
         messages: settings.forward_to.clone(),
         dead_letters: settings.forward_dead_lettered_messages_to.clone(),
@@ -101,6 +112,7 @@ fn spawn_entity(
         on_idle.clone(),
         forwarding.then_some(forward_sender),
         registry.budget.clone(),
+        durability,
         &registry.lifecycle,
     );
     if forwarding {
@@ -126,6 +138,7 @@ impl Registry {
         config: &Config,
         clock: Clock,
         codec: TopicCodec,
+        mut storage: Option<(Storage, Recovery)>,
     ) -> Result<Arc<Registry>, String> {
         let created_at = clock.now().0;
         let mut compiled = Vec::new();
@@ -155,7 +168,13 @@ impl Registry {
         let (on_idle, mut idle_paths): (IdleSender, _) = mpsc::unbounded_channel();
         let mut entities = HashMap::new();
         for queue in &config.queues {
-            let handle = spawn_entity(queue_settings(queue), clock, &on_idle, &registry);
+            let handle = spawn_entity(
+                queue_settings(queue),
+                clock,
+                &on_idle,
+                &registry,
+                storage.as_mut(),
+            );
             entities.insert(key(&queue.name), Entity::Queue(handle));
         }
         for topic_config in &config.topics {
@@ -163,7 +182,7 @@ impl Registry {
             for subscription in &topic_config.subscriptions {
                 let settings = subscription_settings(topic_config, subscription);
                 let path = key(&settings.path);
-                let handle = spawn_entity(settings, clock, &on_idle, &registry);
+                let handle = spawn_entity(settings, clock, &on_idle, &registry, storage.as_mut());
                 subscriptions.push(SubscriptionEntry {
                     name: subscription.name.clone(),
                     handle: handle.clone(),
@@ -186,6 +205,15 @@ impl Registry {
         }
         if let Ok(mut map) = registry.entities.write() {
             *map = entities;
+        }
+        if let Some((_, recovery)) = &storage {
+            for (entity, changes) in &recovery.entities {
+                tracing::warn!(
+                    %entity,
+                    changes = changes.len(),
+                    "the data directory holds messages of an entity the configuration no longer has; they are ignored (and dropped at the next compaction)"
+                );
+            }
         }
         let janitor = Arc::downgrade(&registry);
         let mut stopping = registry.lifecycle.stopping();

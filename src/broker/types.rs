@@ -165,4 +165,10 @@ pub enum EntityError {
     /// The entity no longer exists (deleted, or its actor stopped).
     #[error("The messaging entity '{0}' could not be found.")]
     NotFound(String),
+    /// The data directory's disk is (nearly) full: sends are refused until space returns.
+    #[error("{0}")]
+    StorageFull(String),
+    /// The operation could not be made durable; it was not acknowledged.
+    #[error("{0}")]
+    StorageFailed(String),
 }

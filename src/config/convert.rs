@@ -16,8 +16,8 @@ use super::raw::{
 use super::validate::{queue_context, rule_context, subscription_context, topic_context};
 use super::{
     AuthConfig, Config, ConfigError, CorrelationFilterConfig, FilterConfig, PropertyLiteral,
-    QueueConfig, Rights, RuleConfig, ServerConfig, SharedAccessKey, SubscriptionConfig,
-    TopicConfig,
+    QueueConfig, Rights, RuleConfig, ServerConfig, SharedAccessKey, StorageConfig, StorageMode,
+    SubscriptionConfig, TopicConfig,
 };
 
 /// Converts the whole raw file, applying defaults.
@@ -39,6 +39,46 @@ pub(super) fn convert(raw: RawConfig) -> Result<Config, ConfigError> {
         auth: convert_auth(raw.auth)?,
         queues,
         topics,
+        storage: convert_storage(raw.storage)?,
+    })
+}
+
+fn convert_storage(raw: super::raw::RawStorage) -> Result<StorageConfig, ConfigError> {
+    let defaults = StorageConfig::default();
+    let mode = match raw.mode.as_deref().map(str::trim) {
+        None => defaults.mode,
+        Some(text) if text.eq_ignore_ascii_case("durable") => StorageMode::Durable,
+        Some(text) if text.eq_ignore_ascii_case("memory") => StorageMode::Memory,
+        Some(text) => {
+            return Err(ConfigError::invalid(
+                "storage",
+                format!("mode {text:?} is not a storage mode (expected \"durable\" or \"memory\")"),
+            ));
+        }
+    };
+    let data_dir = match raw.data_dir {
+        Some(text) if text.trim().is_empty() => {
+            return Err(ConfigError::invalid(
+                "storage",
+                "data_dir must not be empty",
+            ));
+        }
+        Some(text) => std::path::PathBuf::from(text),
+        None => defaults.data_dir,
+    };
+    Ok(StorageConfig {
+        mode,
+        data_dir,
+        min_free_space: raw
+            .min_free_space
+            .map(|value| byte_size("storage", "min_free_space", value))
+            .transpose()?
+            .unwrap_or(defaults.min_free_space),
+        compaction_threshold: raw
+            .compaction_threshold
+            .map(|value| byte_size("storage", "compaction_threshold", value))
+            .transpose()?
+            .unwrap_or(defaults.compaction_threshold),
     })
 }
 

@@ -41,6 +41,12 @@ pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr
 /// is evaluated for every message published to the topic.
 pub const MAX_RULES_PER_SUBSCRIPTION: usize = 2_000;
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+/// `storage.data_dir` when not set (relative to the working directory).
+pub const DEFAULT_DATA_DIR: &str = "data";
+/// `storage.min_free_space` when not set.
+pub const DEFAULT_MIN_FREE_SPACE: u64 = 64 * 1024 * 1024;
+/// `storage.compaction_threshold` when not set.
+pub const DEFAULT_COMPACTION_THRESHOLD: u64 = 256 * 1024 * 1024;
 /// Time receivers get to settle at shutdown.
 pub const DEFAULT_SHUTDOWN_GRACE_PERIOD: Duration = Duration::from_secs(5);
 /// Default largest AMQP frame accepted, in bytes.
@@ -102,6 +108,42 @@ pub struct Config {
     pub queues: Vec<QueueConfig>,
     /// Topics (with their subscriptions and rules) created at start-up.
     pub topics: Vec<TopicConfig>,
+    /// Where and how messages are stored.
+    pub storage: StorageConfig,
+}
+
+/// `[storage].mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StorageMode {
+    /// Every acknowledged change is on disk (fsync) before it is acknowledged.
+    #[default]
+    Durable,
+    /// Nothing is written: a restart starts empty (the emulator-like mode).
+    Memory,
+}
+
+/// `[storage]`: the data directory and its limits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StorageConfig {
+    /// Durable or in memory; `--memory` overrides it.
+    pub mode: StorageMode,
+    /// The data directory, relative to the working directory; `--data-dir` overrides it.
+    pub data_dir: std::path::PathBuf,
+    /// Sends are refused while the data directory's disk has less free space than this.
+    pub min_free_space: u64,
+    /// The log may grow to this size before it is first compacted.
+    pub compaction_threshold: u64,
+}
+
+impl Default for StorageConfig {
+    fn default() -> StorageConfig {
+        StorageConfig {
+            mode: StorageMode::Durable,
+            data_dir: std::path::PathBuf::from(DEFAULT_DATA_DIR),
+            min_free_space: DEFAULT_MIN_FREE_SPACE,
+            compaction_threshold: DEFAULT_COMPACTION_THRESHOLD,
+        }
+    }
 }
 
 /// `[server]`: how the broker listens and what it advertises to peers.
@@ -241,6 +283,7 @@ impl Config {
             auth: AuthConfig::default(),
             queues: vec![QueueConfig::new("queue.1")],
             topics: vec![topic],
+            storage: StorageConfig::default(),
         }
     }
 

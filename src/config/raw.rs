@@ -22,6 +22,18 @@ pub(super) struct RawConfig {
     pub queues: Vec<RawQueue>,
     #[serde(default)]
     pub topics: Vec<RawTopic>,
+    #[serde(default)]
+    pub storage: RawStorage,
+}
+
+/// `[storage]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawStorage {
+    pub mode: Option<String>,
+    pub data_dir: Option<String>,
+    pub min_free_space: Option<RawBytes>,
+    pub compaction_threshold: Option<RawBytes>,
 }
 
 /// `[server]`.

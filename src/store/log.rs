@@ -92,6 +92,10 @@ pub struct LogStatistics {
     pub syncs: AtomicU64,
     /// Bytes written.
     pub bytes: AtomicU64,
+    /// Bytes in the segment files on disk (what compaction reclaims).
+    pub disk_bytes: AtomicU64,
+    /// Segment files on disk.
+    pub segments: AtomicU64,
 }
 
 struct Submission {
@@ -105,6 +109,10 @@ enum Request {
     Append(Submission),
     /// Finish, release the directory lock, then answer.
     Close(std::sync::mpsc::Sender<()>),
+    /// Start a new segment (after what was submitted before); answer its number.
+    Rotate(oneshot::Sender<Result<u64, StoreError>>),
+    /// Delete every segment numbered below this one (compaction superseded them).
+    DeleteBefore(u64),
 }
 
 /// A handle on the log; cheap to clone, shared by every entity.
@@ -137,6 +145,17 @@ impl WriteAheadLog {
             None => create_segment(directory, 0)?,
         };
         let statistics = Arc::new(LogStatistics::default());
+        let on_disk = segment::list(directory).unwrap_or_default();
+        let mut disk_bytes = 0;
+        for number in &on_disk {
+            disk_bytes += std::fs::metadata(directory.join(segment::file_name(*number)))
+                .map(|metadata| metadata.len())
+                .unwrap_or(0);
+        }
+        statistics.disk_bytes.store(disk_bytes, Ordering::Relaxed);
+        statistics
+            .segments
+            .store(on_disk.len().max(1) as u64, Ordering::Relaxed);
         let (submissions, inbox) = mpsc::channel();
         let writer = Writer {
             directory: directory.clone(),
@@ -181,6 +200,23 @@ impl WriteAheadLog {
     /// The writer's counters.
     pub fn statistics(&self) -> &LogStatistics {
         &self.statistics
+    }
+
+    /// Starts a new segment once everything submitted before is written; answers its
+    /// number. Records appended after the answer land in it or later segments.
+    pub fn rotate(&self) -> oneshot::Receiver<Result<u64, StoreError>> {
+        let (done, answer) = oneshot::channel();
+        if let Err(mpsc::SendError(Request::Rotate(done))) =
+            self.submissions.send(Request::Rotate(done))
+        {
+            let _ = done.send(Err(StoreError::Closed));
+        }
+        answer
+    }
+
+    /// Deletes every segment numbered below `number`.
+    pub fn delete_before(&self, number: u64) {
+        let _ = self.submissions.send(Request::DeleteBefore(number));
     }
 }
 
@@ -314,6 +350,7 @@ impl Writer {
     fn run(mut self, inbox: mpsc::Receiver<Request>) {
         let mut buffer = Vec::with_capacity(1024 * 1024);
         let mut closing = None;
+        let mut rotations = Vec::new();
         while closing.is_none() {
             let Ok(first) = inbox.recv() else { break };
             let mut batch = Vec::new();
@@ -329,6 +366,11 @@ impl Writer {
                         closing = Some(closed);
                         break;
                     }
+                    Request::Rotate(done) => {
+                        rotations.push(done);
+                        break;
+                    }
+                    Request::DeleteBefore(number) => self.delete_before(number),
                 }
                 if bytes < MAX_BATCH_BYTES {
                     next = inbox.try_recv().ok();
@@ -345,6 +387,10 @@ impl Writer {
             let result = self.commit(&buffer, count);
             for submission in batch {
                 let _ = submission.done.send(result.clone());
+            }
+            for done in rotations.drain(..) {
+                let rotated = self.rotate();
+                let _ = done.send(rotated);
             }
         }
         let Writer { _lock, .. } = self;
@@ -383,10 +429,54 @@ impl Writer {
         self.statistics
             .bytes
             .fetch_add(buffer.len() as u64, Ordering::Relaxed);
+        self.statistics
+            .disk_bytes
+            .fetch_add(buffer.len() as u64, Ordering::Relaxed);
         if self.current.length >= self.options.segment_size {
-            self.current = create_segment(&self.directory, self.current.number + 1)?;
+            self.rotate()?;
         }
         Ok(())
+    }
+
+    /// Starts the next segment (the current one is synced already).
+    fn rotate(&mut self) -> Result<u64, StoreError> {
+        if let Some(error) = &self.failed {
+            return Err(error.clone());
+        }
+        self.current = create_segment(&self.directory, self.current.number + 1)?;
+        self.statistics
+            .disk_bytes
+            .fetch_add(MAGIC.len() as u64, Ordering::Relaxed);
+        self.statistics.segments.fetch_add(1, Ordering::Relaxed);
+        Ok(self.current.number)
+    }
+
+    /// Deletes the segments below `number` (never the current one).
+    fn delete_before(&mut self, number: u64) {
+        let numbers = segment::list(&self.directory).unwrap_or_default();
+        let mut deleted = false;
+        for old in numbers
+            .into_iter()
+            .filter(|old| *old < number && *old < self.current.number)
+        {
+            let path = self.directory.join(segment::file_name(old));
+            let length = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+            match std::fs::remove_file(&path) {
+                Ok(()) => {
+                    deleted = true;
+                    self.statistics
+                        .disk_bytes
+                        .fetch_sub(length, Ordering::Relaxed);
+                    self.statistics.segments.fetch_sub(1, Ordering::Relaxed);
+                }
+                Err(error) => {
+                    tracing::warn!(segment = %path.display(), %error, "cannot delete a compacted log segment");
+                }
+            }
+        }
+        if deleted && let Ok(directory) = File::open(&self.directory) {
+            let _ = directory.sync_all();
+        }
     }
 
     fn write(&mut self, buffer: &[u8]) -> Result<(), StoreError> {

@@ -5,8 +5,10 @@
 //! - [`log`]: the writer thread with group commit, recovery with torn-tail truncation, the
 //!   directory lock, and the fault behaviour (disk full refuses, a failed sync stops).
 
+pub mod codec;
 pub mod log;
 pub mod segment;
+pub mod storage;
 
 #[cfg(test)]
 mod log_tests;

@@ -28,9 +28,14 @@ impl Drop for Broker {
 
 impl Broker {
     /// Starts a broker with the given configuration text.
-    pub async fn start(config: &str) -> Broker {
-        let config = ferrobus::config::Config::from_toml_str(config, "test.toml")
+    pub async fn start(config_text: &str) -> Broker {
+        let mut config = ferrobus::config::Config::from_toml_str(config_text, "test.toml")
             .expect("test configuration is valid");
+        // In-process brokers share a working directory: they keep messages in memory
+        // unless the test names a data directory of its own.
+        if !config_text.contains("[storage]") {
+            config.storage.mode = ferrobus::config::StorageMode::Memory;
+        }
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind an ephemeral port");

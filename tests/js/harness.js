@@ -150,7 +150,13 @@ export class Broker {
     }
     writeFileSync(this.configPath, this.configText);
     const logFile = createWriteStream(this.logPath);
-    const child = spawn(binary, ["--config", this.configPath, "--listen", "127.0.0.1:0"], {
+    // FERROBUS_TEST_STORAGE=durable runs the broker on a data directory of its own (every
+    // reply waits for its fsync); the default is --memory.
+    const storage =
+      process.env.FERROBUS_TEST_STORAGE === "durable"
+        ? ["--data-dir", path.join(this.workDir, "data")]
+        : ["--memory"];
+    const child = spawn(binary, ["--config", this.configPath, "--listen", "127.0.0.1:0", ...storage], {
       stdio: ["ignore", "ignore", "pipe"],
       env: { ...process.env, NO_COLOR: "1" },
     });

@@ -175,8 +175,14 @@ class Broker:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(self.config_text)
         environment = dict(os.environ, NO_COLOR="1")
+        # FERROBUS_TEST_STORAGE=durable runs the broker on a data directory of its own (every
+        # reply waits for its fsync); the default is --memory.
+        if os.environ.get("FERROBUS_TEST_STORAGE", "memory") == "durable":
+            storage = ["--data-dir", str(self.work_dir / "data")]
+        else:
+            storage = ["--memory"]
         self._process = subprocess.Popen(
-            [str(binary), "--config", str(self.config_path), "--listen", "127.0.0.1:0"],
+            [str(binary), "--config", str(self.config_path), "--listen", "127.0.0.1:0", *storage],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

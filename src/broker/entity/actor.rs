@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use tokio::sync::{mpsc, watch};
 
 use super::settings::EntitySettings;
-use super::state::{Effect, EntityState, Record};
+use super::state::{Change, Effect, EntityState, Record};
 use super::{
     Command, Delivery, EntityHandle, Notification, NotificationSender, Reply, SessionOperation,
 };
@@ -16,6 +16,8 @@ use crate::broker::forwarder::{Forward, ForwardSender};
 use crate::broker::lifecycle::{Lifecycle, stopped};
 use crate::broker::types::{EntityError, ReceiverId, SubQueue};
 use crate::clock::Clock;
+use crate::store::log::StoreError;
+use crate::store::storage::Storage;
 use std::sync::Arc;
 
 /// A management reply carrying records of `sub_queue` (peek, deferred receive).
@@ -38,7 +40,20 @@ const COMMAND_CAPACITY: usize = 1024;
 /// Where an idle entity reports that it deleted itself (its path).
 pub type IdleSender = mpsc::UnboundedSender<String>;
 
-/// Starts the actor for one entity and returns its handle.
+/// Where an entity keeps its state: its key in the storage, and what recovery read for it.
+pub struct Durability {
+    /// The shared storage.
+    pub storage: Storage,
+    /// The entity's key in the log.
+    pub key: String,
+    /// Its change records as recovered (empty for a new entity).
+    pub recovered: Vec<Change>,
+}
+
+/// Starts the actor for one entity and returns its handle. With `durability`, the entity
+/// starts from its recovered records and every turn's changes are durable before the
+/// turn's replies, dispositions and deliveries go out.
+#[allow(clippy::too_many_arguments)]
 pub fn spawn(
     settings: EntitySettings,
     clock: Clock,
@@ -46,6 +61,7 @@ pub fn spawn(
     on_idle: IdleSender,
     forwarder: Option<ForwardSender>,
     budget: Arc<MemoryBudget>,
+    durability: Option<Durability>,
     lifecycle: &Lifecycle,
 ) -> EntityHandle {
     let (commands, inbox) = mpsc::channel(COMMAND_CAPACITY);
@@ -53,14 +69,35 @@ pub fn spawn(
         path: settings.path.as_str().into(),
         commands,
     };
+    let now = clock.now();
+    let (state, storage) = match durability {
+        Some(Durability {
+            storage,
+            key,
+            recovered,
+        }) => {
+            let mut state = if recovered.is_empty() {
+                EntityState::new(settings, token_seed, now)
+            } else {
+                EntityState::restore(settings, token_seed, now, recovered)
+            };
+            state.set_journaling(true);
+            storage.register(&key);
+            (state, Some((storage, key)))
+        }
+        None => (EntityState::new(settings, token_seed, now), None),
+    };
     let actor = Actor {
-        state: EntityState::new(settings, token_seed, clock.now()),
+        state,
         clock,
         sinks: HashMap::new(),
         on_idle,
         forwarder,
         budget,
         charged: 0,
+        storage,
+        held_replies: Vec::new(),
+        checkpointed: 0,
     };
     lifecycle.spawn(actor.run(inbox, lifecycle.stopping()));
     handle
@@ -82,6 +119,12 @@ struct Actor {
     budget: Arc<MemoryBudget>,
     /// What this entity has charged to it.
     charged: u64,
+    /// The durable storage and this entity's key in it (`None`: in memory).
+    storage: Option<(Storage, String)>,
+    /// Replies of this turn, released once the turn's changes are durable.
+    held_replies: Vec<(super::ReplyTo, Result<super::Reply, EntityError>)>,
+    /// The last compaction round this entity wrote a checkpoint for.
+    checkpointed: u64,
 }
 
 impl Actor {
@@ -90,6 +133,16 @@ impl Actor {
         mut inbox: mpsc::Receiver<Command>,
         mut stopping: watch::Receiver<bool>,
     ) {
+        let mut epochs = self.storage.as_ref().map(|(storage, _)| storage.epochs());
+        // Deadlines that passed while the broker was down run now.
+        if self.storage.is_some() {
+            let now = self.clock.now();
+            self.state.advance(now);
+            if self.finish_turn().await {
+                self.delete_for_idleness(inbox).await;
+                return;
+            }
+        }
         loop {
             let deadline = self.state.next_deadline();
             let timer = async {
@@ -114,22 +167,127 @@ impl Actor {
                     self.state.advance(now);
                 }
                 () = stopped(&mut stopping) => break,
+                Ok(()) = async {
+                    match &mut epochs {
+                        Some(epochs) => epochs.changed().await,
+                        None => std::future::pending().await,
+                    }
+                } => {}
             }
-            let deleted = self.carry_out_effects();
+            let deleted = self.finish_turn().await;
             self.recharge();
             if deleted {
-                // Deleted for idleness (rule IDL-1): stop taking commands, answer the ones
-                // already queued with not-found, and stop; handles then report not-found.
-                let _ = self.on_idle.send(self.state.settings().path.clone());
-                inbox.close();
-                while let Some(command) = inbox.recv().await {
-                    self.refuse(command);
+                self.delete_for_idleness(inbox).await;
+                return;
+            }
+            if let Some(epochs) = &epochs {
+                let epoch = *epochs.borrow();
+                if epoch > self.checkpointed {
+                    self.checkpoint(epoch).await;
                 }
-                break;
             }
         }
-        // The entity is gone: what it stored no longer counts.
+        self.stop();
+    }
+
+    /// Deleted for idleness (rule IDL-1): stop taking commands, answer the ones already
+    /// queued with not-found, forget the stored state, and stop; handles then report
+    /// not-found.
+    async fn delete_for_idleness(self, mut inbox: mpsc::Receiver<Command>) {
+        let _ = self.on_idle.send(self.state.settings().path.clone());
+        inbox.close();
+        while let Some(command) = inbox.recv().await {
+            self.refuse(command);
+        }
+        if let Some((storage, key)) = &self.storage
+            && let Err(error) = storage.drop_entity(key).await
+        {
+            tracing::warn!(entity = %key, %error, "cannot record the deletion of an idle entity");
+        }
+        self.stop();
+    }
+
+    /// The actor ends: what it stored no longer counts against the memory budget.
+    fn stop(self) {
         self.budget.recharge(self.charged, 0);
+        if let Some((storage, key)) = &self.storage {
+            storage.unregister(key);
+        }
+    }
+
+    /// Ends a turn: makes its changes durable (group commit with every other entity's),
+    /// then releases its replies and carries out its effects. Effects that change the state
+    /// again (a delivery returned because its connection is gone) go through the same
+    /// commit before anything further goes out. Returns true when the entity must be
+    /// deleted.
+    async fn finish_turn(&mut self) -> bool {
+        let mut deleted = false;
+        loop {
+            let failure = self.commit().await;
+            let (idle, returned) = self.carry_out_effects(failure.as_ref());
+            deleted |= idle;
+            if !returned {
+                return deleted;
+            }
+        }
+    }
+
+    /// Appends the turn's changes and waits until they are durable; then answers the held
+    /// replies. A failure answers every successful reply of the turn with the storage error
+    /// instead (nothing is acknowledged that is not on disk) and is returned, so that the
+    /// turn's deliveries are taken back rather than sent.
+    async fn commit(&mut self) -> Option<EntityError> {
+        let (storage, key) = self.storage.as_ref()?;
+        let changes = self.state.take_changes();
+        let failure = if changes.is_empty() {
+            None
+        } else {
+            match storage.append(key, changes).await {
+                Ok(()) => None,
+                Err(error) => {
+                    tracing::error!(entity = %key, %error, "cannot make a change durable; the operation is refused");
+                    Some(match error {
+                        StoreError::NoSpace(text) => EntityError::StorageFull(format!(
+                            "The broker's disk is full; nothing was stored: {text}"
+                        )),
+                        other => EntityError::StorageFailed(format!(
+                            "The broker could not store the operation durably: {other}"
+                        )),
+                    })
+                }
+            }
+        };
+        for (reply, result) in self.held_replies.drain(..) {
+            match (&failure, result) {
+                (Some(error), Ok(_)) => reply.send(Err(error.clone())),
+                (_, result) => reply.send(result),
+            }
+        }
+        failure
+    }
+
+    /// Writes this entity's whole durable state for compaction round `epoch`.
+    async fn checkpoint(&mut self, epoch: u64) {
+        let Some((storage, key)) = &self.storage else {
+            return;
+        };
+        let changes = self.state.checkpoint();
+        match storage.checkpoint(key, epoch, changes).await {
+            Ok(()) => self.checkpointed = epoch,
+            Err(error) => {
+                tracing::error!(entity = %key, %error, "cannot write a checkpoint");
+                self.checkpointed = epoch;
+            }
+        }
+    }
+
+    /// Answers a command: at once in memory, after the turn's commit when durable.
+    fn answer(&mut self, reply: super::ReplyTo, result: Result<super::Reply, EntityError>) {
+        if self.storage.is_some() {
+            self.held_replies.push((reply, result));
+        } else {
+            reply.send(result);
+        }
     }
 
     /// Brings this entity's charge on the memory budget up to date.
@@ -145,20 +303,32 @@ impl Actor {
         let now = self.clock.now();
         match command {
             Command::Send { messages, reply } => {
+                if let Some((storage, _)) = &self.storage
+                    && !storage.has_room()
+                {
+                    let error = EntityError::StorageFull(storage.full_error());
+                    if let Some(reply) = reply {
+                        self.answer(reply, Err(error));
+                    }
+                    return;
+                }
                 let incoming: u64 = messages.iter().map(|message| message.size() as u64).sum();
                 if let Err(used) = self.budget.admit(incoming) {
                     if let Some(reply) = reply {
-                        reply.send(Err(EntityError::QuotaExceeded {
-                            entity: "the broker's memory budget (server.memory_budget)".into(),
-                            size: used,
-                            limit: self.budget.limit(),
-                        }));
+                        self.answer(
+                            reply,
+                            Err(EntityError::QuotaExceeded {
+                                entity: "the broker's memory budget (server.memory_budget)".into(),
+                                size: used,
+                                limit: self.budget.limit(),
+                            }),
+                        );
                     }
                     return;
                 }
                 let result = self.state.enqueue(now, messages);
                 if let Some(reply) = reply {
-                    reply.send(result.map(Reply::SequenceNumbers));
+                    self.answer(reply, result.map(Reply::SequenceNumbers));
                 }
             }
             Command::TransferDeadLetter {
@@ -220,7 +390,7 @@ impl Actor {
                         .session_state(now, &session_id)
                         .map(Reply::SessionState),
                 };
-                reply.send(result);
+                self.answer(reply, result);
             }
             Command::ListSessions {
                 last_updated,
@@ -229,7 +399,7 @@ impl Actor {
                 reply,
             } => {
                 let sessions = self.state.message_sessions(now, last_updated, skip, top);
-                reply.send(Ok(Reply::Sessions(sessions)));
+                self.answer(reply, Ok(Reply::Sessions(sessions)));
             }
             Command::DetachReceiver { receiver } => {
                 // Deliveries already sent to this receiver's connection precede this
@@ -254,7 +424,7 @@ impl Actor {
             } => {
                 let result = self.state.settle(now, token, settlement);
                 if let Some(reply) = reply {
-                    reply.send(result.map(|()| Reply::Done));
+                    self.answer(reply, result.map(|()| Reply::Done));
                 }
             }
             Command::Peek {
@@ -267,7 +437,7 @@ impl Actor {
                 let records = self
                     .state
                     .peek(now, sub_queue, from, count, session_id.as_deref());
-                reply.send(Ok(messages(sub_queue, records)));
+                self.answer(reply, Ok(messages(sub_queue, records)));
             }
             Command::ReceiveDeferred {
                 sub_queue,
@@ -279,21 +449,21 @@ impl Actor {
                     .state
                     .receive_deferred(now, sub_queue, &sequence_numbers, mode)
                     .map(|records| messages(sub_queue, records));
-                reply.send(result);
+                self.answer(reply, result);
             }
             Command::CancelScheduled {
                 sequence_numbers,
                 reply,
             } => {
                 self.state.cancel_scheduled(now, &sequence_numbers);
-                reply.send(Ok(Reply::Done));
+                self.answer(reply, Ok(Reply::Done));
             }
             Command::RenewLocks { tokens, reply } => {
                 let result: Result<Vec<_>, _> = tokens
                     .into_iter()
                     .map(|token| self.state.renew_lock(now, token))
                     .collect();
-                reply.send(result.map(Reply::Expirations));
+                self.answer(reply, result.map(Reply::Expirations));
             }
         }
     }
@@ -330,12 +500,20 @@ impl Actor {
         }
     }
 
-    /// Carries out effects; returns true when the entity must be deleted.
-    fn carry_out_effects(&mut self) -> bool {
+    /// Carries out effects; returns whether the entity must be deleted, and whether
+    /// deliveries were taken back (which changed the state: another turn must commit
+    /// before anything further goes out). After a failed commit (`failure`), deliveries are
+    /// taken back instead of sent: nothing leaves that the log does not have.
+    fn carry_out_effects(&mut self, failure: Option<&EntityError>) -> (bool, bool) {
         let mut idle = false;
         let mut returned = Vec::new();
         for effect in self.state.take_effects() {
             match effect {
+                Effect::Deliver(delivery) if failure.is_some() => {
+                    if let Some(receiver) = delivery.receiver {
+                        returned.push((receiver, delivery, false));
+                    }
+                }
                 Effect::Deliver(delivery) => {
                     let Some(receiver) = delivery.receiver else {
                         continue;
@@ -353,7 +531,7 @@ impl Actor {
                     if let Some(delivery) = undelivered {
                         // The connection is gone: take the message back (no loss, no
                         // delivery counted) and stop serving that receiver.
-                        returned.push(delivery);
+                        returned.push((receiver, delivery, true));
                         self.sinks.remove(&receiver);
                     }
                 }
@@ -402,18 +580,25 @@ impl Actor {
                 }
             }
         }
-        if !returned.is_empty() {
+        let taken_back = !returned.is_empty();
+        if taken_back {
             let now = self.clock.now();
-            for delivery in returned {
-                if let Some(receiver) = delivery.receiver {
+            for (receiver, delivery, gone) in returned {
+                if gone {
                     self.state.detach_receiver(now, receiver);
+                    self.state
+                        .return_undelivered(now, None, delivery.sub_queue, delivery.record);
+                } else {
+                    // Not sent: the receiver keeps the credit it spent on it.
+                    self.state.return_undelivered(
+                        now,
+                        Some(receiver),
+                        delivery.sub_queue,
+                        delivery.record,
+                    );
                 }
-                self.state
-                    .return_undelivered(now, None, delivery.sub_queue, delivery.record);
             }
-            // Returning may dispatch to other receivers.
-            idle |= self.carry_out_effects();
         }
-        idle
+        (idle, taken_back)
     }
 }

@@ -54,6 +54,7 @@ impl Entity {
             idle_sender,
             None,
             Default::default(),
+            None,
             &Default::default(),
         );
         let (reply_sink, replies) = mpsc::unbounded_channel();

@@ -69,6 +69,15 @@ impl DuplicateDetector {
     }
 
     /// Number of remembered ids.
+    /// The remembered ids, oldest first: `(id, when, sequence number)`.
+    pub fn entries(&self) -> impl Iterator<Item = (&str, Timestamp, SequenceNumber)> + '_ {
+        self.order.iter().filter_map(|(_, id)| {
+            self.seen
+                .get(id)
+                .map(|(at, sequence_number)| (id.as_str(), *at, *sequence_number))
+        })
+    }
+
     pub fn len(&self) -> usize {
         self.seen.len()
     }

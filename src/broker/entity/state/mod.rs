@@ -428,6 +428,22 @@ impl EntityState {
         self.log.set_journaling(on);
     }
 
+    /// The whole durable state as change records (a compaction checkpoint): the log's
+    /// records, counter and session states, and the duplicate-detection history.
+    pub fn checkpoint(&self) -> Vec<Change> {
+        let mut changes = self.log.checkpoint();
+        if let Some(detector) = &self.duplicates {
+            changes.extend(detector.entries().map(|(id, at, sequence_number)| {
+                Change::Remembered {
+                    message_id: id.to_string(),
+                    sequence_number,
+                    at,
+                }
+            }));
+        }
+        changes
+    }
+
     /// Durable changes made since the last call, in order.
     pub fn take_changes(&mut self) -> Vec<Change> {
         self.log.take_changes()

@@ -1,0 +1,421 @@
+//! The storage interface the entity actors use — the one narrow seam between the broker and
+//! its disk: `append` an entity's change records (the answer comes when they are durable),
+//! read back each entity's records at start, and take part in compaction by writing a
+//! checkpoint when asked. Records are data ([`Change`]) that apply deterministically, so a
+//! replicated backend can implement the same interface (see `docs/scale-out.md`).
+//!
+//! Compaction: once the log on disk outgrows `max(compaction_min_bytes, 2 × the live data of
+//! the last round)`, a round starts: the writer moves to a new segment, every entity writes
+//! its whole durable state as a checkpoint into the log, and once all of them are durable
+//! the segments before the round are deleted. A checkpoint supersedes everything recorded
+//! for its entity before it, so recovery reads the newest complete checkpoint plus what
+//! follows it.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use super::codec::{self, LogRecord};
+use super::log::{LogOptions, StoreError, WriteAheadLog};
+use crate::broker::entity::state::Change;
+
+/// How the storage runs.
+#[derive(Debug, Clone)]
+pub struct StorageOptions {
+    /// The data directory.
+    pub directory: PathBuf,
+    /// Sends are refused while the data directory's file system has less free space.
+    pub min_free_space: u64,
+    /// The log on disk may grow to this size before the first compaction.
+    pub compaction_min_bytes: u64,
+    /// Segment size of the log.
+    pub segment_size: u64,
+    /// Test hook: the free space to report instead of asking the file system.
+    pub free_space_override: Option<Arc<AtomicU64>>,
+}
+
+impl StorageOptions {
+    /// Defaults for `directory`: 64 MiB segments, 256 MiB before compaction, 64 MiB free.
+    pub fn new(directory: impl Into<PathBuf>) -> StorageOptions {
+        StorageOptions {
+            directory: directory.into(),
+            min_free_space: 64 * 1024 * 1024,
+            compaction_min_bytes: 256 * 1024 * 1024,
+            segment_size: 64 * 1024 * 1024,
+            free_space_override: None,
+        }
+    }
+}
+
+/// What recovery read back.
+#[derive(Debug, Default)]
+pub struct Recovery {
+    /// Each entity's change records, newest checkpoint first, in order.
+    pub entities: HashMap<String, Vec<Change>>,
+    /// Log records read.
+    pub records: u64,
+    /// Bytes of a torn or corrupt tail that were cut off.
+    pub truncated_bytes: u64,
+    /// How long opening and reading the log took.
+    pub elapsed: Duration,
+}
+
+/// The durable store shared by every entity.
+#[derive(Clone)]
+pub struct Storage {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Storage {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Storage")
+            .field("directory", &self.inner.options.directory)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    log: WriteAheadLog,
+    options: StorageOptions,
+    /// Free space was below the minimum at the last check.
+    full: AtomicBool,
+    /// Milliseconds since `started` of the last free-space check.
+    checked_at: AtomicI64,
+    started: Instant,
+    /// The compaction round entities must checkpoint for (0: none yet).
+    epoch: watch::Sender<u64>,
+    compaction: Mutex<Compaction>,
+    /// Checkpoint bytes written in the last complete round (the live data).
+    live_bytes: AtomicU64,
+}
+
+#[derive(Default)]
+struct Compaction {
+    /// Entities with an actor.
+    live: HashSet<String>,
+    /// A round in progress: the first segment of the round, and who has not checkpointed.
+    round: Option<Round>,
+    /// Rounds completed.
+    completed: u64,
+}
+
+struct Round {
+    epoch: u64,
+    first_segment: u64,
+    pending: HashSet<String>,
+    bytes: u64,
+}
+
+/// Free bytes of the file system holding `path`.
+fn free_space(path: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let name = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    let mut stats: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `name` is a valid NUL-terminated path and `stats` a writable statvfs.
+    let result = unsafe { libc::statvfs(name.as_ptr(), &mut stats) };
+    (result == 0).then(|| stats.f_bavail as u64 * stats.f_frsize as u64)
+}
+
+impl Storage {
+    /// Opens (or creates) the data directory, recovers every entity's records and starts
+    /// the writer.
+    pub fn open(options: StorageOptions) -> Result<(Storage, Recovery), StoreError> {
+        let mut log_options = LogOptions::new(&options.directory);
+        log_options.segment_size = options.segment_size;
+        let (log, recovered) = WriteAheadLog::open(log_options)?;
+        let mut recovery = Recovery {
+            truncated_bytes: recovered.truncated_bytes,
+            ..Recovery::default()
+        };
+        let mut pending: HashMap<String, Vec<Change>> = HashMap::new();
+        for (index, bytes) in recovered.records.iter().enumerate() {
+            recovery.records += 1;
+            let record = codec::decode(bytes).map_err(|error| {
+                StoreError::Recovery(format!(
+                    "record {index} of the log in {} cannot be read: {error}",
+                    options.directory.display()
+                ))
+            })?;
+            match record {
+                LogRecord::Changes { entity, changes } => {
+                    if let Some(checkpoint) = pending.get_mut(&entity) {
+                        checkpoint.extend(changes.iter().cloned());
+                    }
+                    recovery.entities.entry(entity).or_default().extend(changes);
+                }
+                LogRecord::Checkpoint {
+                    entity,
+                    first,
+                    last,
+                    changes,
+                } => {
+                    if first {
+                        pending.insert(entity.clone(), Vec::new());
+                    }
+                    if let Some(checkpoint) = pending.get_mut(&entity) {
+                        checkpoint.extend(changes);
+                    }
+                    if last && let Some(checkpoint) = pending.remove(&entity) {
+                        recovery.entities.insert(entity, checkpoint);
+                    }
+                }
+                LogRecord::Dropped { entity } => {
+                    pending.remove(&entity);
+                    recovery.entities.remove(&entity);
+                }
+            }
+        }
+        let live_bytes = log.statistics().disk_bytes.load(Ordering::Relaxed);
+        let storage = Storage {
+            inner: Arc::new(Inner {
+                log,
+                options,
+                full: AtomicBool::new(false),
+                checked_at: AtomicI64::new(i64::MIN / 2),
+                started: Instant::now(),
+                epoch: watch::channel(0).0,
+                compaction: Mutex::new(Compaction::default()),
+                live_bytes: AtomicU64::new(live_bytes / 2),
+            }),
+        };
+        Ok((storage, recovery))
+    }
+
+    /// The data directory.
+    pub fn directory(&self) -> &Path {
+        &self.inner.options.directory
+    }
+
+    /// The write-ahead log underneath (statistics, benchmarks).
+    pub fn log(&self) -> &WriteAheadLog {
+        &self.inner.log
+    }
+
+    /// Appends one turn of an entity's changes; the answer comes once they are durable.
+    pub async fn append(&self, entity: &str, changes: Vec<Change>) -> Result<(), StoreError> {
+        let bytes = codec::encode(&LogRecord::Changes {
+            entity: entity.to_string(),
+            changes,
+        });
+        let answer = self.inner.log.append(vec![bytes]);
+        let result = answer.await.unwrap_or(Err(StoreError::Closed));
+        if result.is_ok() {
+            self.maybe_compact();
+        }
+        result
+    }
+
+    /// Records that an entity was deleted: its records are forgotten at recovery.
+    pub async fn drop_entity(&self, entity: &str) -> Result<(), StoreError> {
+        let bytes = codec::encode(&LogRecord::Dropped {
+            entity: entity.to_string(),
+        });
+        let result = self
+            .inner
+            .log
+            .append(vec![bytes])
+            .await
+            .unwrap_or(Err(StoreError::Closed));
+        self.unregister(entity);
+        result
+    }
+
+    /// Whether sends are accepted: false while the file system is below the free-space
+    /// minimum (checked at most every 250 ms).
+    pub fn has_room(&self) -> bool {
+        let now = self.inner.started.elapsed().as_millis() as i64;
+        let checked = self.inner.checked_at.load(Ordering::Relaxed);
+        if now - checked >= 250 {
+            self.inner.checked_at.store(now, Ordering::Relaxed);
+            let free = match &self.inner.options.free_space_override {
+                Some(free) => Some(free.load(Ordering::Relaxed)),
+                None => free_space(&self.inner.options.directory),
+            };
+            let full = free.is_some_and(|free| free < self.inner.options.min_free_space);
+            let was = self.inner.full.swap(full, Ordering::Relaxed);
+            if full && !was {
+                tracing::warn!(directory = %self.inner.options.directory.display(), free = ?free, "the data directory's disk is nearly full: sends are refused until space returns");
+            } else if was && !full {
+                tracing::info!(directory = %self.inner.options.directory.display(), "disk space is back: sends are accepted again");
+            }
+        }
+        !self.inner.full.load(Ordering::Relaxed)
+    }
+
+    /// The error a refused send gets while the disk is full.
+    pub fn full_error(&self) -> String {
+        format!(
+            "The broker's data directory {} has less than {} bytes free: sends are refused until space returns.",
+            self.inner.options.directory.display(),
+            self.inner.options.min_free_space
+        )
+    }
+
+    /// An entity actor started: compaction rounds wait for its checkpoints.
+    pub fn register(&self, entity: &str) {
+        let mut compaction = self.inner.compaction.lock().expect("compaction lock");
+        compaction.live.insert(entity.to_string());
+    }
+
+    /// An entity actor stopped.
+    pub fn unregister(&self, entity: &str) {
+        let mut compaction = self.inner.compaction.lock().expect("compaction lock");
+        compaction.live.remove(entity);
+        if let Some(round) = &mut compaction.round {
+            round.pending.remove(entity);
+        }
+        self.finish_round_if_done(&mut compaction);
+    }
+
+    /// Where entities learn that a compaction round wants their checkpoint.
+    pub fn epochs(&self) -> watch::Receiver<u64> {
+        self.inner.epoch.subscribe()
+    }
+
+    /// Writes an entity's checkpoint for `epoch` (its whole durable state, in parts) and
+    /// reports it done once durable.
+    pub async fn checkpoint(
+        &self,
+        entity: &str,
+        epoch: u64,
+        changes: Vec<Change>,
+    ) -> Result<(), StoreError> {
+        const PART: usize = 1024;
+        let parts = changes.len().div_ceil(PART).max(1);
+        let mut records = Vec::with_capacity(parts);
+        let mut bytes = 0;
+        let mut iterator = changes.into_iter();
+        for index in 0..parts {
+            let part: Vec<Change> = iterator.by_ref().take(PART).collect();
+            let encoded = codec::encode(&LogRecord::Checkpoint {
+                entity: entity.to_string(),
+                first: index == 0,
+                last: index + 1 == parts,
+                changes: part,
+            });
+            bytes += encoded.len() as u64;
+            records.push(encoded);
+        }
+        // One submission: the parts are written together, in order.
+        self.inner
+            .log
+            .append(records)
+            .await
+            .unwrap_or(Err(StoreError::Closed))?;
+        let mut compaction = self.inner.compaction.lock().expect("compaction lock");
+        if let Some(round) = &mut compaction.round
+            && round.epoch == epoch
+        {
+            round.pending.remove(entity);
+            round.bytes += bytes;
+        }
+        self.finish_round_if_done(&mut compaction);
+        Ok(())
+    }
+
+    /// Compaction rounds completed.
+    pub fn compactions(&self) -> u64 {
+        self.inner
+            .compaction
+            .lock()
+            .expect("compaction lock")
+            .completed
+    }
+
+    /// Starts a compaction round now (tests, benchmarks); the answer comes once the round
+    /// has started (entities are asked for checkpoints).
+    pub async fn compact(&self) -> Result<(), StoreError> {
+        {
+            let compaction = self.inner.compaction.lock().expect("compaction lock");
+            if compaction.round.is_some() {
+                return Ok(());
+            }
+        }
+        let first_segment = self
+            .inner
+            .log
+            .rotate()
+            .await
+            .unwrap_or(Err(StoreError::Closed))?;
+        let mut compaction = self.inner.compaction.lock().expect("compaction lock");
+        if compaction.round.is_some() {
+            return Ok(());
+        }
+        let epoch = *self.inner.epoch.borrow() + 1;
+        compaction.round = Some(Round {
+            epoch,
+            first_segment,
+            pending: compaction.live.clone(),
+            bytes: 0,
+        });
+        self.inner.epoch.send_replace(epoch);
+        self.finish_round_if_done(&mut compaction);
+        Ok(())
+    }
+
+    /// Starts a round when the log on disk has outgrown the live data.
+    fn maybe_compact(&self) {
+        let on_disk = self
+            .inner
+            .log
+            .statistics()
+            .disk_bytes
+            .load(Ordering::Relaxed);
+        let threshold = self
+            .inner
+            .options
+            .compaction_min_bytes
+            .max(2 * self.inner.live_bytes.load(Ordering::Relaxed));
+        if on_disk < threshold {
+            return;
+        }
+        if self
+            .inner
+            .compaction
+            .lock()
+            .expect("compaction lock")
+            .round
+            .is_some()
+        {
+            return;
+        }
+        let storage = self.clone();
+        tokio::spawn(async move {
+            if let Err(error) = storage.compact().await {
+                tracing::warn!(%error, "cannot start a log compaction");
+            }
+        });
+    }
+
+    fn finish_round_if_done(&self, compaction: &mut Compaction) {
+        let done = compaction
+            .round
+            .as_ref()
+            .is_some_and(|round| round.pending.is_empty());
+        if !done {
+            return;
+        }
+        let Some(round) = compaction.round.take() else {
+            return;
+        };
+        compaction.completed += 1;
+        self.inner.live_bytes.store(round.bytes, Ordering::Relaxed);
+        tracing::debug!(
+            epoch = round.epoch,
+            live = round.bytes,
+            "log compaction: segments before {} superseded",
+            round.first_segment
+        );
+        self.inner.log.delete_before(round.first_segment);
+    }
+
+    /// Stops the writer after what was submitted, and releases the directory.
+    pub fn close(&self) {
+        self.inner.log.close();
+    }
+}
