@@ -3,6 +3,7 @@
 
 mod auth;
 mod cli;
+mod crash;
 mod flow_control;
 mod forwarding;
 mod fuzz;
