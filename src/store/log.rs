@@ -283,6 +283,10 @@ struct Segment {
     number: u64,
     file: File,
     length: u64,
+    /// The file's creation (its directory entry and size) is durable. A new segment's
+    /// first commit syncs the file whole and the directory instead of just its data, so
+    /// creating one — at start-up too — costs no sync of its own.
+    created_durably: bool,
 }
 
 fn create_segment(directory: &Path, number: u64) -> Result<Segment, StoreError> {
@@ -294,8 +298,6 @@ fn create_segment(directory: &Path, number: u64) -> Result<Segment, StoreError> 
             .write(true)
             .open(&path)?;
         file.write_all(MAGIC)?;
-        file.sync_all()?;
-        File::open(directory)?.sync_all()?;
         Ok(file)
     };
     let file = write()
@@ -304,6 +306,7 @@ fn create_segment(directory: &Path, number: u64) -> Result<Segment, StoreError> 
         number,
         file,
         length: MAGIC.len() as u64,
+        created_durably: false,
     })
 }
 
@@ -328,6 +331,7 @@ fn open_segment(directory: &Path, number: u64, valid_length: u64) -> Result<Segm
         number,
         file,
         length: valid_length,
+        created_durably: true,
     })
 }
 
@@ -506,6 +510,12 @@ impl Writer {
         self.statistics.syncs.fetch_add(1, Ordering::Relaxed);
         if self.options.fault == Some(Fault::SyncFails) {
             return Err(io::Error::other("injected: fsync failed"));
+        }
+        if !self.current.created_durably {
+            self.current.file.sync_all()?;
+            File::open(&self.directory)?.sync_all()?;
+            self.current.created_durably = true;
+            return Ok(());
         }
         self.current.file.sync_data()
     }

@@ -49,6 +49,28 @@ impl Broker {
         Broker { address, stop }
     }
 
+    /// Starts a broker on storage opened by the test (injected faults, small limits).
+    pub async fn start_with_storage(
+        config_text: &str,
+        options: ferrobus::store::storage::StorageOptions,
+    ) -> Broker {
+        let config = ferrobus::config::Config::from_toml_str(config_text, "test.toml")
+            .expect("test configuration is valid");
+        let storage =
+            ferrobus::store::storage::Storage::open(options).expect("the data directory opens");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind an ephemeral port");
+        let address = listener.local_addr().expect("bound address");
+        let (stop, stopped) = watch::channel(false);
+        tokio::spawn(async move {
+            ferrobus::run_with_storage(listener, &config, Some(storage), stopped)
+                .await
+                .expect("broker starts")
+        });
+        Broker { address, stop }
+    }
+
     /// Starts the broker's shutdown (what SIGTERM does in the binary).
     pub fn shut_down(&self) {
         let _ = self.stop.send(true);

@@ -4,6 +4,7 @@
 mod auth;
 mod cli;
 mod crash;
+mod durability;
 mod flow_control;
 mod forwarding;
 mod fuzz;

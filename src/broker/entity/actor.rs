@@ -180,8 +180,8 @@ impl Actor {
                 self.delete_for_idleness(inbox).await;
                 return;
             }
-            if let Some(epochs) = &epochs {
-                let epoch = *epochs.borrow();
+            if let Some(epochs) = &mut epochs {
+                let epoch = *epochs.borrow_and_update();
                 if epoch > self.checkpointed {
                     self.checkpoint(epoch).await;
                 }
