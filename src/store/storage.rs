@@ -414,8 +414,20 @@ impl Storage {
         self.inner.log.delete_before(round.first_segment);
     }
 
-    /// Stops the writer after what was submitted, and releases the directory.
+    /// Stops the writer after what was submitted, and releases the directory; logs what
+    /// the log did (benchmarks read this line).
     pub fn close(&self) {
         self.inner.log.close();
+        let statistics = self.inner.log.statistics();
+        let records = statistics.records.load(Ordering::Relaxed);
+        let syncs = statistics.syncs.load(Ordering::Relaxed);
+        tracing::info!(
+            "storage closed: {records} records in {syncs} syncs ({:.1} records per sync), {} bytes written, {} bytes on disk in {} segments, {} compactions",
+            records as f64 / syncs.max(1) as f64,
+            statistics.bytes.load(Ordering::Relaxed),
+            statistics.disk_bytes.load(Ordering::Relaxed),
+            statistics.segments.load(Ordering::Relaxed),
+            self.compactions()
+        );
     }
 }
