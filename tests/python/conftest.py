@@ -105,7 +105,10 @@ def queue_toml(name: str, **overrides: object) -> str:
     settings = {**QUEUE_DEFAULTS, **overrides}
     lines = ["[[queues]]", f'name = "{name}"']
     for key, value in settings.items():
-        lines.append(f'{key} = "{value}"' if isinstance(value, str) else f"{key} = {value}")
+        if isinstance(value, bool):
+            lines.append(f"{key} = {str(value).lower()}")
+        else:
+            lines.append(f'{key} = "{value}"' if isinstance(value, str) else f"{key} = {value}")
     return "\n".join(lines) + "\n"
 
 
@@ -140,9 +143,11 @@ class BrokerStartError(RuntimeError):
 class Broker:
     """One ferrobus process with its own config file and log file."""
 
-    def __init__(self, config_text: str, work_dir: Path) -> None:
+    def __init__(self, config_text: str, work_dir: Path, data_dir: Optional[Path] = None) -> None:
         self.config_text = with_test_auth(config_text)
         self.work_dir = work_dir
+        # A data directory of the test's own (durability tests restart on it).
+        self.data_dir = data_dir
         self.config_path = work_dir / "ferrobus.toml"
         self.log_path = work_dir / "ferrobus.stderr.log"
         self.port: Optional[int] = None
@@ -177,7 +182,9 @@ class Broker:
         environment = dict(os.environ, NO_COLOR="1")
         # FERROBUS_TEST_STORAGE=durable runs the broker on a data directory of its own (every
         # reply waits for its fsync); the default is --memory.
-        if os.environ.get("FERROBUS_TEST_STORAGE", "memory") == "durable":
+        if self.data_dir is not None:
+            storage = ["--data-dir", str(self.data_dir)]
+        elif os.environ.get("FERROBUS_TEST_STORAGE", "memory") == "durable":
             storage = ["--data-dir", str(self.work_dir / "data")]
         else:
             storage = ["--memory"]
@@ -225,6 +232,14 @@ class Broker:
     def is_running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
+    def kill(self) -> None:
+        """SIGKILL (kill -9): no shutdown, no flush."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.kill()
+            self._process.wait(timeout=SHUTDOWN_TIMEOUT_SECONDS)
+        if self._reader is not None:
+            self._reader.join(timeout=2)
+
     def stop(self) -> Optional[int]:
         """SIGTERM, then SIGKILL after a grace period. Returns the exit code."""
         if self._process is None:
@@ -245,8 +260,8 @@ class Broker:
 _RUNNING_BROKERS: List[Broker] = []
 
 
-def _start(config_text: str, work_dir: Path) -> Broker:
-    broker = Broker(config_text, work_dir)
+def _start(config_text: str, work_dir: Path, data_dir: Optional[Path] = None) -> Broker:
+    broker = Broker(config_text, work_dir, data_dir)
     try:
         broker.start()
     except BrokerStartError as error:
@@ -277,6 +292,24 @@ def start_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[
 
     def start(config_text: str) -> Broker:
         dedicated = _start(config_text, tmp_path_factory.mktemp("ferrobus-dedicated"))
+        started.append(dedicated)
+        return dedicated
+
+    yield start
+    for dedicated in started:
+        _stop(dedicated)
+
+
+@pytest.fixture
+def start_durable_broker(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Callable[[str, Path], Broker]]:
+    """Start a broker from TOML text on the given data directory (durable, whatever
+    FERROBUS_TEST_STORAGE says); stopped when the test ends."""
+    started: List[Broker] = []
+
+    def start(config_text: str, data_dir: Path) -> Broker:
+        dedicated = _start(config_text, tmp_path_factory.mktemp("ferrobus-durable"), data_dir)
         started.append(dedicated)
         return dedicated
 
