@@ -193,12 +193,18 @@ impl Registry {
                 });
                 entities.insert(path, Entity::Subscription(handle));
             }
+            let durability = storage.as_mut().map(|(storage, recovery)| {
+                let key = key(&topic_config.name);
+                let recovered = recovery.entities.remove(&key).unwrap_or_default();
+                (storage.clone(), key, recovered)
+            });
             let handle = topic::spawn(
                 topic_config,
                 subscriptions,
                 clock,
                 on_idle.clone(),
                 codec.clone(),
+                durability,
                 &registry.lifecycle,
             );
             entities.insert(key(&topic_config.name), Entity::Topic(handle));

@@ -6,6 +6,12 @@
 //! copy exists), answers rule management, detects duplicates for the topic, and deletes
 //! itself when idle. It awaits its subscriptions' replies (await order: topic →
 //! subscription, never the reverse) and answers the sender once every copy is stored.
+//!
+//! With durable storage the topic's own state goes through a [`MessageLog`] like an entity's:
+//! its scheduled messages (put when scheduled, removed when cancelled or published), its
+//! sequence counter and its duplicate-detection history. Each command's changes are durable
+//! before its reply goes out; a scheduled message is removed only after every subscription
+//! has stored its copies, so a crash in between publishes it again rather than losing it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,13 +21,15 @@ use tokio::sync::mpsc;
 
 use super::entity::actor::IdleSender;
 use super::entity::duplicates::DuplicateDetector;
+use super::entity::state::{Change, MessageLog, Record};
 use super::entity::{Command, EntityHandle, Notification, Reply, ReplyTo, RequestId};
 use super::filter::PropertyChange;
 use super::message::Message;
 use super::rules::{self, FilterView, Rule};
-use super::types::{EntityError, SequenceNumber, Timestamp};
+use super::types::{EntityError, MessageState, SequenceNumber, SubQueue, Timestamp};
 use crate::clock::Clock;
 use crate::config::TopicConfig;
+use crate::store::storage::Storage;
 
 /// Rewrites a message for a rule action: applies the changes and records the rule name.
 /// Supplied by the AMQP adapter, which owns the encoding (the core must not).
@@ -144,19 +152,24 @@ struct Topic {
     clock: Clock,
     /// Applies rule actions.
     codec: TopicCodec,
-    /// Next topic-level sequence number for scheduled messages.
-    next_sequence_number: i64,
-    /// Scheduled messages by (due time, sequence number).
+    /// The topic's durable state: scheduled messages and the sequence counter (rule
+    /// SEQ-1); duplicate-detection changes are noted in it too.
+    log: MessageLog,
+    /// Scheduled messages by (due time, sequence number): the timer's index over `log`.
     scheduled: BTreeMap<(Timestamp, SequenceNumber), Arc<Message>>,
+    /// The durable storage and the topic's key in it (`None`: in memory).
+    storage: Option<(Storage, String)>,
 }
 
-/// Starts a topic's task.
+/// Starts a topic's task. With `durability` (storage, key, recovered changes) the topic
+/// starts from its recovered scheduled messages, counter and duplicate history.
 pub fn spawn(
     config: &TopicConfig,
     subscriptions: Vec<SubscriptionEntry>,
     clock: Clock,
     on_idle: IdleSender,
     codec: TopicCodec,
+    durability: Option<(Storage, String, Vec<Change>)>,
     lifecycle: &crate::broker::lifecycle::Lifecycle,
 ) -> TopicHandle {
     let (commands, inbox) = mpsc::channel::<TopicCommand>(1024);
@@ -164,7 +177,7 @@ pub fn spawn(
         path: config.name.as_str().into(),
         commands,
     };
-    let topic = Topic {
+    let mut topic = Topic {
         path: config.name.clone(),
         subscriptions,
         duplicates: config
@@ -173,9 +186,16 @@ pub fn spawn(
         auto_delete_on_idle: config.auto_delete_on_idle,
         clock,
         codec,
-        next_sequence_number: 1,
+        log: MessageLog::new(false),
         scheduled: BTreeMap::new(),
+        storage: None,
     };
+    if let Some((storage, key, recovered)) = durability {
+        topic.restore(recovered);
+        topic.log.set_journaling(true);
+        storage.register(&key);
+        topic.storage = Some((storage, key));
+    }
     lifecycle.spawn(topic.run(inbox, on_idle, lifecycle.stopping()));
     handle
 }
@@ -189,6 +209,66 @@ struct Copies {
 }
 
 impl Topic {
+    /// Replays recovered changes: scheduled messages (timers re-armed through the index),
+    /// the counter, the duplicate history.
+    fn restore(&mut self, changes: Vec<Change>) {
+        for change in changes {
+            if let Some(Change::Remembered {
+                message_id,
+                sequence_number,
+                at,
+            }) = self.log.apply(change)
+                && let Some(detector) = &mut self.duplicates
+            {
+                detector.remember(at, &message_id, sequence_number);
+            }
+        }
+        let now = self.clock.now();
+        for record in self.log.records(SubQueue::Main).values() {
+            let at = record.message.scheduled_enqueue_time.unwrap_or(now);
+            self.scheduled
+                .insert((at, record.sequence_number), record.message.clone());
+        }
+    }
+
+    /// Makes this command's changes durable before anything is answered; false when they
+    /// could not be stored (the caller answers with the error instead).
+    async fn commit(&mut self) -> Result<(), EntityError> {
+        let Some((storage, key)) = &self.storage else {
+            return Ok(());
+        };
+        let changes = self.log.take_changes();
+        if changes.is_empty() {
+            return Ok(());
+        }
+        storage.append(key, changes).await.map_err(|error| {
+            tracing::error!(topic = %key, %error, "cannot make a topic change durable");
+            EntityError::StorageFailed(format!(
+                "The broker could not store the operation durably: {error}"
+            ))
+        })
+    }
+
+    /// Writes the topic's whole durable state for compaction round `epoch`.
+    async fn checkpoint(&mut self, epoch: u64) {
+        let Some((storage, key)) = &self.storage else {
+            return;
+        };
+        let mut changes = self.log.checkpoint();
+        if let Some(detector) = &self.duplicates {
+            changes.extend(detector.entries().map(|(id, at, sequence_number)| {
+                Change::Remembered {
+                    message_id: id.to_string(),
+                    sequence_number,
+                    at,
+                }
+            }));
+        }
+        if let Err(error) = storage.checkpoint(key, epoch, changes).await {
+            tracing::error!(topic = %key, %error, "cannot write a checkpoint");
+        }
+    }
+
     async fn run(
         mut self,
         mut inbox: mpsc::Receiver<TopicCommand>,
@@ -197,7 +277,18 @@ impl Topic {
     ) {
         let (sink, mut replies) = mpsc::unbounded_channel();
         let mut last_activity = tokio::time::Instant::now();
+        let mut epochs = self.storage.as_ref().map(|(storage, _)| storage.epochs());
+        let mut checkpointed = 0;
+        // Scheduled messages that came due while the broker was down are published now.
+        self.activate_due(&sink, &mut replies).await;
         loop {
+            if let Some(epochs) = &mut epochs {
+                let epoch = *epochs.borrow_and_update();
+                if epoch > checkpointed {
+                    self.checkpoint(epoch).await;
+                    checkpointed = epoch;
+                }
+            }
             let idle = async {
                 match self.auto_delete_on_idle {
                     // Pending scheduled messages keep the topic alive (rule IDL-2).
@@ -223,31 +314,57 @@ impl Topic {
                 }
                 () = idle => {
                     let _ = on_idle.send(self.path.clone());
+                    if let Some((storage, key)) = &self.storage
+                        && let Err(error) = storage.drop_entity(key).await
+                    {
+                        tracing::warn!(topic = %key, %error, "cannot record the deletion of an idle topic");
+                    }
                     break;
                 }
+                Ok(()) = async {
+                    match &mut epochs {
+                        Some(epochs) => epochs.changed().await,
+                        None => std::future::pending().await,
+                    }
+                } => continue,
             };
             let Some(command) = command else { break };
             last_activity = tokio::time::Instant::now();
             match command {
                 TopicCommand::Publish { messages, reply } => {
                     let outcome = self.publish(messages, &sink, &mut replies).await;
+                    let committed = self.commit().await;
                     if let Some(reply) = reply {
-                        reply.send(outcome);
+                        reply.send(committed.and(outcome));
                     }
                 }
                 TopicCommand::Schedule { messages, reply } => {
                     let now = self.clock.now();
-                    let numbers = messages
+                    let numbers: Vec<SequenceNumber> = messages
                         .into_iter()
                         .map(|message| {
-                            let sequence_number = SequenceNumber(self.next_sequence_number);
-                            self.next_sequence_number += 1;
+                            let sequence_number = self.log.allocate();
                             let at = message.scheduled_enqueue_time.unwrap_or(now);
+                            self.log.insert(
+                                SubQueue::Main,
+                                Record {
+                                    message: message.clone(),
+                                    sequence_number,
+                                    enqueued_time: now,
+                                    time_to_live: message.header.time_to_live,
+                                    expires_at: None,
+                                    delivery_count: 0,
+                                    state: MessageState::Scheduled,
+                                    lock: None,
+                                    property_changes: Vec::new(),
+                                },
+                            );
                             self.scheduled.insert((at, sequence_number), message);
                             sequence_number
                         })
                         .collect();
-                    reply.send(Ok(Reply::SequenceNumbers(numbers)));
+                    let committed = self.commit().await;
+                    reply.send(committed.map(|()| Reply::SequenceNumbers(numbers)));
                     self.activate_due(&sink, &mut replies).await;
                 }
                 TopicCommand::CancelScheduled {
@@ -256,7 +373,11 @@ impl Topic {
                 } => {
                     self.scheduled
                         .retain(|(_, number), _| !sequence_numbers.contains(number));
-                    reply.send(Ok(Reply::Done));
+                    for number in &sequence_numbers {
+                        self.log.remove(SubQueue::Main, *number);
+                    }
+                    let committed = self.commit().await;
+                    reply.send(committed.map(|()| Reply::Done));
                 }
                 TopicCommand::Rules {
                     subscription,
@@ -264,6 +385,9 @@ impl Topic {
                     reply,
                 } => reply.send(self.manage_rules(&subscription, operation)),
             }
+        }
+        if let Some((storage, key)) = &self.storage {
+            storage.unregister(key);
         }
     }
 
@@ -279,9 +403,14 @@ impl Topic {
             if entry.key().0 > now {
                 break;
             }
-            let message = entry.remove();
+            let ((_, sequence_number), message) = entry.remove_entry();
             if let Err(error) = self.publish(vec![message], sink, replies).await {
                 tracing::warn!(topic = %self.path, %error, "a scheduled message could not be published");
+            }
+            // Only now, with every copy stored, does the scheduled message leave the log.
+            self.log.remove(SubQueue::Main, sequence_number);
+            if let Err(error) = self.commit().await {
+                tracing::warn!(topic = %self.path, %error, "the publication of a scheduled message is not durable");
             }
         }
     }
@@ -381,6 +510,13 @@ impl Topic {
                     Some(id) if detector.check(now, id).is_some() => false,
                     Some(id) => {
                         detector.remember(now, id, SequenceNumber(0));
+                        // Committed after the copies are stored: a crash in between lets a
+                        // resend through (a duplicate), never a loss.
+                        self.log.note(|| Change::Remembered {
+                            message_id: id.clone(),
+                            sequence_number: SequenceNumber(0),
+                            at: now,
+                        });
                         true
                     }
                     None => true,
@@ -388,6 +524,7 @@ impl Topic {
                 .collect(),
         };
         let mut outcome: Result<Reply, EntityError> = Ok(Reply::Done);
+        let mut waiting = 0usize;
         for (index, entry) in self.subscriptions.iter().enumerate() {
             let mut accepted = Vec::new();
             let mut dead_lettered = Vec::new();
@@ -419,11 +556,17 @@ impl Topic {
                 outcome = Err(error);
                 continue;
             }
-            if let Some(Notification::Reply {
-                result: Err(error), ..
-            }) = replies.recv().await
-            {
-                outcome = Err(error);
+            waiting += 1;
+        }
+        // Every subscription stores its copies at once (with durable storage their syncs
+        // are shared); the sender is answered when all have.
+        for _ in 0..waiting {
+            match replies.recv().await {
+                Some(Notification::Reply {
+                    result: Err(error), ..
+                }) => outcome = Err(error),
+                Some(_) => {}
+                None => break,
             }
         }
         outcome

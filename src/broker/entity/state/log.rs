@@ -142,7 +142,7 @@ impl MessageLog {
     }
 
     /// Records a change made outside the records (duplicate detection).
-    pub(super) fn note(&mut self, change: impl FnOnce() -> Change) {
+    pub(crate) fn note(&mut self, change: impl FnOnce() -> Change) {
         if let Some(journal) = &mut self.journal {
             journal.push(change());
         }
@@ -180,7 +180,7 @@ impl MessageLog {
     }
 
     /// Assigns the next sequence number.
-    pub(super) fn allocate(&mut self) -> SequenceNumber {
+    pub(crate) fn allocate(&mut self) -> SequenceNumber {
         let sequence_number = SequenceNumber(self.next_sequence_number);
         self.next_sequence_number += 1;
         sequence_number
@@ -192,7 +192,7 @@ impl MessageLog {
     }
 
     /// Adds a record (its lock is cleared: locks are not part of the log).
-    pub(super) fn insert(&mut self, sub_queue: SubQueue, mut record: Record) {
+    pub(crate) fn insert(&mut self, sub_queue: SubQueue, mut record: Record) {
         record.lock = None;
         let sequence_number = record.sequence_number;
         if let Some(journal) = &mut self.journal {
@@ -207,7 +207,7 @@ impl MessageLog {
     }
 
     /// Removes a record (and its entry in the available index).
-    pub(super) fn remove(
+    pub(crate) fn remove(
         &mut self,
         sub_queue: SubQueue,
         sequence_number: SequenceNumber,
