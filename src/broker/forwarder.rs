@@ -1,6 +1,9 @@
 //! Auto-forwarding (rules FWD-1..3): a task per forwarding entity takes the messages its
-//! entity hands over and sends them to the target queue or topic. A message the target
-//! refuses (missing, deleted, full) lands in the source's transfer dead-letter queue.
+//! entity hands over and sends them to the target queue or topic. The source keeps each
+//! message in its outbox until the target has stored it (durably, with durable storage),
+//! then is told to drop it; a crash in between sends it again after recovery (at least
+//! once, never lost). A message the target refuses (missing, deleted, full) moves from the
+//! outbox to the source's transfer dead-letter queue.
 //!
 //! Await order: the forwarder awaits the target's inbox and reply, and the source's inbox
 //! when it returns a failure. Entity actors never await a forwarder (they push into an
@@ -21,6 +24,8 @@ use super::types::EntityError;
 pub struct Forward {
     /// The message, stamped by the source.
     pub message: Arc<Message>,
+    /// Its number in the source's outbox.
+    pub sequence_number: super::types::SequenceNumber,
     /// From the dead-letter queue (`forward_dead_lettered_messages_to`).
     pub dead_letter: bool,
 }
@@ -48,6 +53,9 @@ pub fn spawn(
     lifecycle.spawn(async move {
         let (sink, mut replies) = mpsc::unbounded_channel();
         let mut next_request = 0u64;
+        if let Some(registry) = registry.upgrade() {
+            registry.wait_ready().await;
+        }
         loop {
             let forward = tokio::select! {
                 forward = inbox.recv() => forward,
@@ -94,16 +102,20 @@ pub fn spawn(
                 },
                 Err(error) => Err(error),
             };
-            if let Err(error) = outcome {
-                tracing::info!(source = %source.path, %target, %error, "forwarding failed; message moved to the transfer dead-letter queue");
-                let _ = source
-                    .send(Command::TransferDeadLetter {
-                        message: forward.message,
+            let settled = match outcome {
+                Ok(()) => Command::Forwarded {
+                    sequence_number: forward.sequence_number,
+                },
+                Err(error) => {
+                    tracing::info!(source = %source.path, %target, %error, "forwarding failed; message moved to the transfer dead-letter queue");
+                    Command::ForwardFailed {
+                        sequence_number: forward.sequence_number,
                         reason: "TransferFailed".to_string(),
                         description: format!("Forwarding to '{target}' failed: {error}"),
-                    })
-                    .await;
-            }
+                    }
+                }
+            };
+            let _ = source.send(settled).await;
         }
     });
 }

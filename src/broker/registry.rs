@@ -36,6 +36,9 @@ pub struct Registry {
     budget: Arc<crate::broker::budget::MemoryBudget>,
     /// The core's tasks and their stop signal.
     lifecycle: crate::broker::lifecycle::Lifecycle,
+    /// Turns true once every entity is registered: forwarders wait for it, so that what a
+    /// recovered outbox re-sends at start-up finds its target.
+    ready: tokio::sync::watch::Sender<bool>,
 }
 
 fn queue_settings(queue: &QueueConfig) -> EntitySettings {
@@ -158,6 +161,7 @@ impl Registry {
         let registry = Arc::new(Registry {
             entities: RwLock::default(),
             lifecycle: Default::default(),
+            ready: tokio::sync::watch::channel(false).0,
             budget: Arc::new(crate::broker::budget::MemoryBudget::new(
                 config
                     .server
@@ -212,6 +216,7 @@ impl Registry {
         if let Ok(mut map) = registry.entities.write() {
             *map = entities;
         }
+        registry.ready.send_replace(true);
         if let Some((_, recovery)) = &storage {
             for (entity, changes) in &recovery.entities {
                 tracing::warn!(
@@ -266,6 +271,12 @@ impl Registry {
             Entity::Topic(handle) => Some((handle, subscription.to_string())),
             _ => None,
         }
+    }
+
+    /// Waits until every configured entity is registered (start-up).
+    pub async fn wait_ready(&self) {
+        let mut ready = self.ready.subscribe();
+        let _ = ready.wait_for(|ready| *ready).await;
     }
 
     /// Looks an entity up by path (case-insensitive).

@@ -56,6 +56,8 @@ const CHANGE_REMOVE: u8 = 4;
 const CHANGE_NEXT_SEQUENCE: u8 = 5;
 const CHANGE_SESSION_STATE: u8 = 6;
 const CHANGE_REMEMBERED: u8 = 7;
+const CHANGE_OUTBOX: u8 = 8;
+const CHANGE_FORWARDED: u8 = 9;
 
 /// Why bytes could not be read as a record.
 #[derive(Debug, thiserror::Error)]
@@ -320,6 +322,18 @@ impl Out {
                         None => self.u8(0),
                     }
                 }
+                Change::Outbox {
+                    record,
+                    dead_letter,
+                } => {
+                    self.u8(CHANGE_OUTBOX);
+                    self.u8(u8::from(*dead_letter));
+                    self.record(record);
+                }
+                Change::Forwarded { sequence_number } => {
+                    self.u8(CHANGE_FORWARDED);
+                    self.i64(sequence_number.0);
+                }
                 Change::Remembered {
                     message_id,
                     sequence_number,
@@ -547,6 +561,16 @@ impl In<'_> {
                     };
                     Change::SessionState { session_id, state }
                 }
+                CHANGE_OUTBOX => {
+                    let dead_letter = self.u8()? != 0;
+                    Change::Outbox {
+                        dead_letter,
+                        record: Box::new(self.record()?),
+                    }
+                }
+                CHANGE_FORWARDED => Change::Forwarded {
+                    sequence_number: SequenceNumber(self.i64()?),
+                },
                 CHANGE_REMEMBERED => Change::Remembered {
                     message_id: self.string()?,
                     sequence_number: SequenceNumber(self.i64()?),
@@ -646,6 +670,17 @@ mod tests {
             Change::SessionState {
                 session_id: "t".into(),
                 state: None,
+            },
+            Change::Outbox {
+                record: Box::new(sample_record(3)),
+                dead_letter: true,
+            },
+            Change::Outbox {
+                record: Box::new(sample_record(4)),
+                dead_letter: false,
+            },
+            Change::Forwarded {
+                sequence_number: SequenceNumber(4),
             },
         ]
     }

@@ -40,6 +40,13 @@ max_delivery_count = 1000
 name = "rad"
 
 [[queues]]
+name = "in"
+forward_to = "out"
+
+[[queues]]
+name = "out"
+
+[[queues]]
 name = "expiring"
 dead_lettering_on_message_expiration = true
 "#;
@@ -51,6 +58,8 @@ struct Ledger {
     acknowledged: BTreeSet<u64>,
     /// Ids the broker accepted on `rad`.
     destructive: BTreeSet<u64>,
+    /// Ids the broker accepted on `in`, which forwards to `out`.
+    forwarded: BTreeSet<u64>,
     /// Ids delivered on `work` (peek-lock: completed or released).
     seen: BTreeSet<u64>,
     /// Ids the broker accepted on `expiring` (they expire after 100 ms).
@@ -137,9 +146,13 @@ async fn send_load(broker_address: BrokerProcessAddress, ledger: Arc<Mutex<Ledge
     let Ok(mut rad) = Sender::attach(&mut session, "rad-sender", "rad").await else {
         return;
     };
+    let Ok(mut forwarding) = Sender::attach(&mut session, "in-sender", "in").await else {
+        return;
+    };
     for id in first.. {
-        let to_expiring = id % 7 == 0;
-        let to_rad = !to_expiring && id % 5 == 0;
+        let to_forward = id % 13 == 0;
+        let to_expiring = !to_forward && id % 7 == 0;
+        let to_rad = !to_forward && !to_expiring && id % 5 == 0;
         let mut builder = Message::builder()
             .properties(Properties::builder().message_id(format!("m-{id}")).build());
         if to_expiring {
@@ -158,7 +171,9 @@ async fn send_load(broker_address: BrokerProcessAddress, ledger: Arc<Mutex<Ledge
             );
         }
         let message = builder.value(Value::Ulong(id)).build();
-        let sender = if to_expiring {
+        let sender = if to_forward {
+            &mut forwarding
+        } else if to_expiring {
             &mut expiring
         } else if to_rad {
             &mut rad
@@ -168,7 +183,9 @@ async fn send_load(broker_address: BrokerProcessAddress, ledger: Arc<Mutex<Ledge
         match sender.send(message).await {
             Ok(Outcome::Accepted(_)) => {
                 let mut ledger = ledger.lock().expect("ledger");
-                if to_expiring {
+                if to_forward {
+                    ledger.forwarded.insert(id);
+                } else if to_expiring {
                     ledger.expiring.insert(id);
                 } else if to_rad {
                     ledger.destructive.insert(id);
@@ -361,6 +378,11 @@ async fn acknowledged_messages_survive_kill_9_under_load() {
     )
     .await;
     let unexpired = drain(&broker, "expiring", Duration::from_millis(300)).await;
+    let arrived: BTreeSet<u64> = drain(&broker, "out", Duration::from_millis(800))
+        .await
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
     let mut ledger = ledger.lock().expect("ledger");
     for (id, sequence_number) in remaining {
         ledger.numbered("work", id, sequence_number);
@@ -404,6 +426,16 @@ async fn acknowledged_messages_survive_kill_9_under_load() {
         "seed {seed}: {lost_count} of {acknowledged} acknowledged messages lost, e.g. {lost:?} (data kept in {})",
         data.display()
     );
+    let lost_forwarded: Vec<u64> = ledger
+        .forwarded
+        .difference(&arrived)
+        .copied()
+        .take(20)
+        .collect();
+    assert!(
+        lost_forwarded.is_empty(),
+        "seed {seed}: acknowledged messages sent to a forwarding queue never reached its target: {lost_forwarded:?}"
+    );
     assert!(
         unseen_destructive <= in_flight_allowance,
         "seed {seed}: {unseen_destructive} acknowledged receive-and-delete messages never arrived (at most {in_flight_allowance} may be in flight at the kills)"
@@ -425,5 +457,10 @@ async fn acknowledged_messages_survive_kill_9_under_load() {
         ledger.consumed.len(),
         ledger.expiring.len(),
         dead.len()
+    );
+    eprintln!(
+        "crash test: {} acknowledged on the forwarding queue, all {} arrived at its target",
+        ledger.forwarded.len(),
+        ledger.forwarded.intersection(&arrived).count()
     );
 }

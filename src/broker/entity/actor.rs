@@ -331,13 +331,14 @@ impl Actor {
                     self.answer(reply, result.map(Reply::SequenceNumbers));
                 }
             }
-            Command::TransferDeadLetter {
-                message,
+            Command::Forwarded { sequence_number } => self.state.forwarded(now, sequence_number),
+            Command::ForwardFailed {
+                sequence_number,
                 reason,
                 description,
             } => self
                 .state
-                .enqueue_transfer_dead_lettered(now, message, reason, description),
+                .forward_failed(now, sequence_number, reason, description),
             Command::Return {
                 receiver,
                 sub_queue,
@@ -569,11 +570,13 @@ impl Actor {
                 }
                 Effect::Forward {
                     message,
+                    sequence_number,
                     dead_letter,
                 } => {
                     if let Some(forwarder) = &self.forwarder {
                         let _ = forwarder.send(Forward {
                             message,
+                            sequence_number,
                             dead_letter,
                         });
                     }

@@ -138,10 +138,16 @@ pub enum Command {
         /// Message, reason, description.
         messages: Vec<(Arc<Message>, String, String)>,
     },
-    /// Store a message that could not be forwarded in the transfer dead-letter queue.
-    TransferDeadLetter {
-        /// The message.
-        message: Arc<Message>,
+    /// The forwarding target stored the outbox message: it leaves the source.
+    Forwarded {
+        /// Its number in the source's outbox.
+        sequence_number: SequenceNumber,
+    },
+    /// The forwarding target refused the outbox message: it moves to the transfer
+    /// dead-letter queue.
+    ForwardFailed {
+        /// Its number in the source's outbox.
+        sequence_number: SequenceNumber,
         /// Why.
         reason: String,
         /// Details.

@@ -4,8 +4,7 @@
 use std::sync::Arc;
 
 use super::{
-    Change, Effect, EntityState, MAX_TRANSFER_HOP_COUNT_EXCEEDED, MAX_TRANSFER_HOPS, MessageState,
-    Record,
+    Effect, EntityState, MAX_TRANSFER_HOP_COUNT_EXCEEDED, MAX_TRANSFER_HOPS, MessageState, Record,
 };
 use crate::broker::message::Message;
 use crate::broker::types::{PropertyChanges, PropertyValue, SequenceNumber, SubQueue, Timestamp};
@@ -20,9 +19,7 @@ impl EntityState {
         sequence_number: SequenceNumber,
         property_changes: PropertyChanges,
     ) {
-        self.stored_bytes -= message.size() as u64;
         if message.hop_count >= MAX_TRANSFER_HOPS {
-            self.stored_bytes += message.size() as u64;
             let record = self.arrival_record(message, sequence_number, now, property_changes);
             self.store_dead_letter(
                 record,
@@ -33,17 +30,69 @@ impl EntityState {
             );
             return;
         }
-        // The number was used without a record: the counter must not reuse it.
-        self.log
-            .note(|| Change::NextSequence(self_next(sequence_number)));
         let mut forwarded = Arc::unwrap_or_clone(message);
         forwarded.hop_count += 1;
         forwarded.original_sequence_number = Some(sequence_number.0);
         forwarded.extra_properties.extend(property_changes);
+        let record = self.arrival_record(Arc::new(forwarded), sequence_number, now, Vec::new());
+        self.send_through_outbox(record, false);
+    }
+
+    /// Keeps a stamped message in the outbox (durably, with durable storage) and hands it to
+    /// the forwarder; it leaves the source only when the target has it ([`Self::forwarded`])
+    /// or moves to the transfer dead-letter queue when the target refuses it.
+    fn send_through_outbox(&mut self, record: Record, dead_letter: bool) {
+        let message = record.message.clone();
+        let sequence_number = record.sequence_number;
+        self.log.add_to_outbox(record, dead_letter);
         self.effects.push(Effect::Forward {
-            message: Arc::new(forwarded),
-            dead_letter: false,
+            message,
+            sequence_number,
+            dead_letter,
         });
+    }
+
+    /// The forwarding target stored the outbox message `sequence_number`.
+    pub fn forwarded(&mut self, now: Timestamp, sequence_number: SequenceNumber) {
+        self.advance(now);
+        if let Some((record, _)) = self.log.take_from_outbox(sequence_number) {
+            self.stored_bytes -= record.message.size() as u64;
+        }
+    }
+
+    /// The forwarding target refused the outbox message `sequence_number` (missing,
+    /// full, disabled): it moves to the transfer dead-letter queue (rule FWD-3).
+    pub fn forward_failed(
+        &mut self,
+        now: Timestamp,
+        sequence_number: SequenceNumber,
+        reason: String,
+        description: String,
+    ) {
+        let Some((record, _)) = self.log.take_from_outbox(sequence_number) else {
+            return;
+        };
+        self.stored_bytes -= record.message.size() as u64;
+        self.enqueue_transfer_dead_lettered(now, record.message, reason, description);
+    }
+
+    /// Re-sends what the outbox held when the broker stopped (recovery).
+    pub(super) fn resend_outbox(&mut self) {
+        let pending: Vec<_> = self
+            .log
+            .outbox()
+            .values()
+            .map(|(record, dead_letter)| {
+                (record.message.clone(), record.sequence_number, *dead_letter)
+            })
+            .collect();
+        for (message, sequence_number, dead_letter) in pending {
+            self.effects.push(Effect::Forward {
+                message,
+                sequence_number,
+                dead_letter,
+            });
+        }
     }
 
     /// Stores a message that could not be forwarded in the transfer dead-letter queue
@@ -101,18 +150,19 @@ impl EntityState {
 
     /// Hands a dead letter (already out of the log) to `forward_dead_lettered_messages_to`.
     fn forward_dead_letter(&mut self, record: Record) {
-        self.stored_bytes -= record.message.size() as u64;
-        self.log
-            .note(|| Change::NextSequence(self_next(record.sequence_number)));
+        let sequence_number = record.sequence_number;
         let mut forwarded = Arc::unwrap_or_clone(record.message);
         forwarded.hop_count += 1;
-        forwarded.original_sequence_number = Some(record.sequence_number.0);
+        forwarded.original_sequence_number = Some(sequence_number.0);
         forwarded.dead_letter_source = Some(self.settings.path.clone());
         forwarded.extra_properties.extend(record.property_changes);
-        self.effects.push(Effect::Forward {
+        let outgoing = Record {
             message: Arc::new(forwarded),
-            dead_letter: true,
-        });
+            property_changes: Vec::new(),
+            lock: None,
+            ..record
+        };
+        self.send_through_outbox(outgoing, true);
     }
 
     /// Stores an arriving message directly in the dead-letter sub-queue with a reason
@@ -198,11 +248,6 @@ impl EntityState {
             reason,
         });
     }
-}
-
-/// The number after `sequence_number`, for a counter change.
-fn self_next(sequence_number: SequenceNumber) -> i64 {
-    sequence_number.0 + 1
 }
 
 /// The application properties a dead-letter reason and description become (rule DLQ-4).

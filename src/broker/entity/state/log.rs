@@ -70,6 +70,19 @@ pub enum Change {
         /// Its state.
         state: Option<Vec<u8>>,
     },
+    /// A message waits in the forwarding outbox until its target has it (rule FWD-1):
+    /// already stamped for the target (hop count, source sequence number, properties).
+    Outbox {
+        /// The outgoing message under the source's sequence number.
+        record: Box<Record>,
+        /// For `forward_dead_lettered_messages_to` rather than `forward_to`.
+        dead_letter: bool,
+    },
+    /// The target stored an outbox message: it leaves the source.
+    Forwarded {
+        /// Its number in the source.
+        sequence_number: SequenceNumber,
+    },
     /// Duplicate detection remembered a message id.
     Remembered {
         /// The message id.
@@ -100,6 +113,9 @@ pub struct MessageLog {
     next_sequence_number: i64,
     /// Session states (`set-session-state`), kept even without messages.
     session_states: BTreeMap<String, Vec<u8>>,
+    /// Messages on their way to a forwarding target, by source sequence number, with
+    /// whether they are dead letters.
+    outbox: BTreeMap<SequenceNumber, (Record, bool)>,
     /// Changes not yet taken by the shell, when journaling is on.
     journal: Option<Vec<Change>>,
 }
@@ -119,6 +135,7 @@ impl MessageLog {
             transfer_dead_letter: Store::default(),
             next_sequence_number: 1,
             session_states: BTreeMap::new(),
+            outbox: BTreeMap::new(),
             journal: journal.then(Vec::new),
         }
     }
@@ -317,6 +334,36 @@ impl MessageLog {
         }
     }
 
+    /// Puts a stamped message into the forwarding outbox.
+    pub(super) fn add_to_outbox(&mut self, mut record: Record, dead_letter: bool) {
+        record.lock = None;
+        if let Some(journal) = &mut self.journal {
+            journal.push(Change::Outbox {
+                record: Box::new(record.clone()),
+                dead_letter,
+            });
+        }
+        self.outbox
+            .insert(record.sequence_number, (record, dead_letter));
+    }
+
+    /// Takes a message out of the outbox (its target has it, or it failed).
+    pub(super) fn take_from_outbox(
+        &mut self,
+        sequence_number: SequenceNumber,
+    ) -> Option<(Record, bool)> {
+        let entry = self.outbox.remove(&sequence_number)?;
+        if let Some(journal) = &mut self.journal {
+            journal.push(Change::Forwarded { sequence_number });
+        }
+        Some(entry)
+    }
+
+    /// The forwarding outbox.
+    pub fn outbox(&self) -> &BTreeMap<SequenceNumber, (Record, bool)> {
+        &self.outbox
+    }
+
     /// A session's state.
     pub fn session_state(&self, session_id: &str) -> Option<&Vec<u8>> {
         self.session_states.get(session_id)
@@ -402,6 +449,17 @@ impl MessageLog {
                     self.session_states.remove(&session_id);
                 }
             },
+            Change::Outbox {
+                record,
+                dead_letter,
+            } => {
+                let sequence_number = record.sequence_number;
+                self.next_sequence_number = self.next_sequence_number.max(sequence_number.0 + 1);
+                self.outbox.insert(sequence_number, (*record, dead_letter));
+            }
+            Change::Forwarded { sequence_number } => {
+                self.outbox.remove(&sequence_number);
+            }
             remembered @ Change::Remembered { .. } => return Some(remembered),
         }
         None
@@ -422,7 +480,10 @@ impl MessageLog {
                 text.push_str(&format!("{sub_queue:?} {record:?}\n"));
             }
         }
-        text.push_str(&format!("{:?}", self.session_states));
+        text.push_str(&format!("{:?}\n", self.session_states));
+        for (record, dead_letter) in self.outbox.values() {
+            text.push_str(&format!("outbox {dead_letter} {record:?}\n"));
+        }
         text
     }
 
@@ -448,6 +509,12 @@ impl MessageLog {
             changes.push(Change::SessionState {
                 session_id: session_id.clone(),
                 state: Some(state.clone()),
+            });
+        }
+        for (record, dead_letter) in self.outbox.values() {
+            changes.push(Change::Outbox {
+                record: Box::new(record.clone()),
+                dead_letter: *dead_letter,
             });
         }
         changes

@@ -120,10 +120,14 @@ pub enum Effect {
         /// The receiver.
         receiver: ReceiverId,
     },
-    /// Forward this message (already stamped with hop count and source data).
+    /// Forward this message (already stamped with hop count and source data); it stays in
+    /// the source's outbox until [`EntityState::forwarded`] or
+    /// [`EntityState::forward_failed`].
     Forward {
         /// The message to hand to the target.
         message: Arc<Message>,
+        /// Its number in the source's outbox.
+        sequence_number: SequenceNumber,
         /// True for `forward_dead_lettered_messages_to`, false for `forward_to`.
         dead_letter: bool,
     },
@@ -300,6 +304,7 @@ impl EntityState {
             }
         }
         state.rebuild_indexes();
+        state.resend_outbox();
         state
     }
 
@@ -353,6 +358,9 @@ impl EntityState {
                     MessageState::Deferred => {}
                 }
             }
+        }
+        for (record, _) in self.log.outbox().values() {
+            self.stored_bytes += record.message.size() as u64;
         }
     }
 
