@@ -355,7 +355,6 @@ impl Topic {
                                     expires_at: None,
                                     delivery_count: 0,
                                     state: MessageState::Scheduled,
-                                    lock: None,
                                     property_changes: Vec::new(),
                                 },
                             );

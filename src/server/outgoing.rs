@@ -70,7 +70,7 @@ impl Connection {
         let Some(receiver) = delivery.receiver else {
             return Ok(());
         };
-        let lock = delivery.record.lock.map(|lock| (lock.token, lock.until));
+        let lock = delivery.lock.map(|lock| (lock.token, lock.until));
         let Some(&(channel, handle)) = self.receivers.get(&receiver) else {
             // The link went away while this delivery was on its way: give the message back
             // untouched (no delivery counted), so a receive-and-delete message is not lost.
@@ -80,6 +80,7 @@ impl Connection {
                         receiver: None,
                         sub_queue: delivery.sub_queue,
                         record: Box::new(delivery.record),
+                        lock: delivery.lock,
                     })
                     .await;
             }
@@ -159,6 +160,7 @@ impl Connection {
                 receiver: Some(receiver),
                 sub_queue: delivery.sub_queue,
                 record: Box::new(delivery.record),
+                lock: delivery.lock,
             })
             .await;
         Ok(())

@@ -521,7 +521,6 @@ impl In<'_> {
             expires_at: self.opt_i64()?.map(Timestamp),
             delivery_count: self.u32()?,
             state: self.state()?,
-            lock: None,
             property_changes: self.properties()?,
         })
     }
@@ -622,7 +621,6 @@ mod tests {
             expires_at: Some(Timestamp(i64::MAX)),
             delivery_count: 3,
             state: MessageState::Deferred,
-            lock: None,
             property_changes: vec![
                 ("a".into(), PropertyValue::Null),
                 ("b".into(), PropertyValue::Bool(true)),

@@ -77,7 +77,7 @@ fn write_list<T>(
 
 /// Writes `{ [lock-token,] message }` for a delivered or peeked message.
 fn write_message_entry(writer: &mut Writer<'_>, delivery: &Delivery, with_lock_token: bool) {
-    let lock = delivery.record.lock.map(|lock| (lock.token, lock.until));
+    let lock = delivery.lock.map(|lock| (lock.token, lock.until));
     let mut encoded = BytesMut::new();
     amqp_message::encode_delivery(
         DeliveryView {

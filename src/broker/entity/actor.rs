@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use tokio::sync::{mpsc, watch};
 
 use super::settings::EntitySettings;
-use super::state::{Change, Effect, EntityState, Record};
+use super::state::{Change, Effect, EntityState, Lock, Record};
 use super::{
     Command, Delivery, EntityHandle, Notification, NotificationSender, Reply, SessionOperation,
 };
@@ -21,14 +21,15 @@ use crate::store::storage::Storage;
 use std::sync::Arc;
 
 /// A management reply carrying records of `sub_queue` (peek, deferred receive).
-fn messages(sub_queue: SubQueue, records: Vec<Record>) -> Reply {
+fn messages(sub_queue: SubQueue, records: Vec<(Record, Option<Lock>)>) -> Reply {
     Reply::Messages(
         records
             .into_iter()
-            .map(|record| Delivery {
+            .map(|(record, lock)| Delivery {
                 sub_queue,
                 receiver: None,
                 record,
+                lock,
             })
             .collect(),
     )
@@ -343,9 +344,10 @@ impl Actor {
                 receiver,
                 sub_queue,
                 record,
+                lock,
             } => self
                 .state
-                .return_undelivered(now, receiver, sub_queue, *record),
+                .return_undelivered(now, receiver, sub_queue, *record, lock),
             Command::DeadLetterOnArrival { messages } => {
                 for (message, reason, description) in messages {
                     self.state
@@ -589,8 +591,13 @@ impl Actor {
             for (receiver, delivery, gone) in returned {
                 if gone {
                     self.state.detach_receiver(now, receiver);
-                    self.state
-                        .return_undelivered(now, None, delivery.sub_queue, delivery.record);
+                    self.state.return_undelivered(
+                        now,
+                        None,
+                        delivery.sub_queue,
+                        delivery.record,
+                        delivery.lock,
+                    );
                 } else {
                     // Not sent: the receiver keeps the credit it spent on it.
                     self.state.return_undelivered(
@@ -598,6 +605,7 @@ impl Actor {
                         Some(receiver),
                         delivery.sub_queue,
                         delivery.record,
+                        delivery.lock,
                     );
                 }
             }

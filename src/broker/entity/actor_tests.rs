@@ -167,8 +167,15 @@ fn message(body: u8) -> Message {
 const PATIENCE: Duration = Duration::from_secs(7 * 86_400);
 
 async fn next_delivery(deliveries: &mut UnboundedReceiver<Notification>) -> Record {
+    next_locked_delivery(deliveries).await.0
+}
+
+/// The next delivery with the lock it came with.
+async fn next_locked_delivery(
+    deliveries: &mut UnboundedReceiver<Notification>,
+) -> (Record, Option<crate::broker::entity::state::Lock>) {
     match tokio::time::timeout(PATIENCE, deliveries.recv()).await {
-        Ok(Some(Notification::Deliver(delivery))) => delivery.record,
+        Ok(Some(Notification::Deliver(delivery))) => (delivery.record, delivery.lock),
         other => panic!("expected a delivery, got {other:?}"),
     }
 }
@@ -195,10 +202,10 @@ async fn lock_expiry_redelivers_with_the_next_delivery_count_exactly_at_the_lock
         .attach(receiver, SubQueue::Main, ReceiveMode::PeekLock, 2)
         .await;
     assert_eq!(entity.send(message(1)).await, vec![SequenceNumber(1)]);
-    let first = next_delivery(&mut deliveries).await;
+    let (first, first_lock) = next_locked_delivery(&mut deliveries).await;
     assert_eq!(entity.elapsed(), Duration::ZERO);
     assert_eq!(first.delivery_count, 0);
-    let lock = first.lock.expect("peek-lock");
+    let lock = first_lock.expect("peek-lock");
     assert_eq!(lock.until, START.plus(LOCK_DURATION));
 
     quiet_until(
@@ -206,7 +213,7 @@ async fn lock_expiry_redelivers_with_the_next_delivery_count_exactly_at_the_lock
         entity.started + LOCK_DURATION - MILLISECOND,
     )
     .await;
-    let second = next_delivery(&mut deliveries).await;
+    let (second, second_lock) = next_locked_delivery(&mut deliveries).await;
     assert_eq!(
         entity.elapsed(),
         LOCK_DURATION,
@@ -214,7 +221,7 @@ async fn lock_expiry_redelivers_with_the_next_delivery_count_exactly_at_the_lock
     );
     assert_eq!(second.sequence_number, first.sequence_number);
     assert_eq!(second.delivery_count, 1);
-    assert_ne!(second.lock.expect("peek-lock").token, lock.token);
+    assert_ne!(second_lock.expect("peek-lock").token, lock.token);
 
     let settled = entity
         .request(|reply| Command::Settle {
@@ -235,9 +242,9 @@ async fn renewing_a_lock_pushes_the_redelivery_back_by_a_full_lock_duration() {
         .attach(receiver, SubQueue::Main, ReceiveMode::PeekLock, 2)
         .await;
     entity.send(message(1)).await;
-    let token = next_delivery(&mut deliveries)
+    let token = next_locked_delivery(&mut deliveries)
         .await
-        .lock
+        .1
         .expect("peek-lock")
         .token;
 

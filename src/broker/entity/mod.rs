@@ -162,6 +162,8 @@ pub enum Command {
         sub_queue: SubQueue,
         /// The record as it was delivered.
         record: Box<Record>,
+        /// The lock it was delivered with (peek-lock).
+        lock: Option<state::Lock>,
     },
     /// Attach a receiving link.
     AttachReceiver {

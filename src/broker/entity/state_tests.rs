@@ -31,12 +31,12 @@ fn entity(configure: impl FnOnce(&mut EntitySettings)) -> EntityState {
     EntityState::new(settings, 7, START)
 }
 
-fn deliveries(state: &mut EntityState) -> Vec<super::state::Record> {
+fn deliveries(state: &mut EntityState) -> Vec<super::state::Delivery> {
     state
         .take_effects()
         .into_iter()
         .filter_map(|effect| match effect {
-            Effect::Deliver(delivery) => Some(delivery.record),
+            Effect::Deliver(delivery) => Some(delivery),
             _ => None,
         })
         .collect()
@@ -46,7 +46,7 @@ fn receive_one(
     state: &mut EntityState,
     now: Timestamp,
     credit_limit: &mut u32,
-) -> Option<super::state::Record> {
+) -> Option<super::state::Delivery> {
     *credit_limit += 1;
     state.set_credit(now, RECEIVER, *credit_limit, false);
     let mut delivered = deliveries(state);
@@ -246,7 +246,7 @@ fn a_receive_and_delete_delivery_that_never_reached_its_link_is_restored() {
     let record = receive_one(&mut state, START, &mut credit).expect("delivered");
     assert_eq!(state.message_count(SubQueue::Main), 0);
     state.detach_receiver(START, RECEIVER);
-    state.return_undelivered(START, None, SubQueue::Main, record);
+    state.return_undelivered(START, None, SubQueue::Main, record.record, record.lock);
     let restored = state
         .record(SubQueue::Main, SequenceNumber(1))
         .expect("restored");

@@ -16,7 +16,7 @@ impl EntityState {
         from: SequenceNumber,
         count: usize,
         session_id: Option<&str>,
-    ) -> Vec<Record> {
+    ) -> Vec<(Record, Option<Lock>)> {
         // Activity first: a command arriving at the idle deadline keeps the entity.
         self.touch(now);
         self.advance(now);
@@ -27,7 +27,7 @@ impl EntityState {
                 session_id.is_none() || record.message.system.session_id.as_deref() == session_id
             })
             .take(count)
-            .map(|(_, record)| record.clone())
+            .map(|(number, record)| (record.clone(), self.lock_of(sub_queue, *number)))
             .collect()
     }
 
@@ -40,15 +40,15 @@ impl EntityState {
         sub_queue: SubQueue,
         sequence_numbers: &[SequenceNumber],
         mode: ReceiveMode,
-    ) -> Result<Vec<Record>, EntityError> {
+    ) -> Result<Vec<(Record, Option<Lock>)>, EntityError> {
         // Activity first: a command arriving at the idle deadline keeps the entity.
         self.touch(now);
         self.advance(now);
         for sequence_number in sequence_numbers {
             let deferred = matches!(
                 self.store(sub_queue).records.get(sequence_number),
-                Some(record) if record.state == MessageState::Deferred && record.lock.is_none()
-            );
+                Some(record) if record.state == MessageState::Deferred
+            ) && self.lock_of(sub_queue, *sequence_number).is_none();
             if !deferred {
                 return Err(EntityError::MessageNotFound(format!(
                     "Failed to lock one or more specified messages. The message with sequence number {} was not found, is not deferred, or is already locked.",
@@ -68,7 +68,6 @@ impl EntityState {
                 ReceiveMode::PeekLock => {
                     let lock = self.new_lock(now);
                     if self
-                        .log
                         .set_lock(sub_queue, sequence_number, Some(lock))
                         .is_none()
                     {
@@ -77,7 +76,7 @@ impl EntityState {
                     let Some(record) = self.log.get(sub_queue, sequence_number) else {
                         continue;
                     };
-                    records.push(record.clone());
+                    records.push((record.clone(), Some(lock)));
                     self.locks.insert(lock.token, (sub_queue, sequence_number));
                     self.deadlines
                         .insert((lock.until, Deadline::Lock(lock.token)));
@@ -86,7 +85,7 @@ impl EntityState {
                     if let Some(record) = self.log.remove(sub_queue, sequence_number) {
                         self.stored_bytes -= record.message.size() as u64;
                         self.forget_deadlines(&record);
-                        records.push(record);
+                        records.push((record, None));
                     }
                 }
             }
@@ -128,8 +127,7 @@ impl EntityState {
         let (sub_queue, sequence_number) = self.locked(now, token).ok_or(EntityError::LockLost)?;
         let until = now.plus(self.settings.lock_duration);
         if let Some(Some(previous)) =
-            self.log
-                .set_lock(sub_queue, sequence_number, Some(Lock { token, until }))
+            self.set_lock(sub_queue, sequence_number, Some(Lock { token, until }))
         {
             self.deadlines
                 .remove(&(previous.until, Deadline::Lock(previous.token)));

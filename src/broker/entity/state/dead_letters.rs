@@ -127,7 +127,6 @@ impl EntityState {
         reason: Option<String>,
         description: Option<String>,
     ) {
-        record.lock = None;
         record.state = MessageState::Active;
         record.expires_at = None;
         record
@@ -159,7 +158,6 @@ impl EntityState {
         let outgoing = Record {
             message: Arc::new(forwarded),
             property_changes: Vec::new(),
-            lock: None,
             ..record
         };
         self.send_through_outbox(outgoing, true);

@@ -1,25 +1,24 @@
 //! The message log of one entity: the only owner of its records (main, dead-letter and
 //! transfer dead-letter sub-queues, with their active, deferred and scheduled messages),
-//! its sequence counter and its session states. Every durable change goes through a method
-//! here and, when journaling is on, leaves a [`Change`] record; replaying those records with
-//! [`MessageLog::apply`] rebuilds the same log (the property test checks it). What is not
-//! durable lives beside the log, not in it: lock holders and link credit are in
-//! `EntityState`, and a record's `lock` field is set only through [`MessageLog::set_lock`],
-//! which records nothing — a restart releases every lock (issue 11).
+//! its sequence counter, its session states and its forwarding outbox. Every durable change
+//! goes through a method here and, when journaling is on, leaves a [`Change`] record;
+//! replaying those records with [`MessageLog::apply`] rebuilds the same log (the property
+//! test checks it). What is not durable lives beside the log, not in it: locks, receivers
+//! and link credit are `EntityState`'s — a restart releases every lock (issue 11).
 //!
 //! The `available` sets are indexes over the records (what a receiver can take next); the
 //! core maintains them, and recovery rebuilds them from the records.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{Lock, Record};
+use super::Record;
 use crate::broker::types::{MessageState, PropertyChanges, SequenceNumber, SubQueue, Timestamp};
 
 /// One durable change to an entity's state, in the order the core made it.
 #[derive(Debug, Clone)]
 pub enum Change {
     /// A record entered a sub-queue (a send, a scheduled message, an arrival dead-lettered,
-    /// an activated scheduled message under its new number). Its `lock` is always `None`.
+    /// an activated scheduled message under its new number).
     Put {
         /// Where.
         sub_queue: SubQueue,
@@ -208,9 +207,8 @@ impl MessageLog {
         self.next_sequence_number
     }
 
-    /// Adds a record (its lock is cleared: locks are not part of the log).
-    pub(crate) fn insert(&mut self, sub_queue: SubQueue, mut record: Record) {
-        record.lock = None;
+    /// Adds a record.
+    pub(crate) fn insert(&mut self, sub_queue: SubQueue, record: Record) {
         let sequence_number = record.sequence_number;
         if let Some(journal) = &mut self.journal {
             journal.push(Change::Put {
@@ -256,9 +254,7 @@ impl MessageLog {
         let Some(record) = store.records.get_mut(&sequence_number) else {
             return false;
         };
-        let lock = record.lock;
         change(record);
-        record.lock = lock;
         if let Some(journal) = &mut self.journal {
             journal.push(Change::Update {
                 sub_queue,
@@ -273,8 +269,8 @@ impl MessageLog {
         true
     }
 
-    /// Moves a record to another sub-queue under the same number (its lock is dropped and
-    /// it leaves the available index of its old sub-queue).
+    /// Moves a record to another sub-queue under the same number (it leaves the available
+    /// index of its old sub-queue).
     pub(super) fn move_to(
         &mut self,
         from: SubQueue,
@@ -283,10 +279,9 @@ impl MessageLog {
     ) -> bool {
         let store = self.store_mut(from);
         store.available.remove(&sequence_number);
-        let Some(mut record) = store.records.remove(&sequence_number) else {
+        let Some(record) = store.records.remove(&sequence_number) else {
             return false;
         };
-        record.lock = None;
         self.store_mut(to).records.insert(sequence_number, record);
         if let Some(journal) = &mut self.journal {
             journal.push(Change::Move {
@@ -298,45 +293,8 @@ impl MessageLog {
         true
     }
 
-    /// Sets or clears the (volatile) lock of a record; returns the previous one. Records
-    /// nothing: locks are not durable.
-    pub(super) fn set_lock(
-        &mut self,
-        sub_queue: SubQueue,
-        sequence_number: SequenceNumber,
-        lock: Option<Lock>,
-    ) -> Option<Option<Lock>> {
-        let record = self
-            .store_mut(sub_queue)
-            .records
-            .get_mut(&sequence_number)?;
-        Some(std::mem::replace(&mut record.lock, lock))
-    }
-
-    /// Extends a held lock in place; records nothing.
-    pub(super) fn extend_lock(
-        &mut self,
-        sub_queue: SubQueue,
-        sequence_number: SequenceNumber,
-        until: Timestamp,
-    ) -> bool {
-        match self
-            .store_mut(sub_queue)
-            .records
-            .get_mut(&sequence_number)
-            .and_then(|record| record.lock.as_mut())
-        {
-            Some(lock) => {
-                lock.until = until;
-                true
-            }
-            None => false,
-        }
-    }
-
     /// Puts a stamped message into the forwarding outbox.
-    pub(super) fn add_to_outbox(&mut self, mut record: Record, dead_letter: bool) {
-        record.lock = None;
+    pub(super) fn add_to_outbox(&mut self, record: Record, dead_letter: bool) {
         if let Some(journal) = &mut self.journal {
             journal.push(Change::Outbox {
                 record: Box::new(record.clone()),
@@ -400,11 +358,9 @@ impl MessageLog {
             Change::Put { sub_queue, record } => {
                 let sequence_number = record.sequence_number;
                 self.next_sequence_number = self.next_sequence_number.max(sequence_number.0 + 1);
-                let mut record = *record;
-                record.lock = None;
                 self.store_mut(sub_queue)
                     .records
-                    .insert(sequence_number, record);
+                    .insert(sequence_number, *record);
             }
             Change::Update {
                 sub_queue,
@@ -475,8 +431,6 @@ impl MessageLog {
             SubQueue::TransferDeadLetter,
         ] {
             for record in self.store(sub_queue).records.values() {
-                let mut record = record.clone();
-                record.lock = None;
                 text.push_str(&format!("{sub_queue:?} {record:?}\n"));
             }
         }
@@ -497,11 +451,9 @@ impl MessageLog {
             SubQueue::TransferDeadLetter,
         ] {
             for record in self.store(sub_queue).records.values() {
-                let mut record = record.clone();
-                record.lock = None;
                 changes.push(Change::Put {
                     sub_queue,
-                    record: Box::new(record),
+                    record: Box::new(record.clone()),
                 });
             }
         }

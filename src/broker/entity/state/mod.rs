@@ -59,8 +59,6 @@ pub struct Record {
     pub delivery_count: u32,
     /// Active, deferred or scheduled.
     pub state: MessageState,
-    /// The current peek-lock, if any.
-    pub lock: Option<Lock>,
     /// Application properties the broker merged in (dead-letter reason, properties-to-modify).
     pub property_changes: PropertyChanges,
 }
@@ -81,8 +79,19 @@ pub struct Delivery {
     pub receiver: Option<ReceiverId>,
     /// A snapshot of the record at delivery time.
     pub record: Record,
+    /// The peek-lock the receiver holds on it (none for receive-and-delete and peeks).
+    pub lock: Option<Lock>,
     /// The sub-queue it came from.
     pub sub_queue: SubQueue,
+}
+
+impl std::ops::Deref for Delivery {
+    type Target = Record;
+
+    /// A delivery reads as the record it carries.
+    fn deref(&self) -> &Record {
+        &self.record
+    }
 }
 
 /// A consequence of an operation that the shell carries out.
@@ -193,8 +202,11 @@ pub struct EntityState {
     /// FWD-3) sub-queues, the sequence counter (rule SEQ-1) and session states: everything
     /// durable, changed only through its methods.
     log: MessageLog,
-    /// Lock token → where the locked record is.
+    /// Lock token → where the locked record is. Locks are volatile: they live here, beside
+    /// the log, and a restart releases them.
     locks: HashMap<LockToken, (SubQueue, SequenceNumber)>,
+    /// The lock held on each locked record.
+    held: HashMap<(SubQueue, SequenceNumber), Lock>,
     /// Pending deadlines, earliest first. Entries may be stale; they are checked on firing.
     deadlines: BTreeSet<(Timestamp, Deadline)>,
     /// Attached receivers.
@@ -269,6 +281,7 @@ impl EntityState {
             settings,
             log: MessageLog::default(),
             locks: HashMap::new(),
+            held: HashMap::new(),
             deadlines: BTreeSet::new(),
             receivers: HashMap::new(),
             ready_receivers: Default::default(),
@@ -617,7 +630,6 @@ impl EntityState {
             expires_at: None,
             delivery_count: 0,
             state: MessageState::Active,
-            lock: None,
             property_changes,
         }
     }
@@ -679,6 +691,7 @@ impl EntityState {
         receiver: Option<ReceiverId>,
         sub_queue: SubQueue,
         record: Record,
+        lock: Option<Lock>,
     ) {
         self.advance(now);
         if let Some(state) = receiver.and_then(|receiver| self.receivers.get_mut(&receiver)) {
@@ -686,7 +699,7 @@ impl EntityState {
         }
         let sequence_number = record.sequence_number;
         let stored = self.store(sub_queue).records.contains_key(&sequence_number);
-        match (record.lock, stored) {
+        match (lock, stored) {
             (Some(lock), true) => {
                 let _ = self.settle(now, lock.token, Settlement::Release);
             }
@@ -970,11 +983,7 @@ impl EntityState {
             };
             let record = match mode {
                 ReceiveMode::PeekLock => {
-                    if self
-                        .log
-                        .set_lock(sub_queue, sequence_number, lock)
-                        .is_none()
-                    {
+                    if self.set_lock(sub_queue, sequence_number, lock).is_none() {
                         return false;
                     }
                     let Some(record) = self.log.get(sub_queue, sequence_number) else {
@@ -1004,8 +1013,45 @@ impl EntityState {
                 sub_queue,
                 receiver: Some(receiver),
                 record,
+                lock,
             }));
             true
+        }
+    }
+
+    /// The lock held on a record, if any.
+    pub fn lock_of(&self, sub_queue: SubQueue, sequence_number: SequenceNumber) -> Option<Lock> {
+        self.held.get(&(sub_queue, sequence_number)).copied()
+    }
+
+    /// Sets or clears the lock on a stored record; `None` when there is no such record,
+    /// else the previous lock. Locks are volatile: nothing is recorded in the log.
+    fn set_lock(
+        &mut self,
+        sub_queue: SubQueue,
+        sequence_number: SequenceNumber,
+        lock: Option<Lock>,
+    ) -> Option<Option<Lock>> {
+        self.log.get(sub_queue, sequence_number)?;
+        Some(match lock {
+            Some(lock) => self.held.insert((sub_queue, sequence_number), lock),
+            None => self.held.remove(&(sub_queue, sequence_number)),
+        })
+    }
+
+    /// Extends a held lock to `until`; false when the record holds none.
+    fn extend_lock(
+        &mut self,
+        sub_queue: SubQueue,
+        sequence_number: SequenceNumber,
+        until: Timestamp,
+    ) -> bool {
+        match self.held.get_mut(&(sub_queue, sequence_number)) {
+            Some(lock) => {
+                lock.until = until;
+                true
+            }
+            None => false,
         }
     }
 
@@ -1027,8 +1073,7 @@ impl EntityState {
     /// Finds the locked record for `token`, if the lock is still held at `now`.
     fn locked(&self, now: Timestamp, token: LockToken) -> Option<(SubQueue, SequenceNumber)> {
         let &(sub_queue, sequence_number) = self.locks.get(&token)?;
-        let record = self.store(sub_queue).records.get(&sequence_number)?;
-        match record.lock {
+        match self.lock_of(sub_queue, sequence_number) {
             Some(lock) if lock.token == token && lock.until > now => {
                 Some((sub_queue, sequence_number))
             }
@@ -1064,7 +1109,7 @@ impl EntityState {
             ));
         }
         self.locks.remove(&token);
-        let Some(previous) = self.log.set_lock(sub_queue, sequence_number, None) else {
+        let Some(previous) = self.set_lock(sub_queue, sequence_number, None) else {
             return Err(EntityError::LockLost);
         };
         if let Some(lock) = previous {
@@ -1106,14 +1151,14 @@ impl EntityState {
             return;
         };
         let lapsed = matches!(
-            self.store(sub_queue).records.get(&sequence_number),
-            Some(Record { lock: Some(lock), .. }) if lock.token == token && lock.until <= now
+            self.lock_of(sub_queue, sequence_number),
+            Some(lock) if lock.token == token && lock.until <= now
         );
         if !lapsed {
             return; // renewed: a later deadline is pending
         }
         self.locks.remove(&token);
-        self.log.set_lock(sub_queue, sequence_number, None);
+        self.set_lock(sub_queue, sequence_number, None);
         // Rule LCK-2: lock expiry counts as a failed delivery.
         self.count_failed_delivery(now, sub_queue, sequence_number);
     }
@@ -1190,12 +1235,13 @@ impl EntityState {
     }
 
     fn expire_if_due(&mut self, now: Timestamp, sequence_number: SequenceNumber) {
-        let due = matches!(
-            self.log.get(SubQueue::Main, sequence_number),
-            Some(record) if record.state == MessageState::Active
-                && record.lock.is_none()
-                && matches!(record.expires_at, Some(at) if at <= now)
-        );
+        let unlocked = self.lock_of(SubQueue::Main, sequence_number).is_none();
+        let due = unlocked
+            && matches!(
+                self.log.get(SubQueue::Main, sequence_number),
+                Some(record) if record.state == MessageState::Active
+                    && matches!(record.expires_at, Some(at) if at <= now)
+            );
         if due {
             let session_id = self.session_of(sequence_number);
             self.session_remove_available(sequence_number);
@@ -1233,14 +1279,11 @@ impl EntityState {
 
     /// Drops the pending expiry and lock deadlines of a record leaving the log, so the
     /// deadline set stays as small as the set of live records.
+    /// (A record's lock is always released before the record leaves.)
     pub(super) fn forget_deadlines(&mut self, record: &Record) {
         if let Some(at) = record.expires_at {
             self.deadlines
                 .remove(&(at, Deadline::Expiry(record.sequence_number)));
-        }
-        if let Some(lock) = record.lock {
-            self.deadlines
-                .remove(&(lock.until, Deadline::Lock(lock.token)));
         }
     }
 }

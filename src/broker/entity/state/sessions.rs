@@ -247,7 +247,7 @@ impl EntityState {
             .collect();
         for (token, (sub_queue, sequence_number)) in locked {
             self.locks.remove(&token);
-            self.log.set_lock(SubQueue::Main, sequence_number, None);
+            self.set_lock(SubQueue::Main, sequence_number, None);
             self.count_failed_delivery(now, sub_queue, sequence_number);
         }
         self.refresh_ready(session_id);
@@ -304,7 +304,7 @@ impl EntityState {
             .map(|(token, (_, sequence_number))| (*token, *sequence_number))
             .collect();
         for (token, sequence_number) in tokens {
-            if self.log.extend_lock(SubQueue::Main, sequence_number, until) {
+            if self.extend_lock(SubQueue::Main, sequence_number, until) {
                 self.deadlines.insert((until, Deadline::Lock(token)));
             }
         }

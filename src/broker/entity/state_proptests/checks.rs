@@ -24,6 +24,7 @@ impl Harness {
                         .receiver
                         .ok_or_else(|| TestCaseError::fail("link delivery without receiver"))?;
                     let record = delivery.record;
+                    let delivered_lock = delivery.lock;
                     let body = body_of(&record);
                     let Some(model) = self.receivers.get_mut(&receiver.0) else {
                         return Err(TestCaseError::fail(format!(
@@ -73,8 +74,7 @@ impl Harness {
                     self.register(record.sequence_number, body)?;
                     match mode {
                         ReceiveMode::PeekLock => {
-                            let lock = record
-                                .lock
+                            let lock = delivered_lock
                                 .ok_or_else(|| TestCaseError::fail("peek-lock without a lock"))?;
                             prop_assert_eq!(lock.until, now.plus(lock_duration), "rule LCK-1");
                             prop_assert!(
@@ -88,7 +88,7 @@ impl Harness {
                             });
                         }
                         ReceiveMode::ReceiveAndDelete => {
-                            prop_assert!(record.lock.is_none(), "rule LCK-5: no lock");
+                            prop_assert!(delivered_lock.is_none(), "rule LCK-5: no lock");
                             self.messages.get_mut(&body).expect("tracked").fate =
                                 Fate::ReceivedAndDeleted;
                             delivered.insert(
@@ -96,6 +96,7 @@ impl Harness {
                                 Placement {
                                     sub_queue: receiver_queue,
                                     record,
+                                    lock: None,
                                 },
                             );
                         }
@@ -173,7 +174,12 @@ impl Harness {
                 prop_assert_eq!(record.sequence_number, SequenceNumber(number));
                 let body = body_of(&record);
                 self.register(record.sequence_number, body)?;
-                let placement = Placement { sub_queue, record };
+                let lock = self.state.lock_of(sub_queue, SequenceNumber(number));
+                let placement = Placement {
+                    sub_queue,
+                    record,
+                    lock,
+                };
                 if let Some(other) = found.insert(body, placement) {
                     return Err(TestCaseError::fail(format!(
                         "message {body} stored twice: {:?} {} and {sub_queue:?} {number}",
@@ -365,7 +371,7 @@ impl Harness {
                             "rule TTL-1"
                         );
                     }
-                    if record.state == MessageState::Active && record.lock.is_none() {
+                    if record.state == MessageState::Active && placement.lock.is_none() {
                         prop_assert!(
                             record.expires_at.is_none_or(|at| at > now),
                             "rule TTL-6: message {body} unlocked past its expiry at {now:?}"
@@ -374,7 +380,7 @@ impl Harness {
                 }
             }
             let model_lock = self.held.iter().find(|lock| lock.body == *body);
-            match (record.lock, model_lock) {
+            match (placement.lock, model_lock) {
                 (None, None) => {}
                 (Some(lock), Some(held)) => {
                     prop_assert_eq!(lock.token, held.token, "message {}: lock token", body);
@@ -404,7 +410,7 @@ impl Harness {
                 let record = &placement.record;
                 let deliverable = placement.sub_queue == receiver.sub_queue
                     && record.state == MessageState::Active
-                    && record.lock.is_none()
+                    && placement.lock.is_none()
                     && record.expires_at.is_none_or(|at| at > now);
                 prop_assert!(
                     !deliverable,
@@ -429,7 +435,7 @@ impl Harness {
                 .collect();
             let got: Vec<i64> = records
                 .iter()
-                .map(|record| record.sequence_number.0)
+                .map(|(record, _)| record.sequence_number.0)
                 .collect();
             prop_assert_eq!(
                 got,
@@ -441,8 +447,8 @@ impl Harness {
             let refusable = numbers.iter().any(|number| {
                 !matches!(
                     self.state.record(sub_queue, *number),
-                    Some(record) if record.state == MessageState::Deferred && record.lock.is_none()
-                )
+                    Some(record) if record.state == MessageState::Deferred
+                ) || self.state.lock_of(sub_queue, *number).is_some()
             });
             prop_assert!(
                 refusable,
@@ -472,7 +478,7 @@ impl Harness {
                     .filter(|placement| {
                         placement.sub_queue == SubQueue::Main
                             && placement.record.state == MessageState::Active
-                            && placement.record.lock.is_none()
+                            && placement.lock.is_none()
                     })
                     .filter_map(|placement| placement.record.expires_at),
             )

@@ -550,7 +550,7 @@ impl Harness {
         match self.state.receive_deferred(now, sub_queue, &numbers, mode) {
             Ok(records) => {
                 prop_assert_eq!(records.len(), numbers.len());
-                for (record, number) in records.iter().zip(&numbers) {
+                for ((record, record_lock), number) in records.iter().zip(&numbers) {
                     prop_assert_eq!(record.sequence_number, *number);
                     prop_assert_eq!(record.state, MessageState::Deferred, "rule LCK-4");
                     let body = body_of(record);
@@ -560,8 +560,7 @@ impl Harness {
                     );
                     match mode {
                         ReceiveMode::PeekLock => {
-                            let lock = record
-                                .lock
+                            let lock = record_lock
                                 .ok_or_else(|| TestCaseError::fail("peek-lock without a lock"))?;
                             prop_assert_eq!(lock.until, now.plus(self.lock_duration()));
                             self.held.push(HeldLock {
@@ -579,7 +578,7 @@ impl Harness {
                             });
                         }
                         ReceiveMode::ReceiveAndDelete => {
-                            prop_assert!(record.lock.is_none());
+                            prop_assert!(record_lock.is_none());
                             expects.push(Expect::Gone {
                                 body,
                                 fate: Fate::ReceivedAndDeleted,

@@ -244,6 +244,8 @@ enum Fate {
 struct Placement {
     sub_queue: SubQueue,
     record: Record,
+    /// The lock held on it (volatile: beside the log, not in the record).
+    lock: Option<super::state::Lock>,
 }
 
 /// One accepted message, identified by the number in its body.
@@ -317,10 +319,13 @@ enum Expect {
     },
 }
 
+/// A peeked record with the lock it holds.
+type Peeked = (Record, Option<super::state::Lock>);
+
 /// Checks made after the step on what an operation returned.
 #[derive(Debug, Default)]
 struct Pending {
-    peek: Option<(SubQueue, SequenceNumber, usize, Vec<Record>)>,
+    peek: Option<(SubQueue, SequenceNumber, usize, Vec<Peeked>)>,
     deferred_refused: Option<(SubQueue, Vec<SequenceNumber>)>,
     drain: Option<u64>,
     arrival: Option<u64>,
@@ -446,12 +451,12 @@ fn entity(configure: impl FnOnce(&mut EntitySettings)) -> EntityState {
     EntityState::new(settings, 7, START)
 }
 
-fn deliveries(state: &mut EntityState) -> Vec<Record> {
+fn deliveries(state: &mut EntityState) -> Vec<super::Delivery> {
     state
         .take_effects()
         .into_iter()
         .filter_map(|effect| match effect {
-            Effect::Deliver(delivery) => Some(delivery.record),
+            Effect::Deliver(delivery) => Some(delivery),
             _ => None,
         })
         .collect()
@@ -474,6 +479,7 @@ fn dead_lettering_a_deferred_dead_letter_keeps_it_out_of_dispatch() {
         .pop()
         .expect("delivered from the DLQ");
     let token = first.lock.expect("locked").token;
+    let first = first.record;
     state
         .settle(
             START,
@@ -497,7 +503,7 @@ fn dead_lettering_a_deferred_dead_letter_keeps_it_out_of_dispatch() {
         properties: Vec::new(),
     };
     state
-        .settle(START, locked[0].lock.expect("locked").token, dead_letter)
+        .settle(START, locked[0].1.expect("locked").token, dead_letter)
         .expect("dead-lettered again");
     state.set_credit(START, receiver, 2, false);
     let again = deliveries(&mut state);
