@@ -419,3 +419,126 @@ fn the_quota_counts_the_overhead_of_empty_messages() {
         "{accepted} empty messages in 100 KiB"
     );
 }
+
+fn session_message(body: &str, session: &str) -> Arc<Message> {
+    let mut message = Message {
+        body: Bytes::from(body.as_bytes().to_vec()),
+        ..Message::default()
+    };
+    message.system.session_id = Some(session.to_string());
+    Arc::new(message)
+}
+
+#[test]
+fn session_state_and_messages_are_rebuilt_from_change_records() {
+    // issue 11: session state goes through the log; a restart releases the session lock
+    let mut state = entity(|settings| settings.requires_session = true);
+    state.set_journaling(true);
+    state
+        .enqueue(
+            START,
+            vec![session_message("a1", "a"), session_message("a2", "a")],
+        )
+        .expect("accepted");
+    state.attach_session_receiver(
+        START,
+        RECEIVER,
+        ReceiveMode::PeekLock,
+        Some("a".to_string()),
+        Duration::ZERO,
+    );
+    state.set_credit(START, RECEIVER, 1, false);
+    state
+        .set_session_state(START, "a", Some(b"progress-1".to_vec()))
+        .expect("the session is held");
+    let held = deliveries(&mut state);
+    assert_eq!(held.len(), 1, "one message locked in the session");
+    let changes = state.take_changes();
+    assert!(changes.iter().any(|change| matches!(
+        change,
+        super::state::Change::SessionState { session_id, state: Some(bytes) }
+            if session_id == "a" && bytes == b"progress-1"
+    )));
+
+    let mut restored = EntityState::restore(state.settings().clone(), 9, START, changes);
+    assert_eq!(restored.log().fingerprint(), state.log().fingerprint());
+    assert_eq!(
+        restored.log().session_state("a").map(Vec::as_slice),
+        Some(&b"progress-1"[..])
+    );
+    // The lock held before the restart is gone: both messages are there for a new holder.
+    restored.attach_session_receiver(
+        START,
+        RECEIVER,
+        ReceiveMode::PeekLock,
+        Some("a".to_string()),
+        Duration::ZERO,
+    );
+    restored.set_credit(START, RECEIVER, 5, false);
+    let bodies: Vec<Vec<u8>> = deliveries(&mut restored)
+        .iter()
+        .map(|delivery| delivery.message.body.to_vec())
+        .collect();
+    assert_eq!(bodies, vec![b"a1".to_vec(), b"a2".to_vec()]);
+}
+
+#[test]
+fn the_forwarding_outbox_keeps_a_message_until_its_target_has_it() {
+    // rule FWD-1, issue 11: a forwarded message leaves the source only on Forwarded; after a
+    // restart what the outbox held is sent again
+    let mut state = entity(|settings| {
+        settings.forward_to = Some("target".to_string());
+        settings.forwards = true;
+    });
+    state.set_journaling(true);
+    let numbers = state
+        .enqueue(START, vec![message("onward")])
+        .expect("accepted");
+    let forwarded: Vec<_> = state
+        .take_effects()
+        .into_iter()
+        .filter_map(|effect| match effect {
+            Effect::Forward {
+                message,
+                sequence_number,
+                dead_letter: false,
+            } => Some((message, sequence_number)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(forwarded.len(), 1);
+    assert_eq!(forwarded[0].1, numbers[0]);
+    assert_eq!(forwarded[0].0.hop_count, 1);
+    assert_eq!(
+        state.log().outbox().len(),
+        1,
+        "kept until the target has it"
+    );
+    assert!(
+        state.stored_bytes() > 0,
+        "the outbox counts against the quota"
+    );
+    let changes = state.take_changes();
+
+    // A crash before the target confirmed: the restored source sends it again.
+    let mut restored = EntityState::restore(state.settings().clone(), 9, START, changes);
+    let resent: Vec<_> = restored
+        .take_effects()
+        .into_iter()
+        .filter(|effect| matches!(effect, Effect::Forward { sequence_number, .. } if *sequence_number == numbers[0]))
+        .collect();
+    assert_eq!(resent.len(), 1);
+
+    state.forwarded(START, numbers[0]);
+    assert!(state.log().outbox().is_empty());
+    assert_eq!(state.stored_bytes(), 0);
+    assert!(matches!(
+        state.take_changes().as_slice(),
+        [super::state::Change::Forwarded { .. }]
+    ));
+    // The next number is not reused.
+    let next = state
+        .enqueue(START, vec![message("next")])
+        .expect("accepted");
+    assert_eq!(next, vec![SequenceNumber(numbers[0].0 + 1)]);
+}

@@ -1,0 +1,225 @@
+//! Peek-locks and settlement (rules LCK-1..5, DLQ-4): locks live here, beside the log, and
+//! are never recorded; settling, abandoning and lock expiry change the log.
+
+use super::*;
+
+impl EntityState {
+    /// The lock held on a record, if any.
+    pub fn lock_of(&self, sub_queue: SubQueue, sequence_number: SequenceNumber) -> Option<Lock> {
+        self.held.get(&(sub_queue, sequence_number)).copied()
+    }
+
+    /// Sets or clears the lock on a stored record; `None` when there is no such record,
+    /// else the previous lock. Locks are volatile: nothing is recorded in the log.
+    pub(super) fn set_lock(
+        &mut self,
+        sub_queue: SubQueue,
+        sequence_number: SequenceNumber,
+        lock: Option<Lock>,
+    ) -> Option<Option<Lock>> {
+        self.log.get(sub_queue, sequence_number)?;
+        Some(match lock {
+            Some(lock) => self.held.insert((sub_queue, sequence_number), lock),
+            None => self.held.remove(&(sub_queue, sequence_number)),
+        })
+    }
+
+    /// Extends a held lock to `until`; false when the record holds none.
+    pub(super) fn extend_lock(
+        &mut self,
+        sub_queue: SubQueue,
+        sequence_number: SequenceNumber,
+        until: Timestamp,
+    ) -> bool {
+        match self.held.get_mut(&(sub_queue, sequence_number)) {
+            Some(lock) => {
+                lock.until = until;
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub(super) fn new_lock(&mut self, now: Timestamp) -> Lock {
+        self.tokens_issued += 1;
+        let high = mix(self.token_seed ^ self.tokens_issued.rotate_left(17));
+        let mut bytes = [0u8; 16];
+        bytes[..8].copy_from_slice(&high.to_be_bytes());
+        bytes[8..].copy_from_slice(&self.tokens_issued.to_be_bytes());
+        // Mark it as a version-4 style GUID so tools display it as one.
+        bytes[6] = (bytes[6] & 0x0f) | 0x40;
+        bytes[8] = (bytes[8] & 0x3f) | 0x80;
+        Lock {
+            token: LockToken(bytes),
+            until: now.plus(self.settings.lock_duration),
+        }
+    }
+
+    /// Finds the locked record for `token`, if the lock is still held at `now`.
+    pub(super) fn locked(
+        &self,
+        now: Timestamp,
+        token: LockToken,
+    ) -> Option<(SubQueue, SequenceNumber)> {
+        let &(sub_queue, sequence_number) = self.locks.get(&token)?;
+        match self.lock_of(sub_queue, sequence_number) {
+            Some(lock) if lock.token == token && lock.until > now => {
+                Some((sub_queue, sequence_number))
+            }
+            _ => None,
+        }
+    }
+
+    /// Settles a locked message (rules LCK-1..4, DLQ-4). An unknown or expired lock is
+    /// `LockLost` (rule LCK-3).
+    pub fn settle(
+        &mut self,
+        now: Timestamp,
+        token: LockToken,
+        settlement: Settlement,
+    ) -> Result<(), EntityError> {
+        // Activity first: a command arriving at the idle deadline keeps the entity.
+        self.touch(now);
+        self.advance(now);
+        let lost = || {
+            if self.settings.requires_session {
+                // In a session entity message locks live and die with the session lock.
+                EntityError::SessionLockLost(
+                    "The session lock was lost; accept the session again.".to_string(),
+                )
+            } else {
+                EntityError::LockLost
+            }
+        };
+        let (sub_queue, sequence_number) = self.locked(now, token).ok_or_else(lost)?;
+        if sub_queue == SubQueue::Main && !self.session_lock_held(now, sequence_number) {
+            return Err(EntityError::SessionLockLost(
+                "The session lock was lost; accept the session again.".to_string(),
+            ));
+        }
+        self.locks.remove(&token);
+        let Some(previous) = self.set_lock(sub_queue, sequence_number, None) else {
+            return Err(EntityError::LockLost);
+        };
+        if let Some(lock) = previous {
+            self.deadlines
+                .remove(&(lock.until, Deadline::Lock(lock.token)));
+        }
+        match settlement {
+            Settlement::Complete => {
+                if let Some(record) = self.log.remove(sub_queue, sequence_number) {
+                    self.stored_bytes -= record.message.size() as u64;
+                    self.forget_deadlines(&record);
+                }
+            }
+            Settlement::Release => self.make_available(now, sub_queue, sequence_number),
+            Settlement::Abandon { properties } => {
+                // One change: the properties and the counted attempt together.
+                self.count_failed_delivery_with(now, sub_queue, sequence_number, properties);
+            }
+            Settlement::Defer { properties } => {
+                self.log.update(sub_queue, sequence_number, |record| {
+                    record.property_changes.extend(properties);
+                    record.state = MessageState::Deferred;
+                });
+            }
+            Settlement::DeadLetter {
+                reason,
+                description,
+                properties,
+            } => {
+                self.dead_letter_with(sub_queue, sequence_number, reason, description, properties);
+            }
+        }
+        self.dispatch(now);
+        Ok(())
+    }
+
+    pub(super) fn expire_lock(&mut self, now: Timestamp, token: LockToken) {
+        let Some(&(sub_queue, sequence_number)) = self.locks.get(&token) else {
+            return;
+        };
+        let lapsed = matches!(
+            self.lock_of(sub_queue, sequence_number),
+            Some(lock) if lock.token == token && lock.until <= now
+        );
+        if !lapsed {
+            return; // renewed: a later deadline is pending
+        }
+        self.locks.remove(&token);
+        self.set_lock(sub_queue, sequence_number, None);
+        // Rule LCK-2: lock expiry counts as a failed delivery.
+        self.count_failed_delivery(now, sub_queue, sequence_number);
+    }
+
+    /// Abandon or lock expiry: count the attempt, dead-letter at the maximum, else return
+    /// the message (expiring it first if its TTL passed while locked, rule TTL-5).
+    pub(super) fn count_failed_delivery(
+        &mut self,
+        now: Timestamp,
+        sub_queue: SubQueue,
+        sequence_number: SequenceNumber,
+    ) {
+        self.count_failed_delivery_with(now, sub_queue, sequence_number, Vec::new());
+    }
+
+    /// [`Self::count_failed_delivery`], merging `properties` in the same change (abandon).
+    pub(super) fn count_failed_delivery_with(
+        &mut self,
+        now: Timestamp,
+        sub_queue: SubQueue,
+        sequence_number: SequenceNumber,
+        properties: PropertyChanges,
+    ) {
+        let max = self.settings.max_delivery_count;
+        let mut delivery_count = 0;
+        let updated = self.log.update(sub_queue, sequence_number, |record| {
+            record.property_changes.extend(properties);
+            record.delivery_count += 1;
+            delivery_count = record.delivery_count;
+        });
+        if !updated {
+            return;
+        }
+        if delivery_count >= max && sub_queue == SubQueue::Main {
+            let description =
+                format!("Message could not be consumed after {max} delivery attempts.");
+            self.dead_letter(
+                sub_queue,
+                sequence_number,
+                Some(MAX_DELIVERY_COUNT_EXCEEDED.to_string()),
+                Some(description),
+            );
+        } else {
+            self.make_available(now, sub_queue, sequence_number);
+        }
+    }
+
+    pub(super) fn make_available(
+        &mut self,
+        now: Timestamp,
+        sub_queue: SubQueue,
+        sequence_number: SequenceNumber,
+    ) {
+        let expired = sub_queue == SubQueue::Main
+            && matches!(
+                self.log.get(SubQueue::Main, sequence_number),
+                Some(Record { expires_at: Some(at), .. }) if *at <= now
+            );
+        let deferred = matches!(
+            self.store(sub_queue).records.get(&sequence_number),
+            Some(record) if record.state == MessageState::Deferred
+        );
+        if deferred {
+            // Rule TTL-7, LCK-4: a deferred message stays deferred (and never expires).
+        } else if expired {
+            self.expire(now, sequence_number);
+        } else {
+            if sub_queue == SubQueue::Main && self.settings.requires_session {
+                self.session_make_available(sequence_number);
+            } else {
+                self.log.available_mut(sub_queue).insert(sequence_number);
+            }
+        }
+    }
+}
