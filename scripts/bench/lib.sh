@@ -73,7 +73,10 @@ start_ferrobus() {
   printf '%s\n' "$config_text" >"$config"
   : >"$log"
   pin_to "$BENCH_BROKER_CPU"
-  "${PIN[@]}" "$FERROBUS_BIN" --config "$config" --listen 127.0.0.1:0 2>"$log" &
+  # In memory unless FERROBUS_STORAGE_ARGS says otherwise (e.g. "--data-dir DIR"): the
+  # scenarios measure the broker, not the disk, and never write into the repository.
+  # shellcheck disable=SC2086
+  "${PIN[@]}" "$FERROBUS_BIN" --config "$config" --listen 127.0.0.1:0 ${FERROBUS_STORAGE_ARGS:---memory} 2>"$log" &
   BROKER_PID=$!
   BROKER_HELPER_PIDS=()
   wait_for_listen_line "$log" 10
