@@ -225,3 +225,98 @@ name = "q"
     drop(broker);
     let _ = std::fs::remove_dir_all(&directory);
 }
+
+#[tokio::test]
+async fn a_second_broker_on_the_same_data_directory_is_refused() {
+    let directory = scratch("locked");
+    let data = directory.display().to_string();
+    let first = BrokerProcess::start("[[queues]]\nname = \"q\"\n", &["--data-dir", &data]);
+    let config = directory.join("second.toml");
+    std::fs::write(&config, "[[queues]]\nname = \"q\"\n").expect("config");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_ferrobus"))
+        .args(["--config", &config.display().to_string()])
+        .args(["--listen", "127.0.0.1:0", "--data-dir", &data])
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("in use by another ferrobus process"),
+        "{stderr}"
+    );
+    drop(first);
+    let _ = std::fs::remove_dir_all(&directory);
+}
+
+#[tokio::test]
+async fn a_torn_tail_is_cut_off_with_a_log_line_and_what_was_acknowledged_is_kept() {
+    let directory = scratch("torn");
+    let data = directory.display().to_string();
+    let config = "[[queues]]\nname = \"q\"\n";
+    let broker = BrokerProcess::start(config, &["--data-dir", &data]);
+    let url = format!("amqp://{}", broker.address);
+    let mut connection = fe2o3_amqp::Connection::builder()
+        .container_id("torn")
+        .sasl_profile(fe2o3_amqp::sasl_profile::SaslProfile::Anonymous)
+        .open(url.as_str())
+        .await
+        .expect("connects");
+    let mut session = fe2o3_amqp::Session::begin(&mut connection)
+        .await
+        .expect("session");
+    let mut sender = Sender::attach(&mut session, "sender", "q")
+        .await
+        .expect("attach sender");
+    for index in 0..3 {
+        sender
+            .send(format!("kept-{index}"))
+            .await
+            .expect("accepted");
+    }
+    drop(sender);
+    drop(session);
+    drop(connection);
+    drop(broker); // kill -9
+    // A crash in the middle of a write: half a record header and some garbage at the end.
+    let segment = directory.join("0000000000000000.wal");
+    let mut bytes = std::fs::read(&segment).expect("the log segment");
+    bytes.extend_from_slice(&[0, 0, 4, 0, 0xde, 0xad, 0xbe, 0xef, 1, 2, 3]);
+    std::fs::write(&segment, &bytes).expect("tear the tail");
+
+    let broker = BrokerProcess::start(config, &["--data-dir", &data]);
+    let line = broker
+        .wait_for_line(
+            "cutting off a torn or corrupt log tail",
+            Duration::from_secs(5),
+        )
+        .await
+        .expect("the truncation is logged");
+    assert!(line.contains("bytes=11"), "{line}");
+    let url = format!("amqp://{}", broker.address);
+    let mut connection = fe2o3_amqp::Connection::builder()
+        .container_id("torn-2")
+        .sasl_profile(fe2o3_amqp::sasl_profile::SaslProfile::Anonymous)
+        .open(url.as_str())
+        .await
+        .expect("connects after restart");
+    let mut session = fe2o3_amqp::Session::begin(&mut connection)
+        .await
+        .expect("session");
+    let mut receiver = Receiver::attach(&mut session, "receiver", "q")
+        .await
+        .expect("attach receiver");
+    for index in 0..3 {
+        let delivery = receive(&mut receiver).await;
+        assert_eq!(text(&delivery), format!("kept-{index}"));
+        receiver.accept(&delivery).await.expect("complete");
+    }
+    // Writing goes on after the cut: a new message is accepted and numbered next.
+    let mut sender = Sender::attach(&mut session, "sender-2", "q")
+        .await
+        .expect("attach sender");
+    sender.send("after").await.expect("accepted");
+    let delivery = receive(&mut receiver).await;
+    assert_eq!(sequence_number(&delivery), 4);
+    drop(broker);
+    let _ = std::fs::remove_dir_all(&directory);
+}
