@@ -212,17 +212,7 @@ impl Topic {
     /// Replays recovered changes: scheduled messages (timers re-armed through the index),
     /// the counter, the duplicate history.
     fn restore(&mut self, changes: Vec<Change>) {
-        for change in changes {
-            if let Some(Change::Remembered {
-                message_id,
-                sequence_number,
-                at,
-            }) = self.log.apply(change)
-                && let Some(detector) = &mut self.duplicates
-            {
-                detector.remember(at, &message_id, sequence_number);
-            }
-        }
+        self.log.replay(changes, self.duplicates.as_mut());
         let now = self.clock.now();
         for record in self.log.records(SubQueue::Main).values() {
             let at = record.message.scheduled_enqueue_time.unwrap_or(now);
@@ -254,16 +244,7 @@ impl Topic {
         let Some((storage, key)) = &self.storage else {
             return;
         };
-        let mut changes = self.log.checkpoint();
-        if let Some(detector) = &self.duplicates {
-            changes.extend(detector.entries().map(|(id, at, sequence_number)| {
-                Change::Remembered {
-                    message_id: id.to_string(),
-                    sequence_number,
-                    at,
-                }
-            }));
-        }
+        let changes = self.log.checkpoint_with(self.duplicates.as_ref());
         if let Err(error) = storage.checkpoint(key, epoch, changes).await {
             tracing::error!(topic = %key, %error, "cannot write a checkpoint");
         }

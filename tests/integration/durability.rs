@@ -6,6 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use fe2o3_amqp::connection::ConnectionHandle;
+use fe2o3_amqp::session::SessionHandle;
 use fe2o3_amqp::types::messaging::{Body, Outcome};
 use fe2o3_amqp::types::primitives::Value;
 use fe2o3_amqp::{Receiver, Sender};
@@ -22,6 +24,21 @@ fn scratch(name: &str) -> std::path::PathBuf {
     ));
     std::fs::create_dir_all(&directory).expect("scratch directory");
     directory
+}
+
+/// Opens a connection (SASL ANONYMOUS) and a session to a broker process.
+async fn connect(broker: &BrokerProcess) -> (ConnectionHandle<()>, SessionHandle<()>) {
+    let url = format!("amqp://{}", broker.address);
+    let mut connection = fe2o3_amqp::Connection::builder()
+        .container_id(format!("durability-{}", ferrobus::amqp::ids::unique_u64()))
+        .sasl_profile(fe2o3_amqp::sasl_profile::SaslProfile::Anonymous)
+        .open(url.as_str())
+        .await
+        .expect("connects");
+    let session = fe2o3_amqp::Session::begin(&mut connection)
+        .await
+        .expect("session");
+    (connection, session)
 }
 
 fn sequence_number(delivery: &fe2o3_amqp::Delivery<Body<Value>>) -> i64 {
@@ -138,16 +155,7 @@ name = "q"
     let directory = scratch("compaction");
     let data = directory.display().to_string();
     let broker = BrokerProcess::start(CONFIG, &["--data-dir", &data]);
-    let url = format!("amqp://{}", broker.address);
-    let mut connection = fe2o3_amqp::Connection::builder()
-        .container_id("compaction")
-        .sasl_profile(fe2o3_amqp::sasl_profile::SaslProfile::Anonymous)
-        .open(url.as_str())
-        .await
-        .expect("connects");
-    let mut session = fe2o3_amqp::Session::begin(&mut connection)
-        .await
-        .expect("session");
+    let (connection, mut session) = connect(&broker).await;
     let mut sender = Sender::attach(&mut session, "sender", "q")
         .await
         .expect("attach sender");
@@ -186,16 +194,7 @@ name = "q"
     drop(connection);
     drop(broker);
     let broker = BrokerProcess::start(CONFIG, &["--data-dir", &data]);
-    let url = format!("amqp://{}", broker.address);
-    let mut connection = fe2o3_amqp::Connection::builder()
-        .container_id("compaction-2")
-        .sasl_profile(fe2o3_amqp::sasl_profile::SaslProfile::Anonymous)
-        .open(url.as_str())
-        .await
-        .expect("connects after restart");
-    let mut session = fe2o3_amqp::Session::begin(&mut connection)
-        .await
-        .expect("session");
+    let (_connection, mut session) = connect(&broker).await;
     let mut receiver = Receiver::attach(&mut session, "receiver-2", "q")
         .await
         .expect("attach receiver");
@@ -254,16 +253,7 @@ async fn a_torn_tail_is_cut_off_with_a_log_line_and_what_was_acknowledged_is_kep
     let data = directory.display().to_string();
     let config = "[[queues]]\nname = \"q\"\n";
     let broker = BrokerProcess::start(config, &["--data-dir", &data]);
-    let url = format!("amqp://{}", broker.address);
-    let mut connection = fe2o3_amqp::Connection::builder()
-        .container_id("torn")
-        .sasl_profile(fe2o3_amqp::sasl_profile::SaslProfile::Anonymous)
-        .open(url.as_str())
-        .await
-        .expect("connects");
-    let mut session = fe2o3_amqp::Session::begin(&mut connection)
-        .await
-        .expect("session");
+    let (connection, mut session) = connect(&broker).await;
     let mut sender = Sender::attach(&mut session, "sender", "q")
         .await
         .expect("attach sender");
@@ -292,16 +282,7 @@ async fn a_torn_tail_is_cut_off_with_a_log_line_and_what_was_acknowledged_is_kep
         .await
         .expect("the truncation is logged");
     assert!(line.contains("bytes=11"), "{line}");
-    let url = format!("amqp://{}", broker.address);
-    let mut connection = fe2o3_amqp::Connection::builder()
-        .container_id("torn-2")
-        .sasl_profile(fe2o3_amqp::sasl_profile::SaslProfile::Anonymous)
-        .open(url.as_str())
-        .await
-        .expect("connects after restart");
-    let mut session = fe2o3_amqp::Session::begin(&mut connection)
-        .await
-        .expect("session");
+    let (_connection, mut session) = connect(&broker).await;
     let mut receiver = Receiver::attach(&mut session, "receiver", "q")
         .await
         .expect("attach receiver");

@@ -36,17 +36,8 @@ impl Broker {
         if !config_text.contains("[storage]") {
             config.storage.mode = ferrobus::config::StorageMode::Memory;
         }
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind an ephemeral port");
-        let address = listener.local_addr().expect("bound address");
-        let (stop, stopped) = watch::channel(false);
-        tokio::spawn(async move {
-            ferrobus::run(listener, &config, stopped)
-                .await
-                .expect("broker starts")
-        });
-        Broker { address, stop }
+        let storage = ferrobus::open_storage(&config).expect("the data directory opens");
+        Broker::serve(config, storage).await
     }
 
     /// Starts a broker on storage opened by the test (injected faults, small limits).
@@ -58,13 +49,23 @@ impl Broker {
             .expect("test configuration is valid");
         let storage =
             ferrobus::store::storage::Storage::open(options).expect("the data directory opens");
+        Broker::serve(config, Some(storage)).await
+    }
+
+    async fn serve(
+        config: ferrobus::config::Config,
+        storage: Option<(
+            ferrobus::store::storage::Storage,
+            ferrobus::store::storage::Recovery,
+        )>,
+    ) -> Broker {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind an ephemeral port");
         let address = listener.local_addr().expect("bound address");
         let (stop, stopped) = watch::channel(false);
         tokio::spawn(async move {
-            ferrobus::run_with_storage(listener, &config, Some(storage), stopped)
+            ferrobus::run_with_storage(listener, &config, storage, stopped)
                 .await
                 .expect("broker starts")
         });

@@ -12,6 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::Record;
+use crate::broker::entity::duplicates::DuplicateDetector;
 use crate::broker::types::{MessageState, PropertyChanges, SequenceNumber, SubQueue, Timestamp};
 
 /// One durable change to an entity's state, in the order the core made it.
@@ -439,6 +440,41 @@ impl MessageLog {
             text.push_str(&format!("outbox {dead_letter} {record:?}\n"));
         }
         text
+    }
+
+    /// Replays recovered change records into this (empty) log, and the duplicate-detection
+    /// history they carry into `duplicates` (entities and topics recover the same way).
+    pub fn replay(
+        &mut self,
+        changes: impl IntoIterator<Item = Change>,
+        mut duplicates: Option<&mut DuplicateDetector>,
+    ) {
+        for change in changes {
+            if let Some(Change::Remembered {
+                message_id,
+                sequence_number,
+                at,
+            }) = self.apply(change)
+                && let Some(detector) = duplicates.as_deref_mut()
+            {
+                detector.remember(at, &message_id, sequence_number);
+            }
+        }
+    }
+
+    /// [`Self::checkpoint`] followed by the duplicate-detection history, oldest first.
+    pub fn checkpoint_with(&self, duplicates: Option<&DuplicateDetector>) -> Vec<Change> {
+        let mut changes = self.checkpoint();
+        if let Some(detector) = duplicates {
+            changes.extend(detector.entries().map(|(id, at, sequence_number)| {
+                Change::Remembered {
+                    message_id: id.to_string(),
+                    sequence_number,
+                    at,
+                }
+            }));
+        }
+        changes
     }
 
     /// The whole durable state as change records: what a checkpoint writes so that older

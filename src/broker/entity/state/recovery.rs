@@ -16,17 +16,7 @@ impl EntityState {
         changes: impl IntoIterator<Item = Change>,
     ) -> EntityState {
         let mut state = EntityState::new(settings, token_seed, now);
-        for change in changes {
-            if let Some(Change::Remembered {
-                message_id,
-                sequence_number,
-                at,
-            }) = state.log.apply(change)
-                && let Some(detector) = &mut state.duplicates
-            {
-                detector.remember(at, &message_id, sequence_number);
-            }
-        }
+        state.log.replay(changes, state.duplicates.as_mut());
         state.rebuild_indexes();
         state.resend_outbox();
         state
@@ -89,18 +79,8 @@ impl EntityState {
     }
 
     /// The whole durable state as change records (a compaction checkpoint): the log's
-    /// records, counter and session states, and the duplicate-detection history.
+    /// records, counter, session states and outbox, and the duplicate-detection history.
     pub fn checkpoint(&self) -> Vec<Change> {
-        let mut changes = self.log.checkpoint();
-        if let Some(detector) = &self.duplicates {
-            changes.extend(detector.entries().map(|(id, at, sequence_number)| {
-                Change::Remembered {
-                    message_id: id.to_string(),
-                    sequence_number,
-                    at,
-                }
-            }));
-        }
-        changes
+        self.log.checkpoint_with(self.duplicates.as_ref())
     }
 }
