@@ -9,4 +9,5 @@ pub mod message;
 pub mod registry;
 pub mod rules;
 pub mod topic;
+pub mod topic_state;
 pub mod types;

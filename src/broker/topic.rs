@@ -2,18 +2,18 @@
 //! subscription, whose rules decide how many copies it gets (see [`super::rules`]). The
 //! message bytes are shared (`Arc`), not copied, unless a rule action changes them.
 //!
-//! The topic task also owns its subscriptions' rules (filters are evaluated here, before a
-//! copy exists), answers rule management, detects duplicates for the topic, and deletes
-//! itself when idle. It awaits its subscriptions' replies (await order: topic →
-//! subscription, never the reverse) and answers the sender once every copy is stored.
+//! This file is the topic's task, the shell around its pure core
+//! ([`super::topic_state::TopicState`]: rules, duplicate detection, scheduled messages,
+//! rule management, all with explicit `now`). The task sends each subscription its copies,
+//! awaits their replies (await order: topic → subscription, never the reverse) and answers
+//! the sender once every copy is stored; it arms the timer for scheduled messages and
+//! deletes the topic when idle.
 //!
-//! With durable storage the topic's own state goes through a [`MessageLog`] like an entity's:
-//! its scheduled messages (put when scheduled, removed when cancelled or published), its
-//! sequence counter and its duplicate-detection history. Each command's changes are durable
-//! before its reply goes out; a scheduled message is removed only after every subscription
-//! has stored its copies, so a crash in between publishes it again rather than losing it.
+//! With durable storage each command's changes to the core (scheduled messages, counter,
+//! duplicate ids) are durable before its reply goes out; a scheduled message leaves the log
+//! only after every subscription has stored its copies, so a crash in between publishes it
+//! again rather than losing it.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,12 +21,13 @@ use tokio::sync::mpsc;
 
 use super::entity::actor::IdleSender;
 use super::entity::duplicates::DuplicateDetector;
-use super::entity::state::{Change, MessageLog, Record};
+use super::entity::state::Change;
 use super::entity::{Command, EntityHandle, Notification, Reply, ReplyTo, RequestId};
 use super::filter::PropertyChange;
 use super::message::Message;
-use super::rules::{self, FilterView, Rule};
-use super::types::{EntityError, MessageState, SequenceNumber, SubQueue, Timestamp};
+use super::rules::{self, Rule};
+use super::topic_state::{Copies, SubscriptionRules, TopicState};
+use super::types::{EntityError, SequenceNumber};
 use crate::clock::Clock;
 use crate::config::TopicConfig;
 use crate::store::storage::Storage;
@@ -138,25 +139,18 @@ pub struct SubscriptionEntry {
     pub requires_session: bool,
 }
 
-/// The topic task's state.
+/// The topic task: the pure core, the subscriptions' actors, the timer and the storage.
 struct Topic {
     /// Configured path.
     path: String,
-    /// Subscriptions in configuration order.
-    subscriptions: Vec<SubscriptionEntry>,
-    /// Topic-level duplicate detection, when enabled.
-    duplicates: Option<DuplicateDetector>,
+    /// Rules, duplicates, scheduled messages: the pure core.
+    state: TopicState,
+    /// The subscriptions' actors, in the core's subscription order.
+    handles: Vec<EntityHandle>,
     /// Delete the topic after this long without publishes or rule changes (rule IDL-2).
     auto_delete_on_idle: Option<Duration>,
     /// Wall clock.
     clock: Clock,
-    /// Applies rule actions.
-    codec: TopicCodec,
-    /// The topic's durable state: scheduled messages and the sequence counter (rule
-    /// SEQ-1); duplicate-detection changes are noted in it too.
-    log: MessageLog,
-    /// Scheduled messages by (due time, sequence number): the timer's index over `log`.
-    scheduled: BTreeMap<(Timestamp, SequenceNumber), Arc<Message>>,
     /// The durable storage and the topic's key in it (`None`: in memory).
     storage: Option<(Storage, String)>,
 }
@@ -177,22 +171,34 @@ pub fn spawn(
         path: config.name.as_str().into(),
         commands,
     };
+    let (handles, rules): (Vec<_>, Vec<_>) = subscriptions
+        .into_iter()
+        .map(|entry| {
+            (
+                entry.handle,
+                SubscriptionRules {
+                    name: entry.name,
+                    rules: entry.rules,
+                    dead_letter_on_filter_errors: entry.dead_letter_on_filter_errors,
+                    requires_session: entry.requires_session,
+                },
+            )
+        })
+        .unzip();
+    let duplicates = config
+        .requires_duplicate_detection
+        .then(|| DuplicateDetector::new(config.duplicate_detection_history_time_window));
     let mut topic = Topic {
         path: config.name.clone(),
-        subscriptions,
-        duplicates: config
-            .requires_duplicate_detection
-            .then(|| DuplicateDetector::new(config.duplicate_detection_history_time_window)),
+        state: TopicState::new(config.name.clone(), rules, duplicates, codec),
+        handles,
         auto_delete_on_idle: config.auto_delete_on_idle,
         clock,
-        codec,
-        log: MessageLog::new(false),
-        scheduled: BTreeMap::new(),
         storage: None,
     };
     if let Some((storage, key, recovered)) = durability {
-        topic.restore(recovered);
-        topic.log.set_journaling(true);
+        topic.state.restore(clock.now(), recovered);
+        topic.state.set_journaling(true);
         storage.register(&key);
         topic.storage = Some((storage, key));
     }
@@ -200,34 +206,13 @@ pub fn spawn(
     handle
 }
 
-/// The copies one subscription gets of one message.
-struct Copies {
-    /// Messages to enqueue.
-    accepted: Vec<Arc<Message>>,
-    /// Messages to dead-letter on arrival, with reason and description.
-    dead_lettered: Vec<(Arc<Message>, String, String)>,
-}
-
 impl Topic {
-    /// Replays recovered changes: scheduled messages (timers re-armed through the index),
-    /// the counter, the duplicate history.
-    fn restore(&mut self, changes: Vec<Change>) {
-        self.log.replay(changes, self.duplicates.as_mut());
-        let now = self.clock.now();
-        for record in self.log.records(SubQueue::Main).values() {
-            let at = record.message.scheduled_enqueue_time.unwrap_or(now);
-            self.scheduled
-                .insert((at, record.sequence_number), record.message.clone());
-        }
-    }
-
-    /// Makes this command's changes durable before anything is answered; false when they
-    /// could not be stored (the caller answers with the error instead).
+    /// Makes the core's changes durable before anything is answered.
     async fn commit(&mut self) -> Result<(), EntityError> {
         let Some((storage, key)) = &self.storage else {
             return Ok(());
         };
-        let changes = self.log.take_changes();
+        let changes = self.state.take_changes();
         if changes.is_empty() {
             return Ok(());
         }
@@ -244,7 +229,7 @@ impl Topic {
         let Some((storage, key)) = &self.storage else {
             return;
         };
-        let changes = self.log.checkpoint_with(self.duplicates.as_ref());
+        let changes = self.state.checkpoint();
         if let Err(error) = storage.checkpoint(key, epoch, changes).await {
             tracing::error!(topic = %key, %error, "cannot write a checkpoint");
         }
@@ -273,13 +258,13 @@ impl Topic {
             let idle = async {
                 match self.auto_delete_on_idle {
                     // Pending scheduled messages keep the topic alive (rule IDL-2).
-                    Some(after) if self.scheduled.is_empty() => {
+                    Some(after) if !self.state.has_scheduled() => {
                         tokio::time::sleep_until(last_activity + after).await
                     }
                     _ => std::future::pending().await,
                 }
             };
-            let due = self.scheduled.keys().next().map(|(at, _)| *at);
+            let due = self.state.next_activation();
             let activation = async {
                 match due {
                     Some(at) => tokio::time::sleep_until(self.clock.instant_at(at)).await,
@@ -311,38 +296,18 @@ impl Topic {
             };
             let Some(command) = command else { break };
             last_activity = tokio::time::Instant::now();
+            let now = self.clock.now();
             match command {
                 TopicCommand::Publish { messages, reply } => {
-                    let outcome = self.publish(messages, &sink, &mut replies).await;
+                    let copies = self.state.publish(now, messages);
+                    let outcome = self.deliver(copies, &sink, &mut replies).await;
                     let committed = self.commit().await;
                     if let Some(reply) = reply {
                         reply.send(committed.and(outcome));
                     }
                 }
                 TopicCommand::Schedule { messages, reply } => {
-                    let now = self.clock.now();
-                    let numbers: Vec<SequenceNumber> = messages
-                        .into_iter()
-                        .map(|message| {
-                            let sequence_number = self.log.allocate();
-                            let at = message.scheduled_enqueue_time.unwrap_or(now);
-                            self.log.insert(
-                                SubQueue::Main,
-                                Record {
-                                    message: message.clone(),
-                                    sequence_number,
-                                    enqueued_time: now,
-                                    time_to_live: message.header.time_to_live,
-                                    expires_at: None,
-                                    delivery_count: 0,
-                                    state: MessageState::Scheduled,
-                                    property_changes: Vec::new(),
-                                },
-                            );
-                            self.scheduled.insert((at, sequence_number), message);
-                            sequence_number
-                        })
-                        .collect();
+                    let numbers = self.state.schedule(now, messages);
                     let committed = self.commit().await;
                     reply.send(committed.map(|()| Reply::SequenceNumbers(numbers)));
                     self.activate_due(&sink, &mut replies).await;
@@ -351,11 +316,7 @@ impl Topic {
                     sequence_numbers,
                     reply,
                 } => {
-                    self.scheduled
-                        .retain(|(_, number), _| !sequence_numbers.contains(number));
-                    for number in &sequence_numbers {
-                        self.log.remove(SubQueue::Main, *number);
-                    }
+                    self.state.cancel(&sequence_numbers);
                     let committed = self.commit().await;
                     reply.send(committed.map(|()| Reply::Done));
                 }
@@ -363,7 +324,7 @@ impl Topic {
                     subscription,
                     operation,
                     reply,
-                } => reply.send(self.manage_rules(&subscription, operation)),
+                } => reply.send(self.state.manage_rules(now, &subscription, operation)),
             }
         }
         if let Some((storage, key)) = &self.storage {
@@ -372,174 +333,59 @@ impl Topic {
     }
 
     /// Publishes every scheduled message whose time has come (rule SCH-3): the copies are
-    /// enqueued in the subscriptions as new messages.
+    /// enqueued in the subscriptions as new messages, and only then does the scheduled
+    /// message leave the topic's log.
     async fn activate_due(
         &mut self,
         sink: &mpsc::UnboundedSender<Notification>,
         replies: &mut mpsc::UnboundedReceiver<Notification>,
     ) {
-        let now = self.clock.now();
-        while let Some(entry) = self.scheduled.first_entry() {
-            if entry.key().0 > now {
-                break;
-            }
-            let ((_, sequence_number), message) = entry.remove_entry();
-            if let Err(error) = self.publish(vec![message], sink, replies).await {
+        while let Some((sequence_number, message)) = self.state.take_due(self.clock.now()) {
+            let copies = self.state.publish(self.clock.now(), vec![message]);
+            if let Err(error) = self.deliver(copies, sink, replies).await {
                 tracing::warn!(topic = %self.path, %error, "a scheduled message could not be published");
             }
-            // Only now, with every copy stored, does the scheduled message leave the log.
-            self.log.remove(SubQueue::Main, sequence_number);
+            self.state.published(sequence_number);
             if let Err(error) = self.commit().await {
                 tracing::warn!(topic = %self.path, %error, "the publication of a scheduled message is not durable");
             }
         }
     }
 
-    fn copies_for(&self, entry: &SubscriptionEntry, message: &Arc<Message>, now: i64) -> Copies {
-        let view = FilterView {
-            message,
-            enqueued_time: now,
-        };
-        let mut copies = Copies {
-            accepted: Vec::new(),
-            dead_lettered: Vec::new(),
-        };
-        let mut plain_match = false;
-        for rule in &entry.rules {
-            let matched = match rule.filter.evaluate(&view) {
-                Ok(matched) => matched,
-                Err(error) => {
-                    if entry.dead_letter_on_filter_errors {
-                        copies.dead_lettered.push((
-                            message.clone(),
-                            "FilterEvaluationException".to_string(),
-                            format!("Rule '{}': {error}", rule.name),
-                        ));
-                    }
-                    continue;
-                }
-            };
-            if !matched {
-                continue;
-            }
-            match &rule.action {
-                None => plain_match = true,
-                Some(action) => match action.apply(&view) {
-                    Ok(changes) => copies.accepted.push(Arc::new((self.codec.rewrite)(
-                        message, &changes, &rule.name,
-                    ))),
-                    Err(error) => {
-                        if entry.dead_letter_on_filter_errors {
-                            copies.dead_lettered.push((
-                                message.clone(),
-                                "FilterEvaluationException".to_string(),
-                                format!("Action of rule '{}': {error}", rule.name),
-                            ));
-                        }
-                    }
-                },
-            }
-        }
-        if plain_match {
-            copies.accepted.insert(0, message.clone());
-        }
-        if entry.requires_session {
-            // A session subscription cannot hold session-less messages: dead-letter them.
-            let (with_session, without): (Vec<_>, Vec<_>) = copies
-                .accepted
-                .into_iter()
-                .partition(|copy| copy.system.session_id.is_some());
-            copies.accepted = with_session;
-            copies.dead_lettered.extend(without.into_iter().map(|copy| {
-                (
-                    copy,
-                    SESSION_ID_IS_NULL.to_string(),
-                    "The message has no session id and the subscription requires sessions."
-                        .to_string(),
-                )
-            }));
-        }
-        copies
-    }
-
-    async fn publish(
-        &mut self,
-        messages: Vec<Arc<Message>>,
+    /// Hands each subscription its copies at once (with durable storage their syncs are
+    /// shared) and waits until all have stored them.
+    async fn deliver(
+        &self,
+        copies: Vec<Copies>,
         sink: &mpsc::UnboundedSender<Notification>,
         replies: &mut mpsc::UnboundedReceiver<Notification>,
     ) -> Result<Reply, EntityError> {
-        let now = self.clock.now();
-        let messages: Vec<Arc<Message>> = messages
-            .into_iter()
-            .map(|message| {
-                if !message.user_properties.is_empty()
-                    || message.application_properties_section.is_empty()
-                {
-                    return message;
-                }
-                let mut decoded = Arc::unwrap_or_clone(message);
-                decoded.user_properties = (self.codec.decode_properties)(&decoded);
-                Arc::new(decoded)
-            })
-            .collect();
-        let messages: Vec<Arc<Message>> = match &mut self.duplicates {
-            None => messages,
-            Some(detector) => messages
-                .into_iter()
-                .filter(|message| match &message.system.message_id {
-                    Some(id) if detector.check(now, id).is_some() => false,
-                    Some(id) => {
-                        detector.remember(now, id, SequenceNumber(0));
-                        // Committed after the copies are stored: a crash in between lets a
-                        // resend through (a duplicate), never a loss.
-                        self.log.note(|| Change::Remembered {
-                            message_id: id.clone(),
-                            sequence_number: SequenceNumber(0),
-                            at: now,
-                        });
-                        true
-                    }
-                    None => true,
-                })
-                .collect(),
-        };
         let mut outcome: Result<Reply, EntityError> = Ok(Reply::Done);
         let mut waiting = 0usize;
-        for (index, entry) in self.subscriptions.iter().enumerate() {
-            let mut accepted = Vec::new();
-            let mut dead_lettered = Vec::new();
-            for message in &messages {
-                let copies = self.copies_for(entry, message, now.0);
-                accepted.extend(copies.accepted);
-                dead_lettered.extend(copies.dead_lettered);
-            }
-            let reply = ReplyTo {
-                sink: sink.clone(),
-                request: RequestId(index as u64),
-            };
-            if !dead_lettered.is_empty() {
-                let _ = entry
-                    .handle
+        for (index, (handle, copies)) in self.handles.iter().zip(copies).enumerate() {
+            if !copies.dead_lettered.is_empty() {
+                let _ = handle
                     .send(Command::DeadLetterOnArrival {
-                        messages: dead_lettered,
+                        messages: copies.dead_lettered,
                     })
                     .await;
             }
-            if accepted.is_empty() {
+            if copies.accepted.is_empty() {
                 continue;
             }
             let command = Command::Send {
-                messages: accepted,
-                reply: Some(reply),
+                messages: copies.accepted,
+                reply: Some(ReplyTo {
+                    sink: sink.clone(),
+                    request: RequestId(index as u64),
+                }),
             };
-            if let Err(error) = entry.handle.send(command).await {
+            if let Err(error) = handle.send(command).await {
                 outcome = Err(error);
                 continue;
             }
             waiting += 1;
         }
-        // Every subscription stores its copies at once (with durable storage their syncs
-        // are shared); the sender is answered when all have.
         for _ in 0..waiting {
             match replies.recv().await {
                 Some(Notification::Reply {
@@ -550,61 +396,6 @@ impl Topic {
             }
         }
         outcome
-    }
-
-    fn manage_rules(
-        &mut self,
-        subscription: &str,
-        operation: RuleOperation,
-    ) -> Result<Reply, EntityError> {
-        let path = self.path.clone();
-        let now = self.clock.now().0;
-        let entry = self
-            .subscriptions
-            .iter_mut()
-            .find(|entry| entry.name.eq_ignore_ascii_case(subscription))
-            .ok_or_else(|| EntityError::NotFound(format!("{path}/Subscriptions/{subscription}")))?;
-        match operation {
-            RuleOperation::Add(rule) => {
-                if entry
-                    .rules
-                    .iter()
-                    .any(|existing| existing.name.eq_ignore_ascii_case(&rule.name))
-                {
-                    return Err(EntityError::AlreadyExists(format!(
-                        "The rule '{}' already exists on subscription '{}'.",
-                        rule.name, entry.name
-                    )));
-                }
-                if entry.rules.len() >= rules::MAX_RULES_PER_SUBSCRIPTION {
-                    return Err(EntityError::LimitExceeded(format!(
-                        "Subscription '{}' has {} rules, the most a subscription may have.",
-                        entry.name,
-                        rules::MAX_RULES_PER_SUBSCRIPTION
-                    )));
-                }
-                let mut rule = *rule;
-                rule.created_at = now;
-                entry.rules.push(rule);
-                Ok(Reply::Done)
-            }
-            RuleOperation::Remove(name) => {
-                let before = entry.rules.len();
-                entry
-                    .rules
-                    .retain(|rule| !rule.name.eq_ignore_ascii_case(&name));
-                if entry.rules.len() == before {
-                    return Err(EntityError::MessageNotFound(format!(
-                        "The rule '{name}' could not be found on subscription '{}'.",
-                        entry.name
-                    )));
-                }
-                Ok(Reply::Done)
-            }
-            RuleOperation::Enumerate { skip, top } => Ok(Reply::Rules(
-                entry.rules.iter().skip(skip).take(top).cloned().collect(),
-            )),
-        }
     }
 }
 

@@ -1,0 +1,436 @@
+//! The pure core of a topic (issue 11: topics get one like entities): duplicate detection,
+//! the rules that decide how many copies each subscription gets, scheduled messages and the
+//! topic's sequence counter, rule management. Every operation takes `now`; nothing here
+//! awaits, reads a clock or does I/O — the task in [`super::topic`] sends the copies to the
+//! subscriptions, arms the timer and makes the changes durable.
+//!
+//! Durable state goes through a [`MessageLog`] like an entity's: scheduled messages (put
+//! when scheduled, removed when cancelled or once published), the counter and the
+//! duplicate-detection history, so the same recovery and checkpoints apply.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::entity::Reply;
+use super::entity::duplicates::DuplicateDetector;
+use super::entity::state::{Change, MessageLog, Record, SESSION_ID_IS_NULL};
+use super::message::Message;
+use super::rules::{self, FilterView, Rule};
+use super::topic::{RuleOperation, TopicCodec};
+use super::types::{EntityError, MessageState, SequenceNumber, SubQueue, Timestamp};
+
+/// What the core knows of one subscription: its rules and how it takes copies.
+pub struct SubscriptionRules {
+    /// Subscription name.
+    pub name: String,
+    /// Its rules, in creation order.
+    pub rules: Vec<Rule>,
+    /// Dead-letter messages whose filter evaluation fails, instead of skipping them.
+    pub dead_letter_on_filter_errors: bool,
+    /// Messages must carry a session id.
+    pub requires_session: bool,
+}
+
+/// The copies one subscription gets of a publish.
+#[derive(Default)]
+pub struct Copies {
+    /// Messages to enqueue.
+    pub accepted: Vec<Arc<Message>>,
+    /// Messages to dead-letter on arrival, with reason and description.
+    pub dead_lettered: Vec<(Arc<Message>, String, String)>,
+}
+
+/// The state of one topic.
+pub struct TopicState {
+    /// Configured path.
+    path: String,
+    /// Subscriptions in configuration order.
+    subscriptions: Vec<SubscriptionRules>,
+    /// Topic-level duplicate detection, when enabled.
+    duplicates: Option<DuplicateDetector>,
+    /// Decodes properties and applies rule actions (the AMQP adapter's functions).
+    codec: TopicCodec,
+    /// Scheduled messages, the sequence counter, duplicate ids: what is durable.
+    log: MessageLog,
+    /// Scheduled messages by (due time, sequence number): the timer's index over `log`.
+    scheduled: BTreeMap<(Timestamp, SequenceNumber), Arc<Message>>,
+}
+
+impl TopicState {
+    /// A topic with no scheduled messages and an empty history.
+    pub fn new(
+        path: String,
+        subscriptions: Vec<SubscriptionRules>,
+        duplicates: Option<DuplicateDetector>,
+        codec: TopicCodec,
+    ) -> TopicState {
+        TopicState {
+            path,
+            subscriptions,
+            duplicates,
+            codec,
+            log: MessageLog::new(false),
+            scheduled: BTreeMap::new(),
+        }
+    }
+
+    /// Replays recovered change records (scheduled messages, counter, duplicate history)
+    /// and turns change records on.
+    pub fn restore(&mut self, now: Timestamp, changes: Vec<Change>) {
+        self.log.replay(changes, self.duplicates.as_mut());
+        for record in self.log.records(SubQueue::Main).values() {
+            let at = record.message.scheduled_enqueue_time.unwrap_or(now);
+            self.scheduled
+                .insert((at, record.sequence_number), record.message.clone());
+        }
+    }
+
+    /// Turns change records on (durable storage).
+    pub fn set_journaling(&mut self, on: bool) {
+        self.log.set_journaling(on);
+    }
+
+    /// Durable changes made since the last call.
+    pub fn take_changes(&mut self) -> Vec<Change> {
+        self.log.take_changes()
+    }
+
+    /// The whole durable state, for a compaction checkpoint.
+    pub fn checkpoint(&self) -> Vec<Change> {
+        self.log.checkpoint_with(self.duplicates.as_ref())
+    }
+
+    /// The durable state (tests).
+    pub fn log(&self) -> &MessageLog {
+        &self.log
+    }
+
+    /// Number of subscriptions (the copies of [`Self::publish`] come one per subscription).
+    pub fn subscription_count(&self) -> usize {
+        self.subscriptions.len()
+    }
+
+    /// When the next scheduled message is due.
+    pub fn next_activation(&self) -> Option<Timestamp> {
+        self.scheduled.keys().next().map(|(at, _)| *at)
+    }
+
+    /// Whether messages are scheduled (they keep the topic alive, rule IDL-2).
+    pub fn has_scheduled(&self) -> bool {
+        !self.scheduled.is_empty()
+    }
+
+    /// Offers messages to every subscription (rules DLQ-5, FLT-*): drops duplicates (rule
+    /// DUP-1, remembered as a change) and returns the copies for each subscription, in
+    /// subscription order.
+    pub fn publish(&mut self, now: Timestamp, messages: Vec<Arc<Message>>) -> Vec<Copies> {
+        let messages: Vec<Arc<Message>> = messages
+            .into_iter()
+            .map(|message| {
+                if !message.user_properties.is_empty()
+                    || message.application_properties_section.is_empty()
+                {
+                    return message;
+                }
+                let mut decoded = Arc::unwrap_or_clone(message);
+                decoded.user_properties = (self.codec.decode_properties)(&decoded);
+                Arc::new(decoded)
+            })
+            .collect();
+        let messages: Vec<Arc<Message>> = match &mut self.duplicates {
+            None => messages,
+            Some(detector) => messages
+                .into_iter()
+                .filter(|message| match &message.system.message_id {
+                    Some(id) if detector.check(now, id).is_some() => false,
+                    Some(id) => {
+                        detector.remember(now, id, SequenceNumber(0));
+                        // The shell commits this after the copies are stored: a crash in
+                        // between lets a resend through (a duplicate), never a loss.
+                        self.log.note(|| Change::Remembered {
+                            message_id: id.clone(),
+                            sequence_number: SequenceNumber(0),
+                            at: now,
+                        });
+                        true
+                    }
+                    None => true,
+                })
+                .collect(),
+        };
+        self.subscriptions
+            .iter()
+            .map(|entry| {
+                let mut all = Copies::default();
+                for message in &messages {
+                    let copies = self.copies_for(entry, message, now.0);
+                    all.accepted.extend(copies.accepted);
+                    all.dead_lettered.extend(copies.dead_lettered);
+                }
+                all
+            })
+            .collect()
+    }
+
+    /// Schedules messages on the topic (rules SCH-1, SCH-2): each gets the topic's next
+    /// sequence number and waits in the log until its time.
+    pub fn schedule(&mut self, now: Timestamp, messages: Vec<Arc<Message>>) -> Vec<SequenceNumber> {
+        messages
+            .into_iter()
+            .map(|message| {
+                let sequence_number = self.log.allocate();
+                let at = message.scheduled_enqueue_time.unwrap_or(now);
+                self.log.insert(
+                    SubQueue::Main,
+                    Record {
+                        message: message.clone(),
+                        sequence_number,
+                        enqueued_time: now,
+                        time_to_live: message.header.time_to_live,
+                        expires_at: None,
+                        delivery_count: 0,
+                        state: MessageState::Scheduled,
+                        property_changes: Vec::new(),
+                    },
+                );
+                self.scheduled.insert((at, sequence_number), message);
+                sequence_number
+            })
+            .collect()
+    }
+
+    /// Cancels scheduled messages (rule SCH-4); unknown numbers are ignored.
+    pub fn cancel(&mut self, sequence_numbers: &[SequenceNumber]) {
+        self.scheduled
+            .retain(|(_, number), _| !sequence_numbers.contains(number));
+        for number in sequence_numbers {
+            self.log.remove(SubQueue::Main, *number);
+        }
+    }
+
+    /// The next scheduled message due at `now` (rule SCH-3), taken off the timer. It stays
+    /// in the log until [`Self::published`].
+    pub fn take_due(&mut self, now: Timestamp) -> Option<(SequenceNumber, Arc<Message>)> {
+        let entry = self.scheduled.first_entry()?;
+        if entry.key().0 > now {
+            return None;
+        }
+        let ((_, sequence_number), message) = entry.remove_entry();
+        Some((sequence_number, message))
+    }
+
+    /// Every subscription has stored its copies of a scheduled message: it leaves the log.
+    pub fn published(&mut self, sequence_number: SequenceNumber) {
+        self.log.remove(SubQueue::Main, sequence_number);
+    }
+
+    /// The copies one subscription gets of one message: one per matching rule with an
+    /// action, one for any plain match; filter and action errors dead-letter when the
+    /// subscription says so; session-less copies for a session subscription dead-letter.
+    fn copies_for(&self, entry: &SubscriptionRules, message: &Arc<Message>, now: i64) -> Copies {
+        let view = FilterView {
+            message,
+            enqueued_time: now,
+        };
+        let mut copies = Copies {
+            accepted: Vec::new(),
+            dead_lettered: Vec::new(),
+        };
+        let mut plain_match = false;
+        for rule in &entry.rules {
+            let matched = match rule.filter.evaluate(&view) {
+                Ok(matched) => matched,
+                Err(error) => {
+                    if entry.dead_letter_on_filter_errors {
+                        copies.dead_lettered.push((
+                            message.clone(),
+                            "FilterEvaluationException".to_string(),
+                            format!("Rule '{}': {error}", rule.name),
+                        ));
+                    }
+                    continue;
+                }
+            };
+            if !matched {
+                continue;
+            }
+            match &rule.action {
+                None => plain_match = true,
+                Some(action) => match action.apply(&view) {
+                    Ok(changes) => copies.accepted.push(Arc::new((self.codec.rewrite)(
+                        message, &changes, &rule.name,
+                    ))),
+                    Err(error) => {
+                        if entry.dead_letter_on_filter_errors {
+                            copies.dead_lettered.push((
+                                message.clone(),
+                                "FilterEvaluationException".to_string(),
+                                format!("Action of rule '{}': {error}", rule.name),
+                            ));
+                        }
+                    }
+                },
+            }
+        }
+        if plain_match {
+            copies.accepted.insert(0, message.clone());
+        }
+        if entry.requires_session {
+            // A session subscription cannot hold session-less messages: dead-letter them.
+            let (with_session, without): (Vec<_>, Vec<_>) = copies
+                .accepted
+                .into_iter()
+                .partition(|copy| copy.system.session_id.is_some());
+            copies.accepted = with_session;
+            copies.dead_lettered.extend(without.into_iter().map(|copy| {
+                (
+                    copy,
+                    SESSION_ID_IS_NULL.to_string(),
+                    "The message has no session id and the subscription requires sessions."
+                        .to_string(),
+                )
+            }));
+        }
+        copies
+    }
+
+    /// Adds, removes or lists a subscription's rules.
+    pub fn manage_rules(
+        &mut self,
+        now: Timestamp,
+        subscription: &str,
+        operation: RuleOperation,
+    ) -> Result<Reply, EntityError> {
+        let path = self.path.clone();
+        let now = now.0;
+        let entry = self
+            .subscriptions
+            .iter_mut()
+            .find(|entry| entry.name.eq_ignore_ascii_case(subscription))
+            .ok_or_else(|| EntityError::NotFound(format!("{path}/Subscriptions/{subscription}")))?;
+        match operation {
+            RuleOperation::Add(rule) => {
+                if entry
+                    .rules
+                    .iter()
+                    .any(|existing| existing.name.eq_ignore_ascii_case(&rule.name))
+                {
+                    return Err(EntityError::AlreadyExists(format!(
+                        "The rule '{}' already exists on subscription '{}'.",
+                        rule.name, entry.name
+                    )));
+                }
+                if entry.rules.len() >= rules::MAX_RULES_PER_SUBSCRIPTION {
+                    return Err(EntityError::LimitExceeded(format!(
+                        "Subscription '{}' has {} rules, the most a subscription may have.",
+                        entry.name,
+                        rules::MAX_RULES_PER_SUBSCRIPTION
+                    )));
+                }
+                let mut rule = *rule;
+                rule.created_at = now;
+                entry.rules.push(rule);
+                Ok(Reply::Done)
+            }
+            RuleOperation::Remove(name) => {
+                let before = entry.rules.len();
+                entry
+                    .rules
+                    .retain(|rule| !rule.name.eq_ignore_ascii_case(&name));
+                if entry.rules.len() == before {
+                    return Err(EntityError::MessageNotFound(format!(
+                        "The rule '{name}' could not be found on subscription '{}'.",
+                        entry.name
+                    )));
+                }
+                Ok(Reply::Done)
+            }
+            RuleOperation::Enumerate { skip, top } => Ok(Reply::Rules(
+                entry.rules.iter().skip(skip).take(top).cloned().collect(),
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    const START: Timestamp = Timestamp(1_700_000_000_000);
+
+    fn codec() -> TopicCodec {
+        TopicCodec {
+            rewrite: Arc::new(|message, _, _| message.clone()),
+            decode_properties: Arc::new(|_| Vec::new()),
+        }
+    }
+
+    fn topic() -> TopicState {
+        let subscriptions = ["first", "second"]
+            .into_iter()
+            .map(|name| SubscriptionRules {
+                name: name.to_string(),
+                rules: vec![
+                    rules::compile(&crate::config::RuleConfig::default_rule(), 0)
+                        .expect("the default rule compiles"),
+                ],
+                dead_letter_on_filter_errors: false,
+                requires_session: false,
+            })
+            .collect();
+        let mut state = TopicState::new(
+            "t".to_string(),
+            subscriptions,
+            Some(DuplicateDetector::new(Duration::from_secs(60))),
+            codec(),
+        );
+        state.set_journaling(true);
+        state
+    }
+
+    fn message(id: &str, at: Option<Timestamp>) -> Arc<Message> {
+        let mut message = Message::default();
+        message.system.message_id = Some(id.to_string());
+        message.scheduled_enqueue_time = at;
+        Arc::new(message)
+    }
+
+    #[test]
+    fn scheduled_messages_counter_and_duplicates_survive_a_restore() {
+        // rules SCH-2, SCH-3, SCH-4, DUP-1, SEQ-1 through the topic's change records
+        let mut state = topic();
+        let due = START.plus(Duration::from_secs(10));
+        let numbers = state.schedule(
+            START,
+            vec![message("a", Some(due)), message("b", Some(due))],
+        );
+        assert_eq!(numbers, vec![SequenceNumber(1), SequenceNumber(2)]);
+        state.cancel(&[numbers[1]]);
+        let copies = state.publish(START, vec![message("p", None)]);
+        assert_eq!(copies.len(), 2, "one set of copies per subscription");
+        assert!(copies.iter().all(|copies| copies.accepted.len() == 1));
+        let changes = state.take_changes();
+
+        let mut restored = topic();
+        restored.restore(START, changes);
+        assert_eq!(restored.log().fingerprint(), state.log().fingerprint());
+        assert_eq!(restored.next_activation(), Some(due));
+        assert!(restored.take_due(START).is_none(), "not before its time");
+        let (number, activated) = restored.take_due(due).expect("due");
+        assert_eq!(
+            (number, activated.system.message_id.as_deref()),
+            (numbers[0], Some("a"))
+        );
+        restored.published(number);
+        assert!(!restored.has_scheduled());
+        // The duplicate history came back; the counter goes on.
+        let again = restored.publish(due, vec![message("p", None)]);
+        assert!(again.iter().all(|copies| copies.accepted.is_empty()));
+        assert_eq!(
+            restored.schedule(due, vec![message("c", Some(due))]),
+            vec![SequenceNumber(3)]
+        );
+    }
+}
