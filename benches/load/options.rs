@@ -163,6 +163,9 @@ pub struct StartupOptions {
     /// Wait this long after start-up before reading idle RSS (milliseconds).
     #[arg(long, default_value_t = 500)]
     pub settle_ms: u64,
+    /// Start each run durable on a fresh, empty data directory (default: `--memory`).
+    #[arg(long)]
+    pub durable: bool,
 }
 
 /// Options of `idle`.

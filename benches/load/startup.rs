@@ -57,12 +57,24 @@ pub fn main(options: StartupOptions) -> ExitCode {
 }
 
 fn start_once(options: &StartupOptions) -> Result<Start, String> {
+    // Durable runs start on an empty data directory of their own.
+    let data_dir = std::env::temp_dir().join(format!(
+        "ferrobus-startup-{}-{}",
+        std::process::id(),
+        next_run()
+    ));
+    let storage: Vec<std::ffi::OsString> = if options.durable {
+        vec!["--data-dir".into(), data_dir.clone().into()]
+    } else {
+        vec!["--memory".into()]
+    };
     let spawned_at = Instant::now();
     let mut child = Command::new(&options.broker)
         .arg("--config")
         .arg(&options.config)
         .arg("--listen")
         .arg("127.0.0.1:0")
+        .args(&storage)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -77,6 +89,7 @@ fn start_once(options: &StartupOptions) -> Result<Start, String> {
     });
     let _ = child.kill();
     let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&data_dir);
     result
 }
 
@@ -117,4 +130,11 @@ pub fn listen_address(line: &str) -> Option<SocketAddr> {
         .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | ':' | '[' | ']'))
         .collect();
     token.parse().ok()
+}
+
+/// A number that differs between calls, for scratch directory names.
+fn next_run() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
