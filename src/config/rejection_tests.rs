@@ -417,3 +417,32 @@ fn memory_budgets_are_byte_sizes() {
         &["memory_budget", "\"lots\"", "byte size"],
     );
 }
+
+#[test]
+fn storage_is_durable_in_data_by_default_and_its_keys_are_checked() {
+    let config = Config::from_toml_str("", "t.toml").expect("valid");
+    assert_eq!(config.storage.mode, crate::config::StorageMode::Durable);
+    assert_eq!(config.storage.data_dir, std::path::PathBuf::from("data"));
+    let config = Config::from_toml_str(
+        "[storage]\nmode = \"memory\"\ndata_dir = \"/var/lib/ferrobus\"\nmin_free_space = \"1GiB\"\ncompaction_threshold = \"64MiB\"\n",
+        "t.toml",
+    )
+    .expect("valid");
+    assert_eq!(config.storage.mode, crate::config::StorageMode::Memory);
+    assert_eq!(
+        config.storage.data_dir,
+        std::path::PathBuf::from("/var/lib/ferrobus")
+    );
+    assert_eq!(config.storage.min_free_space, 1 << 30);
+    assert_eq!(config.storage.compaction_threshold, 64 << 20);
+    assert_error(
+        "[storage]\nmode = \"disk\"\n",
+        &["storage", "\"disk\"", "durable", "memory"],
+    );
+    assert_error("[storage]\ndata_dir = \" \"\n", &["data_dir", "empty"]);
+    assert_error(
+        "[storage]\nmin_free_space = \"some\"\n",
+        &["min_free_space", "byte size"],
+    );
+    assert_error("[storage]\nmod = \"memory\"\n", &["mod"]);
+}

@@ -20,6 +20,15 @@ pub(super) fn summary(config: &Config) -> String {
         server.max_frame_size,
         server.max_connections
     ));
+    lines.push(match config.storage.mode {
+        super::StorageMode::Durable => format!(
+            "storage: durable in {}, sends refused below {} bytes free, compaction from {} bytes",
+            config.storage.data_dir.display(),
+            config.storage.min_free_space,
+            config.storage.compaction_threshold
+        ),
+        super::StorageMode::Memory => "storage: in memory (nothing is written)".to_string(),
+    });
     if config.auth.keys.is_empty() {
         lines.push("auth: no keys configured, any token is accepted".to_string());
     }
