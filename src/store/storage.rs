@@ -36,6 +36,8 @@ pub struct StorageOptions {
     pub segment_size: u64,
     /// Test hook: the free space to report instead of asking the file system.
     pub free_space_override: Option<Arc<AtomicU64>>,
+    /// Test hook: a fault injected into the log's writer.
+    pub fault: Option<super::log::Fault>,
 }
 
 impl StorageOptions {
@@ -47,6 +49,7 @@ impl StorageOptions {
             compaction_min_bytes: 256 * 1024 * 1024,
             segment_size: 64 * 1024 * 1024,
             free_space_override: None,
+            fault: None,
         }
     }
 }
@@ -127,6 +130,7 @@ impl Storage {
     pub fn open(options: StorageOptions) -> Result<(Storage, Recovery), StoreError> {
         let mut log_options = LogOptions::new(&options.directory);
         log_options.segment_size = options.segment_size;
+        log_options.fault = options.fault;
         let (log, recovered) = WriteAheadLog::open(log_options)?;
         let mut recovery = Recovery {
             truncated_bytes: recovered.truncated_bytes,

@@ -301,3 +301,54 @@ async fn a_torn_tail_is_cut_off_with_a_log_line_and_what_was_acknowledged_is_kep
     drop(broker);
     let _ = std::fs::remove_dir_all(&directory);
 }
+
+#[tokio::test]
+async fn a_failed_fsync_is_never_acknowledged_and_stops_acceptance() {
+    // issue 11: never retry-and-pretend — the send is refused with amqp:internal-error, and
+    // so is every later one; the broker keeps answering.
+    let directory = scratch("sync-fails");
+    let mut options = ferrobus::store::storage::StorageOptions::new(&directory);
+    options.fault = Some(ferrobus::store::log::Fault::SyncFails);
+    let broker = Broker::start_with_storage("[[queues]]\nname = \"q\"\n", options).await;
+    let (_connection, mut session) = broker.connect().await;
+    // A peek-lock receiver is waiting: locking a message writes nothing, so only the
+    // withdrawal of refused sends keeps them from it.
+    let mut receiver = Receiver::attach(&mut session, "receiver", "q")
+        .await
+        .expect("attach receiver");
+    let mut sender = Sender::attach(&mut session, "sender", "q")
+        .await
+        .expect("attach sender");
+    for attempt in 0..2 {
+        match sender.send(format!("attempt {attempt}")).await {
+            Ok(Outcome::Rejected(rejected)) => {
+                let error = rejected.error.expect("an error");
+                assert_eq!(
+                    format!("{:?}", error.condition),
+                    "AmqpError(InternalError)",
+                    "{error:?}"
+                );
+                assert!(
+                    error
+                        .description
+                        .unwrap_or_default()
+                        .contains("could not store the operation durably"),
+                );
+            }
+            other => panic!("attempt {attempt}: expected a rejection, got {other:?}"),
+        }
+    }
+    // Nothing was acknowledged, and nothing is delivered — also not after a later turn
+    // that writes nothing (another receiver attaching) lets held deliveries go out.
+    let _second = Receiver::attach(&mut session, "receiver-2", "q")
+        .await
+        .expect("attach another receiver");
+    let nothing =
+        tokio::time::timeout(Duration::from_millis(300), receiver.recv::<Body<Value>>()).await;
+    assert!(
+        nothing.is_err(),
+        "a message that was never stored was delivered"
+    );
+    drop(broker);
+    let _ = std::fs::remove_dir_all(&directory);
+}

@@ -227,7 +227,9 @@ impl Actor {
             let failure = self.commit().await;
             let (idle, returned) = self.carry_out_effects(failure.as_ref());
             deleted |= idle;
-            if !returned {
+            // After a failed commit what was taken back waits for the next turn: retrying
+            // at once against a log that refuses would only go round in circles.
+            if !returned || failure.is_some() {
                 return deleted;
             }
         }
@@ -258,6 +260,14 @@ impl Actor {
                 }
             }
         };
+        if failure.is_some() {
+            // Sends of this turn were refused: their messages must not be delivered.
+            for (_, result) in &self.held_replies {
+                if let Ok(Reply::SequenceNumbers(numbers)) = result {
+                    self.state.withdraw(numbers);
+                }
+            }
+        }
         for (reply, result) in self.held_replies.drain(..) {
             match (&failure, result) {
                 (Some(error), Ok(_)) => reply.send(Err(error.clone())),

@@ -84,3 +84,42 @@ impl EntityState {
         self.log.checkpoint_with(self.duplicates.as_ref())
     }
 }
+
+impl EntityState {
+    /// Takes back messages whose send could not be made durable (the sender was refused):
+    /// they leave the entity as if never sent, so no receiver gets a message its sender was
+    /// told failed. Their sequence numbers stay used (rule SEQ-1).
+    pub fn withdraw(&mut self, sequence_numbers: &[SequenceNumber]) {
+        for &number in sequence_numbers {
+            for sub_queue in [SubQueue::Main, SubQueue::DeadLetter] {
+                if self.log.get(sub_queue, number).is_none() {
+                    continue;
+                }
+                if sub_queue == SubQueue::Main {
+                    self.session_remove_available(number);
+                }
+                if let Some(lock) = self.held.remove(&(sub_queue, number)) {
+                    self.locks.remove(&lock.token);
+                    self.deadlines
+                        .remove(&(lock.until, Deadline::Lock(lock.token)));
+                }
+                let Some(record) = self.log.remove(sub_queue, number) else {
+                    continue;
+                };
+                self.stored_bytes -= record.message.size() as u64;
+                self.forget_deadlines(&record);
+                if record.state == MessageState::Scheduled {
+                    self.scheduled_count -= 1;
+                    if let Some(at) = record.message.scheduled_enqueue_time {
+                        self.deadlines.remove(&(at, Deadline::Activation(number)));
+                    }
+                }
+            }
+            if let Some((record, _)) = self.log.take_from_outbox(number) {
+                self.stored_bytes -= record.message.size() as u64;
+            }
+        }
+        // The withdrawal itself is not news for the log: it never had these messages.
+        let _ = self.log.take_changes();
+    }
+}
