@@ -435,3 +435,110 @@ impl Storage {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let directory = std::env::temp_dir().join(format!(
+            "ferrobus-storage-{name}-{}-{}",
+            std::process::id(),
+            crate::amqp::ids::unique_u64()
+        ));
+        let _ = std::fs::remove_dir_all(&directory);
+        directory
+    }
+
+    fn next(value: i64) -> Change {
+        Change::NextSequence(value)
+    }
+
+    fn counters(changes: &[Change]) -> Vec<i64> {
+        changes
+            .iter()
+            .filter_map(|change| match change {
+                Change::NextSequence(value) => Some(*value),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A complete checkpoint replaces what came before it; records after it apply on top;
+    /// a checkpoint cut off by a crash (first part without the last) is ignored; a dropped
+    /// entity is forgotten.
+    #[tokio::test]
+    async fn recovery_reads_the_newest_complete_checkpoint_and_what_follows() {
+        let directory = scratch("checkpoints");
+        {
+            let (storage, recovery) =
+                Storage::open(StorageOptions::new(&directory)).expect("opens");
+            assert!(recovery.entities.is_empty());
+            storage.register("q");
+            storage.append("q", vec![next(2)]).await.expect("durable");
+            storage
+                .checkpoint("q", 1, vec![next(10)])
+                .await
+                .expect("durable");
+            storage.append("q", vec![next(11)]).await.expect("durable");
+            // A checkpoint whose last part never made it to disk.
+            let torn = codec::encode(&LogRecord::Checkpoint {
+                entity: "q".into(),
+                first: true,
+                last: false,
+                changes: vec![next(99)],
+            });
+            storage
+                .log()
+                .append(vec![torn])
+                .await
+                .expect("answered")
+                .expect("durable");
+            storage
+                .append("gone", vec![next(5)])
+                .await
+                .expect("durable");
+            storage.drop_entity("gone").await.expect("durable");
+            storage.close();
+        }
+        let (storage, recovery) = Storage::open(StorageOptions::new(&directory)).expect("reopens");
+        assert_eq!(counters(&recovery.entities["q"]), vec![10, 11]);
+        assert!(!recovery.entities.contains_key("gone"));
+        storage.close();
+        let _ = std::fs::remove_dir_all(&directory);
+    }
+
+    /// A compaction round deletes the segments before it once every registered entity has
+    /// written its checkpoint, and recovery afterwards still has every entity's state.
+    #[tokio::test]
+    async fn a_compaction_round_deletes_old_segments_only_after_every_checkpoint() {
+        let directory = scratch("round");
+        let (storage, _) = Storage::open(StorageOptions::new(&directory)).expect("opens");
+        storage.register("a");
+        storage.register("b");
+        storage.append("a", vec![next(3)]).await.expect("durable");
+        storage.append("b", vec![next(4)]).await.expect("durable");
+        storage.compact().await.expect("round started");
+        let epoch = *storage.epochs().borrow();
+        storage
+            .checkpoint("a", epoch, vec![next(3)])
+            .await
+            .expect("durable");
+        assert_eq!(storage.compactions(), 0, "b has not checkpointed yet");
+        assert!(directory.join(super::super::segment::file_name(0)).exists());
+        storage
+            .checkpoint("b", epoch, vec![next(4)])
+            .await
+            .expect("durable");
+        assert_eq!(storage.compactions(), 1);
+        // Deletion happens on the writer thread; a later append is ordered after it.
+        storage.append("a", vec![next(7)]).await.expect("durable");
+        assert!(!directory.join(super::super::segment::file_name(0)).exists());
+        storage.close();
+        let (storage, recovery) = Storage::open(StorageOptions::new(&directory)).expect("reopens");
+        assert_eq!(counters(&recovery.entities["a"]), vec![3, 7]);
+        assert_eq!(counters(&recovery.entities["b"]), vec![4]);
+        storage.close();
+        let _ = std::fs::remove_dir_all(&directory);
+    }
+}
