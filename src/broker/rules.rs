@@ -43,6 +43,146 @@ pub struct RuleError {
 
 pub use crate::config::MAX_RULES_PER_SUBSCRIPTION;
 
+/// A rule as data, for the log: what `add-rule` or the configuration gave, from which
+/// [`RuleDefinition::compile`] rebuilds the same [`Rule`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuleDefinition {
+    /// The rule's name.
+    pub name: String,
+    /// Its filter.
+    pub filter: FilterDefinition,
+    /// Its SQL action text, if any.
+    pub action: Option<String>,
+    /// When it was created (unix ms).
+    pub created_at: i64,
+}
+
+/// A filter as data.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FilterDefinition {
+    /// Matches everything.
+    True,
+    /// Matches nothing.
+    False,
+    /// A SQL expression.
+    Sql(String),
+    /// A correlation filter: the eight system fields (correlation id, message id, to,
+    /// reply to, label, session id, reply-to session id, content type) and user properties.
+    Correlation {
+        /// The system fields, in that order.
+        fields: [Option<String>; 8],
+        /// The user properties.
+        properties: Vec<(String, PropertyValue)>,
+    },
+}
+
+impl RuleDefinition {
+    /// The definition of a compiled rule.
+    pub fn of(rule: &Rule) -> RuleDefinition {
+        let filter = match &rule.filter {
+            Filter::True => FilterDefinition::True,
+            Filter::False => FilterDefinition::False,
+            Filter::Sql(filter) => FilterDefinition::Sql(filter.expression().to_string()),
+            Filter::Correlation(filter) => FilterDefinition::Correlation {
+                fields: [
+                    filter.correlation_id.clone(),
+                    filter.message_id.clone(),
+                    filter.to.clone(),
+                    filter.reply_to.clone(),
+                    filter.label.clone(),
+                    filter.session_id.clone(),
+                    filter.reply_to_session_id.clone(),
+                    filter.content_type.clone(),
+                ],
+                properties: filter
+                    .properties
+                    .iter()
+                    .map(|(name, value)| (name.clone(), property_value(value)))
+                    .collect(),
+            },
+        };
+        RuleDefinition {
+            name: rule.name.clone(),
+            filter,
+            action: rule
+                .action
+                .as_ref()
+                .map(|action| action.expression().to_string()),
+            created_at: rule.created_at,
+        }
+    }
+
+    /// Compiles the definition again.
+    pub fn compile(&self) -> Result<Rule, RuleError> {
+        let filter = match &self.filter {
+            FilterDefinition::True => Filter::True,
+            FilterDefinition::False => Filter::False,
+            FilterDefinition::Sql(expression) => {
+                Filter::Sql(SqlFilter::parse(expression).map_err(|error| RuleError {
+                    rule: self.name.clone(),
+                    part: "sql_filter",
+                    error,
+                })?)
+            }
+            FilterDefinition::Correlation { fields, properties } => {
+                let [
+                    correlation_id,
+                    message_id,
+                    to,
+                    reply_to,
+                    label,
+                    session_id,
+                    reply_to_session_id,
+                    content_type,
+                ] = fields.clone();
+                Filter::Correlation(CorrelationFilter {
+                    correlation_id,
+                    message_id,
+                    to,
+                    reply_to,
+                    label,
+                    session_id,
+                    reply_to_session_id,
+                    content_type,
+                    properties: properties
+                        .iter()
+                        .map(|(name, value)| (name.clone(), owned_filter_value(value)))
+                        .collect(),
+                })
+            }
+        };
+        let action = match &self.action {
+            Some(expression) => {
+                Some(SqlRuleAction::parse(expression).map_err(|error| RuleError {
+                    rule: self.name.clone(),
+                    part: "sql_action",
+                    error,
+                })?)
+            }
+            None => None,
+        };
+        Ok(Rule {
+            name: self.name.clone(),
+            filter,
+            action,
+            created_at: self.created_at,
+        })
+    }
+}
+
+/// A property value as a filter compares it (owned).
+fn owned_filter_value(value: &PropertyValue) -> FilterValue {
+    match value {
+        PropertyValue::Null | PropertyValue::Binary(_) => FilterValue::Null,
+        PropertyValue::Bool(flag) => FilterValue::Bool(*flag),
+        PropertyValue::Long(number) => FilterValue::Integer(*number),
+        PropertyValue::Double(number) => FilterValue::Float(*number),
+        PropertyValue::String(text) => FilterValue::String(text.clone()),
+        PropertyValue::Timestamp(millis) => FilterValue::Timestamp(*millis),
+        PropertyValue::Uuid(bytes) => FilterValue::Uuid(*bytes),
+    }
+}
+
 /// Compiles a configured rule.
 pub fn compile(config: &RuleConfig, created_at: i64) -> Result<Rule, RuleError> {
     let filter = match &config.filter {

@@ -324,7 +324,12 @@ impl Topic {
                     subscription,
                     operation,
                     reply,
-                } => reply.send(self.state.manage_rules(now, &subscription, operation)),
+                } => {
+                    let result = self.state.manage_rules(now, &subscription, operation);
+                    // A rule change is durable before it is answered.
+                    let committed = self.commit().await;
+                    reply.send(committed.and(result));
+                }
             }
         }
         if let Some((storage, key)) = &self.storage {

@@ -8,16 +8,19 @@
 //! when scheduled, removed when cancelled or once published), the counter and the
 //! duplicate-detection history, so the same recovery and checkpoints apply.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::entity::Reply;
 use super::entity::duplicates::DuplicateDetector;
 use super::entity::state::{Change, MessageLog, Record, SESSION_ID_IS_NULL};
 use super::message::Message;
-use super::rules::{self, FilterView, Rule};
+use super::rules::{self, FilterView, Rule, RuleDefinition};
 use super::topic::{RuleOperation, TopicCodec};
 use super::types::{EntityError, MessageState, SequenceNumber, SubQueue, Timestamp};
+
+/// An edit of a subscription's rule list, replayed at recovery.
+type RuleEdit = Box<dyn FnOnce(&mut Vec<Rule>)>;
 
 /// What the core knows of one subscription: its rules and how it takes copies.
 pub struct SubscriptionRules {
@@ -54,6 +57,9 @@ pub struct TopicState {
     log: MessageLog,
     /// Scheduled messages by (due time, sequence number): the timer's index over `log`.
     scheduled: BTreeMap<(Timestamp, SequenceNumber), Arc<Message>>,
+    /// Subscriptions (lower case) whose rules were changed at run time: their rule sets
+    /// are durable and win over the configuration file's at the next start.
+    changed_rules: BTreeSet<String>,
 }
 
 impl TopicState {
@@ -71,13 +77,21 @@ impl TopicState {
             codec,
             log: MessageLog::new(false),
             scheduled: BTreeMap::new(),
+            changed_rules: BTreeSet::new(),
         }
     }
 
     /// Replays recovered change records (scheduled messages, counter, duplicate history)
     /// and turns change records on.
     pub fn restore(&mut self, now: Timestamp, changes: Vec<Change>) {
-        self.log.replay(changes, self.duplicates.as_mut());
+        let mut rule_changes = Vec::new();
+        self.log
+            .replay(changes, self.duplicates.as_mut(), |change| {
+                rule_changes.push(change)
+            });
+        for change in rule_changes {
+            self.apply_rule_change(change);
+        }
         for record in self.log.records(SubQueue::Main).values() {
             let at = record.message.scheduled_enqueue_time.unwrap_or(now);
             self.scheduled
@@ -95,9 +109,79 @@ impl TopicState {
         self.log.take_changes()
     }
 
-    /// The whole durable state, for a compaction checkpoint.
+    /// The whole durable state, for a compaction checkpoint: scheduled messages, counter,
+    /// duplicate history, and the rule sets changed at run time.
     pub fn checkpoint(&self) -> Vec<Change> {
-        self.log.checkpoint_with(self.duplicates.as_ref())
+        let mut changes = self.log.checkpoint_with(self.duplicates.as_ref());
+        for entry in &self.subscriptions {
+            if self
+                .changed_rules
+                .contains(&entry.name.to_ascii_lowercase())
+            {
+                changes.push(Change::RulesSet {
+                    subscription: entry.name.clone(),
+                    rules: entry.rules.iter().map(RuleDefinition::of).collect(),
+                });
+            }
+        }
+        changes
+    }
+
+    /// Replays a recovered rule change onto the configured rules (run-time changes win).
+    /// A rule that no longer compiles, or a subscription no longer configured, is skipped
+    /// with a warning rather than refusing to start.
+    fn apply_rule_change(&mut self, change: Change) {
+        let (subscription, apply): (String, RuleEdit) = match change {
+            Change::RuleAdded { subscription, rule } => match rule.compile() {
+                Ok(rule) => (
+                    subscription,
+                    Box::new(move |rules: &mut Vec<Rule>| {
+                        rules.retain(|existing| !existing.name.eq_ignore_ascii_case(&rule.name));
+                        rules.push(rule);
+                    }),
+                ),
+                Err(error) => {
+                    tracing::warn!(topic = %self.path, %subscription, %error, "a stored rule does not compile; skipped");
+                    return;
+                }
+            },
+            Change::RuleRemoved { subscription, name } => (
+                subscription,
+                Box::new(move |rules: &mut Vec<Rule>| {
+                    rules.retain(|existing| !existing.name.eq_ignore_ascii_case(&name));
+                }),
+            ),
+            Change::RulesSet {
+                subscription,
+                rules,
+            } => {
+                let compiled: Vec<Rule> = rules
+                    .iter()
+                    .filter_map(|definition| match definition.compile() {
+                        Ok(rule) => Some(rule),
+                        Err(error) => {
+                            tracing::warn!(topic = %self.path, %subscription, %error, "a stored rule does not compile; skipped");
+                            None
+                        }
+                    })
+                    .collect();
+                (
+                    subscription,
+                    Box::new(move |rules: &mut Vec<Rule>| *rules = compiled),
+                )
+            }
+            _ => return,
+        };
+        let Some(entry) = self
+            .subscriptions
+            .iter_mut()
+            .find(|entry| entry.name.eq_ignore_ascii_case(&subscription))
+        else {
+            tracing::warn!(topic = %self.path, %subscription, "stored rules of a subscription the configuration no longer has are ignored");
+            return;
+        };
+        apply(&mut entry.rules);
+        self.changed_rules.insert(subscription.to_ascii_lowercase());
     }
 
     /// The durable state (tests).
@@ -329,7 +413,14 @@ impl TopicState {
                 }
                 let mut rule = *rule;
                 rule.created_at = now;
+                let definition = RuleDefinition::of(&rule);
+                let subscription = entry.name.clone();
                 entry.rules.push(rule);
+                self.log.note(|| Change::RuleAdded {
+                    subscription: subscription.clone(),
+                    rule: Box::new(definition),
+                });
+                self.changed_rules.insert(subscription.to_ascii_lowercase());
                 Ok(Reply::Done)
             }
             RuleOperation::Remove(name) => {
@@ -343,6 +434,12 @@ impl TopicState {
                         entry.name
                     )));
                 }
+                let subscription = entry.name.clone();
+                self.log.note(|| Change::RuleRemoved {
+                    subscription: subscription.clone(),
+                    name: name.clone(),
+                });
+                self.changed_rules.insert(subscription.to_ascii_lowercase());
                 Ok(Reply::Done)
             }
             RuleOperation::Enumerate { skip, top } => Ok(Reply::Rules(
@@ -395,6 +492,67 @@ mod tests {
         message.system.message_id = Some(id.to_string());
         message.scheduled_enqueue_time = at;
         Arc::new(message)
+    }
+
+    #[test]
+    fn rules_changed_at_run_time_survive_a_restore_and_a_checkpoint() {
+        // issue 11: a rule manager's changes are durable and win over the configured rules
+        let mut state = topic();
+        let rule = rules::compile(
+            &crate::config::RuleConfig {
+                name: "red".to_string(),
+                filter: crate::config::FilterConfig::Sql("color = 'red'".to_string()),
+                action: None,
+            },
+            0,
+        )
+        .expect("compiles");
+        state
+            .manage_rules(START, "first", RuleOperation::Add(Box::new(rule)))
+            .expect("added");
+        state
+            .manage_rules(
+                START,
+                "first",
+                RuleOperation::Remove("$Default".to_string()),
+            )
+            .expect("removed");
+        let changes = state.take_changes();
+        let names = |state: &mut TopicState| match state.manage_rules(
+            START,
+            "first",
+            RuleOperation::Enumerate { skip: 0, top: 10 },
+        ) {
+            Ok(Reply::Rules(rules)) => rules
+                .iter()
+                .map(|rule| rule.name.clone())
+                .collect::<Vec<_>>(),
+            other => panic!("{other:?}"),
+        };
+        let mut restored = topic();
+        restored.restore(START, changes);
+        assert_eq!(names(&mut restored), vec!["red".to_string()]);
+        // A message without the property no longer reaches "first"; "second" still has
+        // its configured $Default rule.
+        let copies = restored.publish(START, vec![message("plain", None)]);
+        assert!(copies[0].accepted.is_empty());
+        assert_eq!(copies[1].accepted.len(), 1);
+        // A checkpoint carries the changed rule set (and only that subscription's).
+        let checkpoint = restored.checkpoint();
+        let sets: Vec<_> = checkpoint
+            .iter()
+            .filter_map(|change| match change {
+                Change::RulesSet {
+                    subscription,
+                    rules,
+                } => Some((subscription.clone(), rules.len())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(sets, vec![("first".to_string(), 1)]);
+        let mut again = topic();
+        again.restore(START, checkpoint);
+        assert_eq!(names(&mut again), vec!["red".to_string()]);
     }
 
     #[test]

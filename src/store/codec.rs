@@ -12,6 +12,7 @@ use bytes::Bytes;
 
 use crate::broker::entity::state::{Change, Record};
 use crate::broker::message::{HeaderFields, Message, SystemProperties};
+use crate::broker::rules::{FilterDefinition, RuleDefinition};
 use crate::broker::types::{
     MessageState, PropertyChanges, PropertyValue, SequenceNumber, SubQueue, Timestamp,
 };
@@ -58,6 +59,9 @@ const CHANGE_SESSION_STATE: u8 = 6;
 const CHANGE_REMEMBERED: u8 = 7;
 const CHANGE_OUTBOX: u8 = 8;
 const CHANGE_FORWARDED: u8 = 9;
+const CHANGE_RULE_ADDED: u8 = 10;
+const CHANGE_RULE_REMOVED: u8 = 11;
+const CHANGE_RULES_SET: u8 = 12;
 
 /// Why bytes could not be read as a record.
 #[derive(Debug, thiserror::Error)]
@@ -262,6 +266,26 @@ impl Out {
         self.state(record.state);
         self.properties(&record.property_changes);
     }
+    fn rule(&mut self, rule: &RuleDefinition) {
+        self.str(&rule.name);
+        match &rule.filter {
+            FilterDefinition::True => self.u8(0),
+            FilterDefinition::False => self.u8(1),
+            FilterDefinition::Sql(expression) => {
+                self.u8(2);
+                self.str(expression);
+            }
+            FilterDefinition::Correlation { fields, properties } => {
+                self.u8(3);
+                for field in fields {
+                    self.opt_str(field);
+                }
+                self.properties(properties);
+            }
+        }
+        self.opt_str(&rule.action);
+        self.i64(rule.created_at);
+    }
     fn changes(&mut self, changes: &[Change]) {
         self.u64(changes.len() as u64);
         for change in changes {
@@ -333,6 +357,27 @@ impl Out {
                 Change::Forwarded { sequence_number } => {
                     self.u8(CHANGE_FORWARDED);
                     self.i64(sequence_number.0);
+                }
+                Change::RuleAdded { subscription, rule } => {
+                    self.u8(CHANGE_RULE_ADDED);
+                    self.str(subscription);
+                    self.rule(rule);
+                }
+                Change::RuleRemoved { subscription, name } => {
+                    self.u8(CHANGE_RULE_REMOVED);
+                    self.str(subscription);
+                    self.str(name);
+                }
+                Change::RulesSet {
+                    subscription,
+                    rules,
+                } => {
+                    self.u8(CHANGE_RULES_SET);
+                    self.str(subscription);
+                    self.u64(rules.len() as u64);
+                    for rule in rules {
+                        self.rule(rule);
+                    }
                 }
                 Change::Remembered {
                     message_id,
@@ -524,6 +569,31 @@ impl In<'_> {
             property_changes: self.properties()?,
         })
     }
+    fn rule(&mut self) -> Result<RuleDefinition, DecodeError> {
+        let name = self.string()?;
+        let filter = match self.u8()? {
+            0 => FilterDefinition::True,
+            1 => FilterDefinition::False,
+            2 => FilterDefinition::Sql(self.string()?),
+            3 => {
+                let mut fields: [Option<String>; 8] = Default::default();
+                for field in &mut fields {
+                    *field = self.opt_string()?;
+                }
+                FilterDefinition::Correlation {
+                    fields,
+                    properties: self.properties()?,
+                }
+            }
+            _ => return self.fail("unknown filter kind"),
+        };
+        Ok(RuleDefinition {
+            name,
+            filter,
+            action: self.opt_string()?,
+            created_at: self.i64()?,
+        })
+    }
     fn changes(&mut self) -> Result<Vec<Change>, DecodeError> {
         let count = self.u64()?;
         let mut changes = Vec::with_capacity(count.min(4096) as usize);
@@ -570,6 +640,26 @@ impl In<'_> {
                 CHANGE_FORWARDED => Change::Forwarded {
                     sequence_number: SequenceNumber(self.i64()?),
                 },
+                CHANGE_RULE_ADDED => Change::RuleAdded {
+                    subscription: self.string()?,
+                    rule: Box::new(self.rule()?),
+                },
+                CHANGE_RULE_REMOVED => Change::RuleRemoved {
+                    subscription: self.string()?,
+                    name: self.string()?,
+                },
+                CHANGE_RULES_SET => {
+                    let subscription = self.string()?;
+                    let count = self.u64()?;
+                    let mut rules = Vec::with_capacity(count.min(2048) as usize);
+                    for _ in 0..count {
+                        rules.push(self.rule()?);
+                    }
+                    Change::RulesSet {
+                        subscription,
+                        rules,
+                    }
+                }
                 CHANGE_REMEMBERED => Change::Remembered {
                     message_id: self.string()?,
                     sequence_number: SequenceNumber(self.i64()?),
@@ -710,6 +800,80 @@ mod tests {
         }
         assert_eq!(original.fingerprint(), replayed.fingerprint());
         assert!(original.fingerprint().contains("DeadLetter"));
+    }
+
+    #[test]
+    fn rule_changes_round_trip_through_their_bytes() {
+        use crate::broker::rules::{FilterDefinition, RuleDefinition};
+        let rules = vec![
+            RuleDefinition {
+                name: "sql".into(),
+                filter: FilterDefinition::Sql("color = 'red' AND amount > 10".into()),
+                action: Some("SET sys.Label = 'big'".into()),
+                created_at: 1_700_000_000_000,
+            },
+            RuleDefinition {
+                name: "correlation".into(),
+                filter: FilterDefinition::Correlation {
+                    fields: [
+                        Some("c".into()),
+                        None,
+                        Some("to".into()),
+                        None,
+                        Some("label".into()),
+                        None,
+                        None,
+                        Some("application/json".into()),
+                    ],
+                    properties: vec![("region".into(), PropertyValue::String("eu".into()))],
+                },
+                action: None,
+                created_at: 5,
+            },
+            RuleDefinition {
+                name: "$Default".into(),
+                filter: FilterDefinition::True,
+                action: None,
+                created_at: 0,
+            },
+        ];
+        let changes = vec![
+            Change::RuleAdded {
+                subscription: "s".into(),
+                rule: Box::new(rules[0].clone()),
+            },
+            Change::RuleRemoved {
+                subscription: "s".into(),
+                name: "$Default".into(),
+            },
+            Change::RulesSet {
+                subscription: "s".into(),
+                rules: rules.clone(),
+            },
+        ];
+        let bytes = encode(&LogRecord::Changes {
+            entity: "t".into(),
+            changes,
+        });
+        let LogRecord::Changes { changes, .. } = decode(&bytes).expect("decodes") else {
+            panic!("wrong kind");
+        };
+        match &changes[..] {
+            [
+                Change::RuleAdded { rule, .. },
+                Change::RuleRemoved { name, .. },
+                Change::RulesSet { rules: set, .. },
+            ] => {
+                assert_eq!(rule.as_ref(), &rules[0]);
+                assert_eq!(name, "$Default");
+                assert_eq!(set, &rules);
+                for definition in set {
+                    let compiled = definition.compile().expect("compiles again");
+                    assert_eq!(&RuleDefinition::of(&compiled), definition);
+                }
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -116,8 +116,10 @@ export function brokerBinary() {
 
 /** One ferrobus process with its own config file and log file. */
 export class Broker {
-  constructor(configText) {
+  /** `dataDir`: a data directory of the test's own (durability tests restart on it). */
+  constructor(configText, dataDir = undefined) {
     this.configText = withTestAuth(configText);
+    this.dataDir = dataDir;
     this.workDir = mkdtempSync(path.join(tmpdir(), "ferrobus-js-"));
     this.configPath = path.join(this.workDir, "ferrobus.toml");
     this.logPath = path.join(this.workDir, "ferrobus.stderr.log");
@@ -152,8 +154,9 @@ export class Broker {
     const logFile = createWriteStream(this.logPath);
     // FERROBUS_TEST_STORAGE=durable runs the broker on a data directory of its own (every
     // reply waits for its fsync); the default is --memory.
-    const storage =
-      process.env.FERROBUS_TEST_STORAGE === "durable"
+    const storage = this.dataDir
+      ? ["--data-dir", this.dataDir]
+      : process.env.FERROBUS_TEST_STORAGE === "durable"
         ? ["--data-dir", path.join(this.workDir, "data")]
         : ["--memory"];
     const child = spawn(binary, ["--config", this.configPath, "--listen", "127.0.0.1:0", ...storage], {
@@ -211,6 +214,15 @@ export class Broker {
       throw error;
     }
     return this;
+  }
+
+  /** SIGKILL (kill -9): no shutdown, no flush. */
+  async kill() {
+    const child = this.process;
+    if (!child || this.exitCode !== undefined) return this.exitCode;
+    const exited = new Promise((resolve) => child.once("exit", (code, signal) => resolve(code ?? signal)));
+    child.kill("SIGKILL");
+    return exited;
   }
 
   /** SIGTERM, then SIGKILL after a grace period. Resolves with the exit code or signal. */

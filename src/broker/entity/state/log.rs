@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::Record;
 use crate::broker::entity::duplicates::DuplicateDetector;
+use crate::broker::rules::RuleDefinition;
 use crate::broker::types::{MessageState, PropertyChanges, SequenceNumber, SubQueue, Timestamp};
 
 /// One durable change to an entity's state, in the order the core made it.
@@ -82,6 +83,27 @@ pub enum Change {
     Forwarded {
         /// Its number in the source.
         sequence_number: SequenceNumber,
+    },
+    /// A rule was added to a topic's subscription at run time.
+    RuleAdded {
+        /// The subscription's name.
+        subscription: String,
+        /// The rule.
+        rule: Box<RuleDefinition>,
+    },
+    /// A rule was removed from a topic's subscription at run time.
+    RuleRemoved {
+        /// The subscription's name.
+        subscription: String,
+        /// The rule's name.
+        name: String,
+    },
+    /// A subscription's whole rule set, as changed at run time (written by checkpoints).
+    RulesSet {
+        /// The subscription's name.
+        subscription: String,
+        /// Its rules, in order.
+        rules: Vec<RuleDefinition>,
     },
     /// Duplicate detection remembered a message id.
     Remembered {
@@ -417,7 +439,10 @@ impl MessageLog {
             Change::Forwarded { sequence_number } => {
                 self.outbox.remove(&sequence_number);
             }
-            remembered @ Change::Remembered { .. } => return Some(remembered),
+            other @ (Change::Remembered { .. }
+            | Change::RuleAdded { .. }
+            | Change::RuleRemoved { .. }
+            | Change::RulesSet { .. }) => return Some(other),
         }
         None
     }
@@ -443,21 +468,27 @@ impl MessageLog {
     }
 
     /// Replays recovered change records into this (empty) log, and the duplicate-detection
-    /// history they carry into `duplicates` (entities and topics recover the same way).
+    /// history they carry into `duplicates` (entities and topics recover the same way);
+    /// changes that are not the log's (a topic's rules) go to `other`.
     pub fn replay(
         &mut self,
         changes: impl IntoIterator<Item = Change>,
         mut duplicates: Option<&mut DuplicateDetector>,
+        mut other: impl FnMut(Change),
     ) {
         for change in changes {
-            if let Some(Change::Remembered {
-                message_id,
-                sequence_number,
-                at,
-            }) = self.apply(change)
-                && let Some(detector) = duplicates.as_deref_mut()
-            {
-                detector.remember(at, &message_id, sequence_number);
+            match self.apply(change) {
+                Some(Change::Remembered {
+                    message_id,
+                    sequence_number,
+                    at,
+                }) => {
+                    if let Some(detector) = duplicates.as_deref_mut() {
+                        detector.remember(at, &message_id, sequence_number);
+                    }
+                }
+                Some(change) => other(change),
+                None => {}
             }
         }
     }

@@ -16,7 +16,7 @@ impl EntityState {
         changes: impl IntoIterator<Item = Change>,
     ) -> EntityState {
         let mut state = EntityState::new(settings, token_seed, now);
-        state.log.replay(changes, state.duplicates.as_mut());
+        state.log.replay(changes, state.duplicates.as_mut(), |_| {});
         state.rebuild_indexes();
         state.resend_outbox();
         state
