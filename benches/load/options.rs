@@ -137,6 +137,16 @@ pub struct RunOptions {
     /// Send everything first, then attach the receivers and drain (S6).
     #[arg(long)]
     pub preload: bool,
+    /// Only send (`--count` messages, or for `--duration`): no receiver attaches and nothing
+    /// counts as lost. Fills a queue for a later `--receive-only` run, e.g. across a broker
+    /// restart (the recovery scenario).
+    #[arg(long, conflicts_with_all = ["receive_only", "preload"])]
+    pub send_only: bool,
+    /// Only receive: drain the `--count` messages (numbers 0..count, one sender's numbering)
+    /// that an earlier `--send-only` run left behind, counting lost and duplicated ones.
+    /// Latency is not reported (the send times are another process's clock).
+    #[arg(long, conflicts_with_all = ["send_only", "preload", "duration"])]
+    pub receive_only: bool,
     /// Stop receiving when nothing arrived for this long after sending ended (seconds).
     #[arg(long, default_value_t = 10.0)]
     pub idle_timeout: f64,
@@ -163,9 +173,24 @@ pub struct StartupOptions {
     /// Wait this long after start-up before reading idle RSS (milliseconds).
     #[arg(long, default_value_t = 500)]
     pub settle_ms: u64,
-    /// Start each run durable on a fresh, empty data directory (default: `--memory`).
-    #[arg(long)]
+    /// Start each run durable on a fresh, empty data directory of its own, removed after the
+    /// run (default: `--memory`).
+    #[arg(long, visible_alias = "data-dir-per-run")]
     pub durable: bool,
+    /// An extra argument for the broker; repeat for several, e.g.
+    /// `--broker-arg --data-dir --broker-arg DIR` to start on an existing data directory
+    /// (kept afterwards). `--memory` is passed only when no `--durable` is given and no
+    /// broker argument names `--data-dir` or `--memory`.
+    #[arg(long = "broker-arg", allow_hyphen_values = true)]
+    pub broker_args: Vec<String>,
+    /// After the port accepts, also time spawn → the first message received from this
+    /// address (AMQP connection, receiver link with credit 1; the message is not settled).
+    /// Shows when stored messages are really being served after a recovery.
+    #[arg(long)]
+    pub first_delivery_from: Option<String>,
+    /// How long one start may take, to the first delivery when one is awaited (seconds).
+    #[arg(long, default_value_t = 10.0)]
+    pub timeout_s: f64,
 }
 
 /// Options of `idle`.

@@ -1,6 +1,7 @@
 //! The `run` command: receivers attach first (or, with `--preload`, after all is sent), then
 //! the senders; a watchdog stops receivers that wait in vain; then the dead-letter queues are
-//! drained when messages were dead-lettered. Prints one `result` line.
+//! drained when messages were dead-lettered. `--send-only` and `--receive-only` split a run
+//! in two halves, e.g. around a broker restart. Prints one `result` line.
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -82,10 +83,14 @@ async fn run(options: Arc<RunOptions>) -> ExitCode {
     } else {
         options.receive_from.clone()
     };
-    let groups: Vec<Arc<Group>> = addresses
-        .into_iter()
-        .map(|address| Arc::new(Group::new(address)))
-        .collect();
+    let groups: Vec<Arc<Group>> = if options.send_only {
+        Vec::new()
+    } else {
+        addresses
+            .into_iter()
+            .map(|address| Arc::new(Group::new(address)))
+            .collect()
+    };
     let shared = Arc::new(Shared {
         last_progress: AtomicU64::new(payload::nanos_since_origin(Instant::now())),
     });
@@ -106,12 +111,28 @@ async fn run(options: Arc<RunOptions>) -> ExitCode {
         dead_letter_percent: options.dead_letter_percent,
     };
 
+    if options.receive_only {
+        // What an earlier `--send-only` run left: from now on silence means it is lost.
+        watch.sending_done.store(true, Ordering::Release);
+        for group in &groups {
+            group.expected.store(options.count, Ordering::Release);
+        }
+    }
     let mut receiving = Vec::new();
     if !options.preload {
         receiving = start_receivers(&options, &groups, &shared, policy, &mut errors).await;
     }
-    let senders = send(&options, deadline).await;
+    let senders = if options.receive_only {
+        Vec::new()
+    } else {
+        send(&options, deadline).await
+    };
     let mut sent = Tally::default();
+    if options.receive_only {
+        for number in 0..options.count {
+            sent.insert(u32::try_from(number).unwrap_or(u32::MAX));
+        }
+    }
     let mut sender_totals = SenderReport::default();
     for report in &senders {
         sent.merge(&report.sent);
@@ -189,7 +210,11 @@ async fn run(options: Arc<RunOptions>) -> ExitCode {
     let myself_after = Snapshot::take(Process::Myself);
     let machine_busy = process_stats::machine_busy_seconds() - machine_before;
 
-    let summary = Summary::new(&sent, &receivers, &drained, &mut errors);
+    let mut summary = Summary::new(&sent, &receivers, &drained, &mut errors);
+    if options.receive_only {
+        // Send times stamped by another process's clock: no latency to report.
+        summary.latency = Histogram::default();
+    }
     let send_seconds = span(sender_totals.first_send, sender_totals.last_outcome);
     let receive_seconds = span(summary.first_receive, summary.last_receive);
     let broker_cpu = broker_after.cpu_seconds - broker_before.cpu_seconds;
@@ -204,7 +229,8 @@ async fn run(options: Arc<RunOptions>) -> ExitCode {
          abandoned={} dead_lettered={} dead_letter_received={} dead_letter_missing={} \
          broker_cpu_s={:.2} broker_us_per_msg={:.2} broker_us_per_delivery={:.2} \
          broker_peak_rss_kib={} broker_rss_kib={} \
-         loadgen_cpu_s={:.2} other_cpu_s={:.2} worst_lag_ms={:.1} elapsed_s={:.2} errors={}",
+         loadgen_cpu_s={:.2} other_cpu_s={:.2} worst_lag_ms={:.1} first_delivery_ms={:.1} \
+         elapsed_s={:.2} errors={}",
         options.connect.scenario,
         options.connect.target,
         options.size,
@@ -236,6 +262,7 @@ async fn run(options: Arc<RunOptions>) -> ExitCode {
         loadgen_cpu,
         (machine_busy - broker_cpu - loadgen_cpu).max(0.0),
         sender_totals.worst_lag.as_secs_f64() * 1000.0,
+        span(Some(started), summary.first_receive) * 1000.0,
         started.elapsed().as_secs_f64(),
         errors.len(),
     );

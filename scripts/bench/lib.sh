@@ -7,6 +7,8 @@
 #   BENCH_BROKER_CPU   CPU the broker is pinned to (default 0)
 #   BENCH_LOAD_CPU     CPU the load generator is pinned to (default 1)
 #   BENCH_NO_PIN=1     do not pin (also automatic on a machine with one CPU)
+#   CARGO_TARGET_DIR   honoured: the binaries are taken from where cargo builds them
+#   BENCH_STORAGE      default storage of start_ferrobus (memory, durable or dir:PATH)
 # shellcheck disable=SC2034 # variables here are used by the scripts that source this file
 
 BENCH_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -15,10 +17,21 @@ BENCH_BROKER_CPU=${BENCH_BROKER_CPU:-0}
 BENCH_LOAD_CPU=${BENCH_LOAD_CPU:-1}
 mkdir -p "$BENCH_OUT"
 
-FERROBUS_BIN=$BENCH_ROOT/target/release/ferrobus
+# Cargo's target directory: CARGO_TARGET_DIR (relative to the repository, where cargo runs)
+# or target/. bench_build asks cargo itself, which also knows a configured build.target-dir.
+bench_target_dir() {
+  local dir=${CARGO_TARGET_DIR:-$BENCH_ROOT/target}
+  case $dir in /*) ;; *) dir=$BENCH_ROOT/$dir ;; esac
+  printf '%s\n' "$dir"
+}
+FERROBUS_BIN=$(bench_target_dir)/release/ferrobus
 LOAD_BIN=""
 BROKER_PID=""
 BROKER_PORT=""
+# Nanoseconds since the epoch just before the broker started last was spawned.
+BROKER_SPAWNED_NS=""
+# A scratch data directory of the running broker, removed by stop_broker.
+BROKER_SCRATCH_DIR=""
 # Extra PIDs belonging to the running broker (RabbitMQ's wrapper and epmd).
 BROKER_HELPER_PIDS=()
 
@@ -34,10 +47,18 @@ pin_to() {
   fi
 }
 
-# Builds target/release/ferrobus and the load generator; sets LOAD_BIN.
+# Builds target/release/ferrobus and the load generator; sets FERROBUS_BIN and LOAD_BIN.
 bench_build() {
+  local target_dir
   bench_log "cargo build --release"
   (cd "$BENCH_ROOT" && cargo build --release --locked --quiet)
+  target_dir=$(cd "$BENCH_ROOT" && cargo metadata --locked --format-version 1 --no-deps 2>/dev/null |
+    sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p' | head -n 1)
+  FERROBUS_BIN=${target_dir:-$(bench_target_dir)}/release/ferrobus
+  if [ ! -x "$FERROBUS_BIN" ]; then
+    echo "no broker binary at $FERROBUS_BIN after cargo build --release" >&2
+    return 1
+  fi
   bench_log "cargo bench --bench load --no-run"
   LOAD_BIN=$(cd "$BENCH_ROOT" &&
     cargo bench --locked --bench load --no-run --message-format=json 2>/dev/null |
@@ -52,7 +73,7 @@ bench_build() {
 # Waits until FILE has a line "listening on [HOST:]PORT"; sets BROKER_PORT.
 wait_for_listen_line() {
   local file=$1 seconds=${2:-10} step
-  for ((step = 0; step < seconds * 20; step++)); do
+  for ((step = 0; step < seconds * 100; step++)); do
     BROKER_PORT=$(grep -o 'listening on [0-9.:]*[0-9]' "$file" 2>/dev/null |
       head -n 1 | sed 's/.*[ :]//' || true)
     [ -n "$BROKER_PORT" ] && return 0
@@ -60,45 +81,87 @@ wait_for_listen_line() {
       echo "broker exited during start-up; log: $file" >&2
       return 1
     fi
-    sleep 0.05
+    sleep 0.01
   done
   echo "no 'listening on' line in $file after ${seconds}s" >&2
   return 1
 }
 
-# Starts ferrobus on 127.0.0.1:0 with the TOML text in $2, pinned to the broker CPU.
+# Starts ferrobus on 127.0.0.1:0 with the TOML text in $2, pinned to the broker CPU:
+#
+#   start_ferrobus NAME CONFIG-TEXT [STORAGE]
+#
+# STORAGE (default $BENCH_STORAGE, else memory):
+#   memory     --memory: nothing is written (the broker's own default is durable in ./data,
+#              which the scenarios must never create in the repository)
+#   durable    --data-dir on a fresh, empty $BENCH_OUT/NAME-data, deleted by stop_broker
+#   dir:PATH   --data-dir PATH, kept (the caller removes it), e.g. to restart on it
+# FERROBUS_STORAGE_ARGS, when set, is passed verbatim instead (e.g. "--data-dir DIR").
 start_ferrobus() {
-  local name=$1 config_text=$2
+  local name=$1 config_text=$2 storage=${3:-${BENCH_STORAGE:-memory}}
   local config=$BENCH_OUT/$name.toml log=$BENCH_OUT/$name.log
+  local -a storage_args
   printf '%s\n' "$config_text" >"$config"
   : >"$log"
+  BROKER_SCRATCH_DIR=""
+  if [ -n "${FERROBUS_STORAGE_ARGS:-}" ]; then
+    read -r -a storage_args <<<"$FERROBUS_STORAGE_ARGS"
+  else
+    case $storage in
+      memory) storage_args=(--memory) ;;
+      durable)
+        BROKER_SCRATCH_DIR=$BENCH_OUT/$name-data
+        rm -rf "$BROKER_SCRATCH_DIR"
+        storage_args=(--data-dir "$BROKER_SCRATCH_DIR")
+        ;;
+      dir:?*) storage_args=(--data-dir "${storage#dir:}") ;;
+      *)
+        echo "start_ferrobus: unknown storage '$storage' (memory, durable or dir:PATH)" >&2
+        return 2
+        ;;
+    esac
+  fi
   pin_to "$BENCH_BROKER_CPU"
-  # In memory unless FERROBUS_STORAGE_ARGS says otherwise (e.g. "--data-dir DIR"): the
-  # scenarios measure the broker, not the disk, and never write into the repository.
-  # shellcheck disable=SC2086
-  "${PIN[@]}" "$FERROBUS_BIN" --config "$config" --listen 127.0.0.1:0 ${FERROBUS_STORAGE_ARGS:---memory} 2>"$log" &
+  BROKER_SPAWNED_NS=$(date +%s%N)
+  "${PIN[@]}" "$FERROBUS_BIN" --config "$config" --listen 127.0.0.1:0 "${storage_args[@]}" 2>"$log" &
   BROKER_PID=$!
   BROKER_HELPER_PIDS=()
-  wait_for_listen_line "$log" 10
+  # Durable starts read the whole log before they listen (recovery of a large directory).
+  wait_for_listen_line "$log" 120
 }
 
-# Stops the broker started last (SIGTERM, then SIGKILL after 15 s) and its helpers.
+# Stops the broker started last (SIGTERM, then SIGKILL after 15 s) and its helpers, and
+# removes its scratch data directory (start_ferrobus … durable).
 stop_broker() {
   local pid step
-  [ -n "$BROKER_PID" ] || return 0
-  kill "$BROKER_PID" 2>/dev/null || true
-  for ((step = 0; step < 300; step++)); do
-    kill -0 "$BROKER_PID" 2>/dev/null || break
-    sleep 0.05
-  done
-  kill -9 "$BROKER_PID" 2>/dev/null || true
-  wait "$BROKER_PID" 2>/dev/null || true
+  if [ -n "$BROKER_PID" ]; then
+    kill "$BROKER_PID" 2>/dev/null || true
+    for ((step = 0; step < 300; step++)); do
+      kill -0 "$BROKER_PID" 2>/dev/null || break
+      sleep 0.05
+    done
+    kill -9 "$BROKER_PID" 2>/dev/null || true
+    wait "$BROKER_PID" 2>/dev/null || true
+  fi
   for pid in "${BROKER_HELPER_PIDS[@]}"; do
     kill "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
   done
   BROKER_PID=""
   BROKER_HELPER_PIDS=()
+  if [ -n "$BROKER_SCRATCH_DIR" ]; then
+    rm -rf "$BROKER_SCRATCH_DIR"
+    BROKER_SCRATCH_DIR=""
+  fi
+}
+
+# Kills the broker started last with SIGKILL (a crash: no shutdown, nothing flushed beyond
+# what was already synced). Its data directory stays, even a scratch one.
+crash_broker() {
+  [ -n "$BROKER_PID" ] || return 0
+  kill -9 "$BROKER_PID" 2>/dev/null || true
+  wait "$BROKER_PID" 2>/dev/null || true
+  BROKER_PID=""
 }
 
 # Runs the load generator pinned to the load CPU against the running broker; prints its
