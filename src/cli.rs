@@ -1,14 +1,15 @@
 //! Command-line interface (clap derive).
 //!
 //! `ferrobus [--config FILE] [--listen ADDR] [--log-level LEVEL]` runs the broker;
-//! `ferrobus --check-config FILE` validates a file, prints its summary and exits 0 or 1.
+//! `ferrobus --check-config FILE` validates a file, prints its summary and exits 0 or 1;
+//! `ferrobus config convert FILE` prints the TOML equivalent of an emulator `Config.json`.
 //! This module only parses arguments and locates the config file; loading it, applying
 //! `--listen` and initialising logging are `main.rs`'s job.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
 
 /// Where the broker looks for its configuration when `--config` is not given, relative to
 /// the working directory.
@@ -22,9 +23,14 @@ pub const DEFAULT_LOG_LEVEL: &str = "info";
 #[command(
     name = "ferrobus",
     version,
-    about = "A standalone AMQP 1.0 broker with Azure Service Bus semantics"
+    about = "A standalone AMQP 1.0 broker with Azure Service Bus semantics",
+    args_conflicts_with_subcommands = true
 )]
 pub struct Cli {
+    /// A tool to run instead of the broker.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
     /// Configuration file [default: config/ferrobus.toml if it exists, else the built-in
     /// sample namespace].
     #[arg(long, value_name = "FILE", conflicts_with = "check_config")]
@@ -52,6 +58,26 @@ pub struct Cli {
     /// Validate FILE, print a summary of its entities, and exit (0 if valid, 1 if not).
     #[arg(long, value_name = "FILE")]
     pub check_config: Option<PathBuf>,
+}
+
+/// Subcommands: tools that run and exit instead of starting the broker.
+#[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
+pub enum Command {
+    /// Configuration file tools.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+/// `ferrobus config …`.
+#[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
+pub enum ConfigCommand {
+    /// Print the ferrobus TOML equivalent of the official emulator's Config.json (exit 0),
+    /// or the error (exit 1).
+    Convert {
+        /// The emulator's Config.json.
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+    },
 }
 
 impl Cli {
@@ -158,6 +184,21 @@ mod tests {
         assert_eq!(cli.check_config, Some(PathBuf::from("x.toml")));
         assert!(parse(&["--check-config", "x.toml", "--config", "y.toml"]).is_err());
         assert!(parse(&["--check-config"]).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn config_convert_takes_a_file_and_no_broker_flags() -> Result<(), clap::Error> {
+        let cli = parse(&["config", "convert", "Config.json"])?;
+        assert_eq!(
+            cli.command,
+            Some(Command::Config(ConfigCommand::Convert {
+                file: PathBuf::from("Config.json")
+            }))
+        );
+        assert!(parse(&["config", "convert"]).is_err());
+        assert!(parse(&["--memory", "config", "convert", "Config.json"]).is_err());
+        assert_eq!(parse(&["--config", "x.json"])?.command, None);
         Ok(())
     }
 

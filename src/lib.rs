@@ -12,6 +12,7 @@
 //! Dependency rule: `server → broker`, `server → amqp`, `amqp → broker::types`; `broker`
 //! never imports `server` or AMQP frame types.
 
+pub mod admin;
 pub mod amqp;
 pub mod broker;
 pub mod cli;
@@ -20,7 +21,6 @@ pub mod config;
 pub mod server;
 pub mod store;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
@@ -77,13 +77,55 @@ pub async fn run(
     run_with_storage(listener, config, storage, shutdown).await
 }
 
-/// [`run`] with storage already opened by [`open_storage`].
+/// [`run`] with storage already opened by [`open_storage`]. The AMQP listener also serves
+/// the HTTP routes (protocol detection); no separate HTTP listener runs.
 pub async fn run_with_storage(
     listener: TcpListener,
     config: &Config,
     storage: Option<(Storage, Recovery)>,
     shutdown: watch::Receiver<bool>,
 ) -> Result<(), String> {
+    let listeners = Listeners {
+        amqp: listener,
+        http: None,
+        https: None,
+    };
+    run_listeners(listeners, config, storage, shutdown, || {}).await
+}
+
+/// The sockets a broker serves.
+pub struct Listeners {
+    /// AMQP, and HTTP and TLS told apart by their first bytes.
+    pub amqp: TcpListener,
+    /// Plain HTTP (admin API, health, metrics), like the emulator's port 5300.
+    pub http: Option<TcpListener>,
+    /// HTTPS.
+    pub https: Option<TcpListener>,
+}
+
+/// Where the development TLS certificate's CA is kept: the data directory.
+pub fn tls_identity(config: &Config) -> admin::tls::Identity {
+    match (&config.http.tls_cert, &config.http.tls_key) {
+        (Some(cert), Some(key)) => admin::tls::Identity::Files {
+            cert: cert.clone(),
+            key: key.clone(),
+        },
+        _ => admin::tls::Identity::Development {
+            directory: config.storage.data_dir.clone(),
+        },
+    }
+}
+
+/// Runs the broker on its listeners until `shutdown` turns true; `ready` is called once
+/// every listener serves (the binary prints the emulator's ready line then).
+pub async fn run_listeners(
+    listeners: Listeners,
+    config: &Config,
+    storage: Option<(Storage, Recovery)>,
+    shutdown: watch::Receiver<bool>,
+    ready: impl FnOnce(),
+) -> Result<(), String> {
+    let listener = listeners.amqp;
     let clock = Clock::system();
     let store = storage.as_ref().map(|(storage, _)| storage.clone());
     if let Some((storage, recovery)) = &storage {
@@ -109,8 +151,31 @@ pub async fn run_with_storage(
         rewrite: Arc::new(amqp::rewrite::apply_rule_action),
         decode_properties: Arc::new(amqp::rewrite::decode_user_properties),
     };
-    let registry = Registry::start(config, clock, codec, storage)?;
-    let keys = config
+    let mut namespace = config.clone();
+    if let Some(text) = storage
+        .as_ref()
+        .and_then(|(_, recovery)| recovery.namespace.as_ref())
+    {
+        let file =
+            config::changes::NamespaceChanges::from_toml_str(text, store::storage::NAMESPACE_FILE)
+                .map_err(|error| {
+                    format!("the stored run-time namespace changes cannot be read: {error}")
+                })?;
+        for note in file.apply(&mut namespace) {
+            tracing::warn!(
+                "{note} (the data directory's {} wins over the configuration file; delete or recreate the entity through the admin API to change it)",
+                store::storage::NAMESPACE_FILE
+            );
+        }
+        namespace.validate().map_err(|error| {
+            format!(
+                "the configuration file and the run-time changes stored in {} do not fit together: {error}",
+                store::storage::NAMESPACE_FILE
+            )
+        })?;
+    }
+    let registry = Registry::start_seeded(&namespace, config, clock, codec, storage)?;
+    let keys: Vec<AccessKey> = config
         .auth
         .keys
         .iter()
@@ -124,32 +189,8 @@ pub async fn run_with_storage(
             },
         })
         .collect();
-    let mut max_message_sizes = HashMap::new();
-    for queue in &config.queues {
-        max_message_sizes.insert(
-            queue.name.to_ascii_lowercase(),
-            queue.max_message_size_in_kilobytes * 1024,
-        );
-    }
-    for topic in &config.topics {
-        max_message_sizes.insert(
-            topic.name.to_ascii_lowercase(),
-            topic.max_message_size_in_kilobytes * 1024,
-        );
-    }
-    let mut session_entities = std::collections::HashSet::new();
-    for queue in config.queues.iter().filter(|queue| queue.requires_session) {
-        session_entities.insert(queue.name.to_ascii_lowercase());
-    }
-    for topic in &config.topics {
-        for subscription in topic.subscriptions.iter().filter(|s| s.requires_session) {
-            session_entities.insert(
-                format!("{}/subscriptions/{}", topic.name, subscription.name).to_ascii_lowercase(),
-            );
-        }
-    }
+    let admin_keys = keys.clone();
     let context = Arc::new(Context {
-        session_entities,
         settings: ServerSettings {
             idle_timeout: config.server.idle_timeout,
             max_frame_size: config.server.max_frame_size,
@@ -157,13 +198,53 @@ pub async fn run_with_storage(
             shutdown_grace_period: config.server.shutdown_grace_period,
             keys,
         },
-        registry,
+        registry: registry.clone(),
         clock,
         next_receiver_id: AtomicU64::new(1),
-        max_message_sizes,
+        http: admin::http::Front::new(
+            Arc::new(admin::http::Admin {
+                registry,
+                keys: admin_keys,
+                serving: std::sync::atomic::AtomicBool::new(false),
+                metrics: admin::metrics::Metrics::new(),
+                started: std::time::SystemTime::now(),
+            }),
+            tls_identity(config),
+        ),
     });
     let registry = context.registry.clone();
+    let mut http_tasks = tokio::task::JoinSet::new();
+    if let Some(listener) = listeners.http {
+        http_tasks.spawn(admin::http::serve_listener(
+            listener,
+            context.http.router.clone(),
+            None,
+            shutdown.clone(),
+        ));
+    }
+    if let Some(listener) = listeners.https {
+        let acceptor = context.http.tls()?;
+        http_tasks.spawn(admin::http::serve_listener(
+            listener,
+            context.http.router.clone(),
+            Some(acceptor),
+            shutdown.clone(),
+        ));
+    }
+    if config.storage.mode == StorageMode::Durable && config.http.tls_cert.is_none() {
+        // Make the development CA now, so that clients can trust it before they connect.
+        if let Err(error) = context.http.tls() {
+            tracing::warn!(%error, "no development certificate: TLS connections will be refused");
+        }
+    }
+    context
+        .http
+        .admin
+        .serving
+        .store(true, std::sync::atomic::Ordering::Release);
+    ready();
     server::serve(listener, context, shutdown).await;
+    http_tasks.shutdown().await;
     // Every connection is closed: now the entities, topics and forwarders stop.
     registry.shut_down().await;
     if let Some(store) = store {

@@ -48,6 +48,18 @@ fn shutdown_signal() -> impl std::future::Future<Output = ()> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(cli::Command::Config(cli::ConfigCommand::Convert { file })) = &cli.command {
+        return match ferrobus::config::emulator::convert_file(file) {
+            Ok(toml_text) => {
+                print!("{toml_text}");
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("ferrobus: {error}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if let Some(path) = &cli.check_config {
         return match Config::load(path)
             .map_err(|error| error.to_string())
@@ -132,6 +144,42 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
+        let http = match bind_http(&config, listen).await {
+            Ok(http) => http,
+            Err(error) => {
+                eprintln!("ferrobus: {error}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let https = match config.http.https_listen {
+            Some(address) => match tokio::net::TcpListener::bind(address).await {
+                Ok(listener) => Some(listener),
+                Err(error) => {
+                    eprintln!("ferrobus: cannot listen for HTTPS on {address} (http.https_listen): {error}");
+                    return ExitCode::FAILURE;
+                }
+            },
+            None => None,
+        };
+        let ignored: Vec<&str> = ["ACCEPT_EULA", "SQL_SERVER", "MSSQL_SA_PASSWORD", "SQL_WAIT_INTERVAL"]
+            .into_iter()
+            .filter(|name| std::env::var_os(name).is_some())
+            .collect();
+        if !ignored.is_empty() {
+            tracing::info!(
+                "ignoring the official emulator's environment ({}): ferrobus needs no SQL Server and no EULA",
+                ignored.join(", ")
+            );
+        }
+        if config.storage.mode == ferrobus::config::StorageMode::Durable
+            && config.http.tls_cert.is_none()
+        {
+            // The development CA exists before the broker says it listens: clients that
+            // wait for that line can trust the CA file at once.
+            if let Err(error) = ferrobus::admin::tls::load(&ferrobus::tls_identity(&config)) {
+                tracing::warn!(%error, "no development certificate: TLS connections will be refused");
+            }
+        }
         let signal = shutdown_signal();
         let address = listener
             .local_addr()
@@ -148,10 +196,25 @@ fn main() -> ExitCode {
             env!("CARGO_PKG_VERSION"),
             config.entity_count()
         );
+        // After the AMQP line: scripts take the first "listening on" as the AMQP port.
+        for (listener, what) in [(&http, "HTTP"), (&https, "HTTPS")] {
+            if let Some(address) = listener.as_ref().and_then(|l| l.local_addr().ok()) {
+                tracing::info!("{what} (admin API, /health, /metrics) on {address}");
+            }
+        }
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let grace = config.server.shutdown_grace_period;
         let server = tokio::spawn(async move {
-            if let Err(error) = ferrobus::run_with_storage(listener, &config, storage, stopped).await
+            let listeners = ferrobus::Listeners {
+                amqp: listener,
+                http,
+                https,
+            };
+            // The line the official emulator prints when it serves; Testcontainers modules
+            // wait for it.
+            let ready = || println!("Emulator Service is Successfully Up!");
+            if let Err(error) =
+                ferrobus::run_listeners(listeners, &config, storage, stopped, ready).await
             {
                 tracing::error!("{error}");
             }
@@ -163,4 +226,46 @@ fn main() -> ExitCode {
         let _ = tokio::time::timeout(grace + std::time::Duration::from_secs(8), server).await;
         ExitCode::SUCCESS
     })
+}
+
+/// Binds the HTTP listener: `http.listen`, else port `EMULATOR_HTTP_PORT` or 5300 on the
+/// AMQP address's IP (an ephemeral port when the AMQP port is 0). A configured address
+/// that cannot be bound is an error; the default port being taken only disables the
+/// listener (the AMQP port serves HTTP too).
+async fn bind_http(
+    config: &ferrobus::config::Config,
+    amqp: std::net::SocketAddr,
+) -> Result<Option<tokio::net::TcpListener>, String> {
+    if config.http.disabled {
+        return Ok(None);
+    }
+    let from_environment = match std::env::var("EMULATOR_HTTP_PORT") {
+        Ok(text) => Some(
+            text.trim()
+                .parse::<u16>()
+                .map_err(|_| format!("EMULATOR_HTTP_PORT={text:?} is not a port number"))?,
+        ),
+        Err(_) => None,
+    };
+    let (address, explicit) = match (config.http.listen, from_environment) {
+        (Some(address), _) => (address, true),
+        (None, Some(port)) => (std::net::SocketAddr::new(amqp.ip(), port), true),
+        (None, None) if amqp.port() == 0 => (std::net::SocketAddr::new(amqp.ip(), 0), false),
+        (None, None) => (
+            std::net::SocketAddr::new(amqp.ip(), ferrobus::config::DEFAULT_HTTP_PORT),
+            false,
+        ),
+    };
+    match tokio::net::TcpListener::bind(address).await {
+        Ok(listener) => Ok(Some(listener)),
+        Err(error) if explicit => Err(format!(
+            "cannot listen for HTTP on {address} (http.listen / EMULATOR_HTTP_PORT): {error}"
+        )),
+        Err(error) => {
+            tracing::warn!(
+                "cannot listen for HTTP on {address}: {error}; the admin API, /health and /metrics are served on the AMQP port only (set http.listen to choose another port)"
+            );
+            Ok(None)
+        }
+    }
 }

@@ -33,7 +33,8 @@ pub struct Forward {
 /// Where forwarded messages go.
 pub type ForwardSender = mpsc::UnboundedSender<Forward>;
 
-/// The forwarding targets of one entity.
+/// The forwarding targets of one entity (changed at run time through a watch channel).
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Targets {
     /// `forward_to`.
     pub messages: Option<String>,
@@ -44,7 +45,7 @@ pub struct Targets {
 /// Starts the forwarder of `source`, reading from `inbox`.
 pub fn spawn(
     source: EntityHandle,
-    targets: Targets,
+    targets: tokio::sync::watch::Receiver<Targets>,
     registry: Weak<Registry>,
     mut inbox: mpsc::UnboundedReceiver<Forward>,
     lifecycle: &crate::broker::lifecycle::Lifecycle,
@@ -62,12 +63,17 @@ pub fn spawn(
                 () = crate::broker::lifecycle::stopped(&mut stopping) => None,
             };
             let Some(forward) = forward else { break };
-            let target = if forward.dead_letter {
-                targets.dead_letters.as_deref()
-            } else {
-                targets.messages.as_deref()
+            let target = {
+                let targets = targets.borrow();
+                if forward.dead_letter {
+                    targets.dead_letters.clone()
+                } else {
+                    targets.messages.clone()
+                }
             };
-            let Some(target) = target else { continue };
+            let Some(target) = target.as_deref() else {
+                continue;
+            };
             next_request += 1;
             let reply = ReplyTo {
                 sink: sink.clone(),

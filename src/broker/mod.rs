@@ -6,6 +6,7 @@ pub mod filter;
 pub mod forwarder;
 pub mod lifecycle;
 pub mod message;
+pub mod namespace;
 pub mod registry;
 pub mod rules;
 pub mod topic;

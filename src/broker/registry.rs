@@ -4,10 +4,12 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
+use std::time::SystemTime;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use super::entity::actor::{self, Durability, IdleSender};
+use super::entity::state::Change;
 use super::entity::{EntityHandle, settings::EntitySettings};
 use super::forwarder::{self, Targets};
 use super::topic::{self, SubscriptionEntry, TopicCodec, TopicHandle};
@@ -26,12 +28,58 @@ pub enum Entity {
     Subscription(EntityHandle),
 }
 
+/// What an entity was defined with: the configuration file's settings, or those given at
+/// run time (admin API), in the same validated types.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Description {
+    /// A queue.
+    Queue(QueueConfig),
+    /// A topic (its `subscriptions` are always empty here: each has its own slot).
+    Topic(TopicConfig),
+    /// A subscription of `topic`.
+    Subscription {
+        /// The topic's name as defined.
+        topic: String,
+        /// The subscription (its `rules` are those it was created with; the topic holds
+        /// the rules in force).
+        subscription: SubscriptionConfig,
+    },
+}
+
+impl Description {
+    /// The entity path (`queue`, `topic`, `topic/Subscriptions/sub`).
+    pub fn path(&self) -> String {
+        match self {
+            Description::Queue(queue) => queue.name.clone(),
+            Description::Topic(topic) => topic.name.clone(),
+            Description::Subscription {
+                topic,
+                subscription,
+            } => format!("{topic}/Subscriptions/{}", subscription.name),
+        }
+    }
+}
+
+/// One entity in the namespace.
+#[derive(Debug, Clone)]
+pub struct Slot {
+    /// Its task.
+    pub entity: Entity,
+    /// Its definition.
+    pub description: Description,
+    /// When it was created (broker start for entities of the configuration file).
+    pub created_at: SystemTime,
+    /// When its definition last changed.
+    pub updated_at: SystemTime,
+    /// Where its forwarding targets are changed at run time (queues and subscriptions).
+    targets: Option<watch::Sender<Targets>>,
+}
+
 /// All entities of this broker.
-#[derive(Debug, Default)]
 pub struct Registry {
-    /// Lowercase path → entity. Read on every attach; written only when an entity is
-    /// deleted. Never held across an await.
-    entities: RwLock<HashMap<String, Entity>>,
+    /// Lowercase path → entity. Read on every attach; written when an entity is created,
+    /// changed or deleted. Never held across an await.
+    entities: RwLock<HashMap<String, Slot>>,
     /// The memory budget every entity's stored bytes are charged to.
     budget: Arc<crate::broker::budget::MemoryBudget>,
     /// The core's tasks and their stop signal.
@@ -39,6 +87,35 @@ pub struct Registry {
     /// Turns true once every entity is registered: forwarders wait for it, so that what a
     /// recovered outbox re-sends at start-up finds its target.
     ready: tokio::sync::watch::Sender<bool>,
+    /// What entities created at run time start with.
+    pub(super) spawner: Spawner,
+    /// Serialises namespace changes (create, update, delete) so that each is validated
+    /// against the namespace as it is.
+    pub(super) changes: tokio::sync::Mutex<()>,
+    /// The configuration file's entities: what is stored is the namespace's difference
+    /// from them.
+    pub(super) seed: Config,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Registry")
+            .field("entities", &self.len())
+            .finish()
+    }
+}
+
+/// What the registry needs to start entities after start-up.
+pub(super) struct Spawner {
+    /// Wall clock.
+    pub clock: Clock,
+    /// The AMQP adapter's functions for topics.
+    pub codec: TopicCodec,
+    /// Where idle entities report their deletion.
+    pub on_idle: IdleSender,
+    /// The durable storage (`None`: in memory).
+    pub storage: Option<Storage>,
 }
 
 fn queue_settings(queue: &QueueConfig) -> EntitySettings {
@@ -85,53 +162,61 @@ fn subscription_settings(topic: &TopicConfig, subscription: &SubscriptionConfig)
     }
 }
 
-/// Starts an entity actor, and its forwarder when it auto-forwards. With storage, the
-/// entity starts from what recovery read for it.
+/// Starts an entity actor and its forwarder (every queue and subscription has one, so that
+/// forwarding can be turned on at run time). With storage, the entity starts from
+/// `recovered`.
 fn spawn_entity(
     settings: EntitySettings,
-    clock: Clock,
-    on_idle: &IdleSender,
+    spawner: &Spawner,
     registry: &Arc<Registry>,
-    storage: Option<&mut (Storage, Recovery)>,
-) -> EntityHandle {
-    let durability = storage.map(|(storage, recovery)| {
-        let key = key(&settings.path);
-        Durability {
-            storage: storage.clone(),
-            recovered: recovery.entities.remove(&key).unwrap_or_default(),
-            key,
-        }
+    recovered: Vec<Change>,
+) -> (EntityHandle, watch::Sender<Targets>) {
+    let durability = spawner.storage.as_ref().map(|storage| Durability {
+        storage: storage.clone(),
+        key: key(&settings.path),
+        recovered,
     });
-    let targets = Targets {
+    let (targets, targets_watch) = watch::channel(Targets {
         messages: settings.forward_to.clone(),
         dead_letters: settings.forward_dead_lettered_messages_to.clone(),
-    };
-    let forwarding = targets.messages.is_some() || targets.dead_letters.is_some();
+    });
     let (forward_sender, forward_inbox) = mpsc::unbounded_channel();
     let handle = actor::spawn(
         settings,
-        clock,
+        spawner.clock,
         crate::amqp::ids::unique_u64(),
-        on_idle.clone(),
-        forwarding.then_some(forward_sender),
+        spawner.on_idle.clone(),
+        Some(forward_sender),
         registry.budget.clone(),
         durability,
         &registry.lifecycle,
     );
-    if forwarding {
-        forwarder::spawn(
-            handle.clone(),
-            targets,
-            Arc::downgrade(registry),
-            forward_inbox,
-            &registry.lifecycle,
-        );
-    }
-    handle
+    forwarder::spawn(
+        handle.clone(),
+        targets_watch,
+        Arc::downgrade(registry),
+        forward_inbox,
+        &registry.lifecycle,
+    );
+    (handle, targets)
 }
 
-fn key(path: &str) -> String {
+/// The registry key of a path: trimmed of slashes, lower case.
+pub fn key(path: &str) -> String {
     path.trim_matches('/').to_ascii_lowercase()
+}
+
+/// Settings of a queue as its actor runs them.
+pub(super) fn settings_of_queue(queue: &QueueConfig) -> EntitySettings {
+    queue_settings(queue)
+}
+
+/// Settings of a subscription as its actor runs them.
+pub(super) fn settings_of_subscription(
+    topic: &TopicConfig,
+    subscription: &SubscriptionConfig,
+) -> EntitySettings {
+    subscription_settings(topic, subscription)
 }
 
 impl Registry {
@@ -139,6 +224,19 @@ impl Registry {
     /// (before starting anything) when a rule's SQL does not parse.
     pub fn start(
         config: &Config,
+        clock: Clock,
+        codec: TopicCodec,
+        storage: Option<(Storage, Recovery)>,
+    ) -> Result<Arc<Registry>, String> {
+        Registry::start_seeded(config, config, clock, codec, storage)
+    }
+
+    /// [`Registry::start`] on `config` — the configuration file with the stored run-time
+    /// changes laid over it — remembering `seed` (the file's) to store later changes as
+    /// differences from it.
+    pub fn start_seeded(
+        config: &Config,
+        seed: &Config,
         clock: Clock,
         codec: TopicCodec,
         mut storage: Option<(Storage, Recovery)>,
@@ -158,6 +256,7 @@ impl Registry {
             }
         }
         let mut compiled = compiled.into_iter();
+        let (on_idle, mut idle_paths): (IdleSender, _) = mpsc::unbounded_channel();
         let registry = Arc::new(Registry {
             entities: RwLock::default(),
             lifecycle: Default::default(),
@@ -168,25 +267,54 @@ impl Registry {
                     .memory_budget
                     .unwrap_or_else(crate::broker::budget::default_limit),
             )),
+            spawner: Spawner {
+                clock,
+                codec: codec.clone(),
+                on_idle: on_idle.clone(),
+                storage: storage.as_ref().map(|(storage, _)| storage.clone()),
+            },
+            changes: tokio::sync::Mutex::new(()),
+            seed: seed.clone(),
         });
-        let (on_idle, mut idle_paths): (IdleSender, _) = mpsc::unbounded_channel();
+        let mut recovered = |path: &str| -> Vec<Change> {
+            storage
+                .as_mut()
+                .and_then(|(_, recovery)| recovery.entities.remove(&key(path)))
+                .unwrap_or_default()
+        };
+        let now = SystemTime::now();
+        let slot = |entity, description, targets| Slot {
+            entity,
+            description,
+            created_at: now,
+            updated_at: now,
+            targets,
+        };
         let mut entities = HashMap::new();
         for queue in &config.queues {
-            let handle = spawn_entity(
+            let (handle, targets) = spawn_entity(
                 queue_settings(queue),
-                clock,
-                &on_idle,
+                &registry.spawner,
                 &registry,
-                storage.as_mut(),
+                recovered(&queue.name),
             );
-            entities.insert(key(&queue.name), Entity::Queue(handle));
+            entities.insert(
+                key(&queue.name),
+                slot(
+                    Entity::Queue(handle),
+                    Description::Queue(queue.clone()),
+                    Some(targets),
+                ),
+            );
         }
         for topic_config in &config.topics {
             let mut subscriptions = Vec::new();
             for subscription in &topic_config.subscriptions {
                 let settings = subscription_settings(topic_config, subscription);
                 let path = key(&settings.path);
-                let handle = spawn_entity(settings, clock, &on_idle, &registry, storage.as_mut());
+                let records = recovered(&settings.path);
+                let (handle, targets) =
+                    spawn_entity(settings, &registry.spawner, &registry, records);
                 subscriptions.push(SubscriptionEntry {
                     name: subscription.name.clone(),
                     handle: handle.clone(),
@@ -195,12 +323,24 @@ impl Registry {
                         .dead_lettering_on_filter_evaluation_exceptions,
                     requires_session: subscription.requires_session,
                 });
-                entities.insert(path, Entity::Subscription(handle));
+                entities.insert(
+                    path,
+                    slot(
+                        Entity::Subscription(handle),
+                        Description::Subscription {
+                            topic: topic_config.name.clone(),
+                            subscription: subscription.clone(),
+                        },
+                        Some(targets),
+                    ),
+                );
             }
-            let durability = storage.as_mut().map(|(storage, recovery)| {
-                let key = key(&topic_config.name);
-                let recovered = recovery.entities.remove(&key).unwrap_or_default();
-                (storage.clone(), key, recovered)
+            let durability = registry.spawner.storage.as_ref().map(|storage| {
+                (
+                    storage.clone(),
+                    key(&topic_config.name),
+                    recovered(&topic_config.name),
+                )
             });
             let handle = topic::spawn(
                 topic_config,
@@ -211,7 +351,12 @@ impl Registry {
                 durability,
                 &registry.lifecycle,
             );
-            entities.insert(key(&topic_config.name), Entity::Topic(handle));
+            let mut description = topic_config.clone();
+            description.subscriptions.clear();
+            entities.insert(
+                key(&topic_config.name),
+                slot(Entity::Topic(handle), Description::Topic(description), None),
+            );
         }
         if let Ok(mut map) = registry.entities.write() {
             *map = entities;
@@ -239,6 +384,9 @@ impl Registry {
                     break;
                 };
                 registry.remove(&path);
+                tracing::info!(entity = %path, "entity deleted after being idle (auto_delete_on_idle)");
+                let _guard = registry.changes.lock().await;
+                let _ = registry.namespace_changed().await;
             }
         });
         Ok(registry)
@@ -250,7 +398,7 @@ impl Registry {
         self.lifecycle.shut_down().await;
     }
 
-    /// Removes an entity (and, for a topic, its subscriptions).
+    /// Removes an entity (and, for a topic, its subscriptions) from the map.
     pub fn remove(&self, path: &str) {
         let path = key(path);
         if let Ok(mut map) = self.entities.write() {
@@ -258,15 +406,15 @@ impl Registry {
             let prefix = format!("{path}/subscriptions/");
             map.retain(|name, _| !name.starts_with(&prefix));
         }
-        tracing::info!(entity = %path, "entity deleted after being idle (auto_delete_on_idle)");
     }
 
     /// The topic and subscription name of a subscription path (`t/Subscriptions/s`).
     pub fn subscription_topic(&self, path: &str) -> Option<(TopicHandle, String)> {
         let lower = key(path);
         let index = lower.find("/subscriptions/")?;
-        let topic = self.lookup(&path[..index])?;
-        let subscription = path[index + "/subscriptions/".len()..].trim_matches('/');
+        let topic = self.lookup(&path.trim_matches('/')[..index])?;
+        let subscription =
+            path.trim_matches('/')[index + "/subscriptions/".len()..].trim_matches('/');
         match topic {
             Entity::Topic(handle) => Some((handle, subscription.to_string())),
             _ => None,
@@ -281,7 +429,132 @@ impl Registry {
 
     /// Looks an entity up by path (case-insensitive).
     pub fn lookup(&self, path: &str) -> Option<Entity> {
+        self.entities
+            .read()
+            .ok()?
+            .get(&key(path))
+            .map(|slot| slot.entity.clone())
+    }
+
+    /// An entity's slot: task, definition and times.
+    pub fn slot(&self, path: &str) -> Option<Slot> {
         self.entities.read().ok()?.get(&key(path)).cloned()
+    }
+
+    /// Every slot, sorted by path.
+    pub fn slots(&self) -> Vec<Slot> {
+        let mut slots: Vec<(String, Slot)> = self
+            .entities
+            .read()
+            .map(|map| map.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+            .unwrap_or_default();
+        slots.sort_by(|a, b| a.0.cmp(&b.0));
+        slots.into_iter().map(|(_, slot)| slot).collect()
+    }
+
+    /// Puts a slot into the map (namespace changes).
+    pub(super) fn insert(&self, slot: Slot) {
+        if let Ok(mut map) = self.entities.write() {
+            map.insert(key(&slot.description.path()), slot);
+        }
+    }
+
+    /// Replaces a slot's description and forwarding targets after an update.
+    pub(super) fn redescribe(&self, description: Description, now: SystemTime) {
+        let Ok(mut map) = self.entities.write() else {
+            return;
+        };
+        let Some(slot) = map.get_mut(&key(&description.path())) else {
+            return;
+        };
+        if let Some(targets) = &slot.targets {
+            let (messages, dead_letters) = match &description {
+                Description::Queue(queue) => (
+                    queue.forward_to.clone(),
+                    queue.forward_dead_lettered_messages_to.clone(),
+                ),
+                Description::Subscription { subscription, .. } => (
+                    subscription.forward_to.clone(),
+                    subscription.forward_dead_lettered_messages_to.clone(),
+                ),
+                Description::Topic(_) => (None, None),
+            };
+            targets.send_replace(Targets {
+                messages,
+                dead_letters,
+            });
+        }
+        slot.description = description;
+        slot.updated_at = now;
+    }
+
+    /// Starts an entity's tasks for a namespace change.
+    pub(super) fn spawn_entity(
+        self: &Arc<Self>,
+        settings: EntitySettings,
+    ) -> (EntityHandle, watch::Sender<Targets>) {
+        spawn_entity(settings, &self.spawner, self, Vec::new())
+    }
+
+    /// Starts a topic's task for a namespace change.
+    pub(super) fn spawn_topic(&self, config: &TopicConfig) -> TopicHandle {
+        let durability = self
+            .spawner
+            .storage
+            .as_ref()
+            .map(|storage| (storage.clone(), key(&config.name), Vec::new()));
+        topic::spawn(
+            config,
+            Vec::new(),
+            self.spawner.clock,
+            self.spawner.on_idle.clone(),
+            self.spawner.codec.clone(),
+            durability,
+            &self.lifecycle,
+        )
+    }
+
+    /// Whether the entity at `path` requires sessions.
+    pub fn requires_session(&self, path: &str) -> bool {
+        matches!(
+            self.slot(path).map(|slot| slot.description),
+            Some(Description::Queue(QueueConfig {
+                requires_session: true,
+                ..
+            })) | Some(Description::Subscription {
+                subscription: SubscriptionConfig {
+                    requires_session: true,
+                    ..
+                },
+                ..
+            })
+        )
+    }
+
+    /// The largest message the entity at `path` accepts, in bytes (256 KiB when unknown).
+    pub fn max_message_size(&self, path: &str) -> u64 {
+        match self.slot(path).map(|slot| slot.description) {
+            Some(Description::Queue(queue)) => queue.max_message_size_in_kilobytes * 1024,
+            Some(Description::Topic(topic)) => topic.max_message_size_in_kilobytes * 1024,
+            _ => 256 * 1024,
+        }
+    }
+
+    /// The largest message any entity accepts, in bytes.
+    pub fn largest_message_size(&self) -> u64 {
+        self.entities
+            .read()
+            .map(|map| {
+                map.values()
+                    .map(|slot| match &slot.description {
+                        Description::Queue(queue) => queue.max_message_size_in_kilobytes * 1024,
+                        Description::Topic(topic) => topic.max_message_size_in_kilobytes * 1024,
+                        Description::Subscription { .. } => 0,
+                    })
+                    .max()
+                    .unwrap_or(0)
+            })
+            .unwrap_or(0)
     }
 
     /// Number of entities (queues, topics and subscriptions).
@@ -292,5 +565,23 @@ impl Registry {
     /// Whether there are no entities.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+impl Slot {
+    /// A slot created at `now`.
+    pub(super) fn new(
+        entity: Entity,
+        description: Description,
+        now: SystemTime,
+        targets: Option<watch::Sender<Targets>>,
+    ) -> Slot {
+        Slot {
+            entity,
+            description,
+            created_at: now,
+            updated_at: now,
+            targets,
+        }
     }
 }

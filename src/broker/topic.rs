@@ -20,7 +20,6 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use super::entity::actor::IdleSender;
-use super::entity::duplicates::DuplicateDetector;
 use super::entity::state::Change;
 use super::entity::{Command, EntityHandle, Notification, Reply, ReplyTo, RequestId};
 use super::filter::PropertyChange;
@@ -95,6 +94,40 @@ pub enum TopicCommand {
         /// Who waits.
         reply: ReplyTo,
     },
+    /// Add a subscription created at run time.
+    AddSubscription {
+        /// The subscription: its actor and rules.
+        entry: Box<SubscriptionEntry>,
+        /// Who waits.
+        reply: ReplyTo,
+    },
+    /// Remove a subscription (its actor is deleted by the caller).
+    RemoveSubscription {
+        /// Subscription name (case-insensitive).
+        name: String,
+        /// Who waits.
+        reply: ReplyTo,
+    },
+    /// Apply topic settings changed at run time (TTL is applied by the subscriptions).
+    Update {
+        /// Duplicate detection window (`None`: off).
+        duplicate_detection: Option<Duration>,
+        /// Idle deletion.
+        auto_delete_on_idle: Option<Duration>,
+        /// Who waits.
+        reply: ReplyTo,
+    },
+    /// Report the topic's scheduled message count.
+    Describe {
+        /// Who waits for [`Reply::Counts`].
+        reply: ReplyTo,
+    },
+    /// Delete the topic: it stops and forgets its stored state (the caller deletes the
+    /// subscriptions).
+    Delete {
+        /// Who waits.
+        reply: ReplyTo,
+    },
     /// Manage a subscription's rules.
     Rules {
         /// Subscription name (case-insensitive).
@@ -126,6 +159,7 @@ impl TopicHandle {
 }
 
 /// One subscription as the topic sees it.
+#[derive(Debug)]
 pub struct SubscriptionEntry {
     /// Subscription name.
     pub name: String,
@@ -185,12 +219,15 @@ pub fn spawn(
             )
         })
         .unzip();
-    let duplicates = config
-        .requires_duplicate_detection
-        .then(|| DuplicateDetector::new(config.duplicate_detection_history_time_window));
+    let mut state = TopicState::new(config.name.clone(), rules, None, codec);
+    state.set_duplicate_detection(
+        config
+            .requires_duplicate_detection
+            .then_some(config.duplicate_detection_history_time_window),
+    );
     let mut topic = Topic {
         path: config.name.clone(),
-        state: TopicState::new(config.name.clone(), rules, duplicates, codec),
+        state,
         handles,
         auto_delete_on_idle: config.auto_delete_on_idle,
         clock,
@@ -245,6 +282,7 @@ impl Topic {
         let mut last_activity = tokio::time::Instant::now();
         let mut epochs = self.storage.as_ref().map(|(storage, _)| storage.epochs());
         let mut checkpointed = 0;
+        let mut deleted = false;
         // Scheduled messages that came due while the broker was down are published now.
         self.activate_due(&sink, &mut replies).await;
         loop {
@@ -330,10 +368,69 @@ impl Topic {
                     let committed = self.commit().await;
                     reply.send(committed.and(result));
                 }
+                TopicCommand::AddSubscription { entry, reply } => {
+                    let entry = *entry;
+                    self.handles.push(entry.handle);
+                    self.state.add_subscription(SubscriptionRules {
+                        name: entry.name,
+                        rules: entry.rules,
+                        dead_letter_on_filter_errors: entry.dead_letter_on_filter_errors,
+                        requires_session: entry.requires_session,
+                    });
+                    let committed = self.commit().await;
+                    reply.send(committed.map(|()| Reply::Done));
+                }
+                TopicCommand::RemoveSubscription { name, reply } => {
+                    match self.state.remove_subscription(&name) {
+                        Some(index) => {
+                            self.handles.remove(index);
+                            reply.send(Ok(Reply::Done));
+                        }
+                        None => reply.send(Err(EntityError::NotFound(format!(
+                            "{}/Subscriptions/{name}",
+                            self.path
+                        )))),
+                    }
+                }
+                TopicCommand::Update {
+                    duplicate_detection,
+                    auto_delete_on_idle,
+                    reply,
+                } => {
+                    self.state.set_duplicate_detection(duplicate_detection);
+                    self.auto_delete_on_idle = auto_delete_on_idle;
+                    reply.send(Ok(Reply::Done));
+                }
+                TopicCommand::Describe { reply } => {
+                    reply.send(Ok(Reply::Counts(super::entity::EntityCounts {
+                        scheduled: self.state.scheduled_count() as u64,
+                        ..Default::default()
+                    })));
+                }
+                TopicCommand::Delete { reply } => {
+                    inbox.close();
+                    let mut result = Ok(Reply::Done);
+                    if let Some((storage, key)) = &self.storage
+                        && let Err(error) = storage.drop_entity(key).await
+                    {
+                        result = Err(EntityError::StorageFailed(format!(
+                            "The broker could not store the deletion durably: {error}"
+                        )));
+                    }
+                    while let Ok(command) = inbox.try_recv() {
+                        refuse(&self.path, command);
+                    }
+                    reply.send(result);
+                    deleted = true;
+                    break;
+                }
             }
         }
         if let Some((storage, key)) = &self.storage {
             storage.unregister(key);
+        }
+        if deleted {
+            tracing::info!(topic = %self.path, "topic deleted");
         }
     }
 
@@ -401,6 +498,26 @@ impl Topic {
             }
         }
         outcome
+    }
+}
+
+/// Answers a command that reached a topic being deleted.
+fn refuse(path: &str, command: TopicCommand) {
+    let gone = || Err(EntityError::NotFound(path.to_string()));
+    match command {
+        TopicCommand::Publish { reply, .. } => {
+            if let Some(reply) = reply {
+                reply.send(gone());
+            }
+        }
+        TopicCommand::Schedule { reply, .. }
+        | TopicCommand::CancelScheduled { reply, .. }
+        | TopicCommand::AddSubscription { reply, .. }
+        | TopicCommand::RemoveSubscription { reply, .. }
+        | TopicCommand::Update { reply, .. }
+        | TopicCommand::Describe { reply }
+        | TopicCommand::Delete { reply }
+        | TopicCommand::Rules { reply, .. } => reply.send(gone()),
     }
 }
 

@@ -60,6 +60,8 @@ pub struct TopicState {
     /// Subscriptions (lower case) whose rules were changed at run time: their rule sets
     /// are durable and win over the configuration file's at the next start.
     changed_rules: BTreeSet<String>,
+    /// The duplicate-detection window in force (`None`: off).
+    duplicate_window: Option<std::time::Duration>,
 }
 
 impl TopicState {
@@ -78,6 +80,7 @@ impl TopicState {
             log: MessageLog::new(false),
             scheduled: BTreeMap::new(),
             changed_rules: BTreeSet::new(),
+            duplicate_window: None,
         }
     }
 
@@ -182,6 +185,52 @@ impl TopicState {
         };
         apply(&mut entry.rules);
         self.changed_rules.insert(subscription.to_ascii_lowercase());
+    }
+
+    /// Adds a subscription created at run time, at the end of the subscription order. Its
+    /// initial rule set is recorded (journaled) so that a restart replays later rule changes
+    /// over these rules, not over those of an earlier subscription of the same name.
+    pub fn add_subscription(&mut self, subscription: SubscriptionRules) {
+        let name = subscription.name.clone();
+        let rules: Vec<RuleDefinition> =
+            subscription.rules.iter().map(RuleDefinition::of).collect();
+        self.log.note(|| Change::RulesSet {
+            subscription: name.clone(),
+            rules,
+        });
+        self.changed_rules.insert(name.to_ascii_lowercase());
+        self.subscriptions.push(subscription);
+    }
+
+    /// Removes a subscription; returns its index in the subscription order (the shell
+    /// drops the actor handle at the same index), or `None` when there is none by that name.
+    pub fn remove_subscription(&mut self, name: &str) -> Option<usize> {
+        let index = self
+            .subscriptions
+            .iter()
+            .position(|entry| entry.name.eq_ignore_ascii_case(name))?;
+        self.subscriptions.remove(index);
+        self.changed_rules.remove(&name.to_ascii_lowercase());
+        Some(index)
+    }
+
+    /// Replaces the topic-wide duplicate detection (run-time update); history is kept when
+    /// only the window is unchanged.
+    pub fn set_duplicate_detection(&mut self, window: Option<std::time::Duration>) {
+        match window {
+            None => self.duplicates = None,
+            Some(window) => {
+                if self.duplicates.is_none() || self.duplicate_window != Some(window) {
+                    self.duplicates = Some(DuplicateDetector::new(window));
+                }
+            }
+        }
+        self.duplicate_window = window;
+    }
+
+    /// Number of scheduled messages waiting on the topic.
+    pub fn scheduled_count(&self) -> usize {
+        self.scheduled.len()
     }
 
     /// The durable state (tests).

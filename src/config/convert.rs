@@ -15,9 +15,9 @@ use super::raw::{
 };
 use super::validate::{queue_context, rule_context, subscription_context, topic_context};
 use super::{
-    AuthConfig, Config, ConfigError, CorrelationFilterConfig, FilterConfig, PropertyLiteral,
-    QueueConfig, Rights, RuleConfig, ServerConfig, SharedAccessKey, StorageConfig, StorageMode,
-    SubscriptionConfig, TopicConfig,
+    AuthConfig, Config, ConfigError, CorrelationFilterConfig, FilterConfig, HttpConfig,
+    PropertyLiteral, QueueConfig, Rights, RuleConfig, ServerConfig, SharedAccessKey, StorageConfig,
+    StorageMode, SubscriptionConfig, TopicConfig,
 };
 
 /// Converts the whole raw file, applying defaults.
@@ -40,7 +40,40 @@ pub(super) fn convert(raw: RawConfig) -> Result<Config, ConfigError> {
         queues,
         topics,
         storage: convert_storage(raw.storage)?,
+        http: convert_http(raw.http)?,
     })
+}
+
+fn convert_http(raw: super::raw::RawHttp) -> Result<HttpConfig, ConfigError> {
+    let address = |key: &str, text: Option<String>| -> Result<Option<SocketAddr>, ConfigError> {
+        text.map(|text| {
+            text.trim().parse::<SocketAddr>().map_err(|_| {
+                ConfigError::invalid(
+                    "http",
+                    format!("{key} {text:?} is not a socket address (expected IP:port, e.g. \"127.0.0.1:5300\")"),
+                )
+            })
+        })
+        .transpose()
+    };
+    let path = |text: Option<String>| {
+        text.filter(|text| !text.trim().is_empty())
+            .map(std::path::PathBuf::from)
+    };
+    let http = HttpConfig {
+        disabled: raw.enabled == Some(false),
+        listen: address("listen", raw.listen)?,
+        https_listen: address("https_listen", raw.https_listen)?,
+        tls_cert: path(raw.tls_cert),
+        tls_key: path(raw.tls_key),
+    };
+    if http.tls_cert.is_some() != http.tls_key.is_some() {
+        return Err(ConfigError::invalid(
+            "http",
+            "tls_cert and tls_key go together: set both (PEM files) or neither (a development certificate is generated)".to_string(),
+        ));
+    }
+    Ok(http)
 }
 
 fn convert_storage(raw: super::raw::RawStorage) -> Result<StorageConfig, ConfigError> {
@@ -202,7 +235,7 @@ fn convert_key(index: usize, raw: RawKey) -> Result<SharedAccessKey, ConfigError
     })
 }
 
-fn convert_queue(index: usize, raw: RawQueue) -> Result<QueueConfig, ConfigError> {
+pub(super) fn convert_queue(index: usize, raw: RawQueue) -> Result<QueueConfig, ConfigError> {
     let context = queue_context(index, &raw.name);
     let defaults = QueueConfig::new(raw.name);
     Ok(QueueConfig {
@@ -242,7 +275,7 @@ fn convert_queue(index: usize, raw: RawQueue) -> Result<QueueConfig, ConfigError
     })
 }
 
-fn convert_topic(index: usize, raw: RawTopic) -> Result<TopicConfig, ConfigError> {
+pub(super) fn convert_topic(index: usize, raw: RawTopic) -> Result<TopicConfig, ConfigError> {
     let context = topic_context(index, &raw.name);
     let subscriptions = raw
         .subscriptions

@@ -9,11 +9,14 @@
 //! module). Errors name the key path, e.g. `queues[2] "orders": forward_to "nope" is not a
 //! queue or topic`; array indices are zero-based, as in the file's order.
 
+pub mod changes;
 mod convert;
 pub mod duration;
+pub mod emulator;
 mod entities;
 pub mod names;
 mod raw;
+pub mod render;
 mod summary;
 mod validate;
 
@@ -110,6 +113,30 @@ pub struct Config {
     pub topics: Vec<TopicConfig>,
     /// Where and how messages are stored.
     pub storage: StorageConfig,
+    /// `[http]`: the admin API, health and metrics listener.
+    pub http: HttpConfig,
+}
+
+/// Default port of the HTTP listener (the official emulator's).
+pub const DEFAULT_HTTP_PORT: u16 = 5300;
+
+/// `[http]`: the HTTP listener serving the administration API, `/health` and `/metrics`.
+/// The same routes are also served on the AMQP port, in plain HTTP and over TLS (the
+/// protocol is detected from the first bytes).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct HttpConfig {
+    /// Whether the HTTP listener runs (the AMQP port serves HTTP either way).
+    pub disabled: bool,
+    /// Address of the HTTP listener; `None`: port 5300 (or `EMULATOR_HTTP_PORT`) on the
+    /// AMQP listener's IP address, and an ephemeral port when the AMQP port is 0.
+    pub listen: Option<SocketAddr>,
+    /// Address of an extra HTTPS listener, if any.
+    pub https_listen: Option<SocketAddr>,
+    /// PEM certificate chain for TLS; `None`: a development certificate signed by a CA
+    /// generated into the data directory (`dev-ca.pem`).
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of `tls_cert`.
+    pub tls_key: Option<PathBuf>,
 }
 
 /// `[storage].mode`.
@@ -261,13 +288,20 @@ impl Config {
         Ok(config)
     }
 
-    /// Reads, parses and validates the file at `path`.
+    /// Reads, parses and validates the file at `path`: TOML, or the official emulator's
+    /// `Config.json` (a `.json` name, or text starting with `{`), converted by [`emulator`]
+    /// to TOML first. Errors name `path` either way.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
             path: path.to_path_buf(),
             source,
         })?;
-        Config::from_toml_str(&text, &path.display().to_string())
+        let origin = path.display().to_string();
+        if emulator::is_emulator_json(path, &text) {
+            let converted = emulator::to_toml(&text, &origin)?;
+            return emulator::load_converted(&converted, &origin);
+        }
+        Config::from_toml_str(&text, &origin)
     }
 
     /// The configuration used when no file is given or found: the official emulator's
@@ -284,6 +318,7 @@ impl Config {
             queues: vec![QueueConfig::new("queue.1")],
             topics: vec![topic],
             storage: StorageConfig::default(),
+            http: HttpConfig::default(),
         }
     }
 

@@ -24,6 +24,19 @@ pub(super) struct RawConfig {
     pub topics: Vec<RawTopic>,
     #[serde(default)]
     pub storage: RawStorage,
+    #[serde(default)]
+    pub http: RawHttp,
+}
+
+/// `[http]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawHttp {
+    pub enabled: Option<bool>,
+    pub listen: Option<String>,
+    pub https_listen: Option<String>,
+    pub tls_cert: Option<String>,
+    pub tls_key: Option<String>,
 }
 
 /// `[storage]`.

@@ -712,6 +712,25 @@ impl Connection {
                 self.detached_receivers.remove(&receiver);
                 Ok(())
             }
+            Notification::EntityDeleted { receiver } => {
+                let Some(&(channel, handle)) = self.receivers.get(&receiver) else {
+                    return Ok(());
+                };
+                let path = self
+                    .sessions
+                    .get(&channel)
+                    .and_then(|session| session.links.get(&handle))
+                    .and_then(|link| match &link.kind {
+                        super::links::LinkKind::EntityReceiver { entity, .. } => {
+                            Some(entity.path.to_string())
+                        }
+                        _ => None,
+                    })
+                    .unwrap_or_default();
+                let failure = errors::entity_not_found(&path);
+                self.detach_with_error(channel, handle, failure.to_error())
+                    .await
+            }
             Notification::SessionLost { receiver } => {
                 let Some(&(channel, handle)) = self.receivers.get(&receiver) else {
                     return Ok(());

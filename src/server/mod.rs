@@ -55,32 +55,26 @@ pub struct Context {
     pub clock: Clock,
     /// Source of process-unique receiver ids.
     pub next_receiver_id: AtomicU64,
-    /// Lowercase paths of entities that require sessions.
-    pub session_entities: std::collections::HashSet<String>,
-    /// Lowercase entity path → largest message accepted, in bytes.
-    pub max_message_sizes: std::collections::HashMap<String, u64>,
+    /// The HTTP side: admin API, health and metrics, also served on this port.
+    pub http: crate::admin::http::Front,
 }
 
 impl Context {
     /// Whether the entity at `path` requires sessions.
     pub fn requires_session(&self, path: &str) -> bool {
-        self.session_entities
-            .contains(&path.trim_matches('/').to_ascii_lowercase())
+        self.registry.requires_session(path)
     }
 
     /// Bytes one connection may hold in unfinished multi-frame deliveries: two of the
     /// largest messages any entity accepts, and at least 2 MiB.
     pub fn max_partial_bytes(&self) -> usize {
-        let largest = self.max_message_sizes.values().copied().max().unwrap_or(0);
+        let largest = self.registry.largest_message_size();
         (largest.max(1024 * 1024) * 2) as usize
     }
 
     /// The largest message an entity accepts (256 KiB when unknown).
     pub fn max_message_size(&self, path: &str) -> u64 {
-        self.max_message_sizes
-            .get(&path.trim_matches('/').to_ascii_lowercase())
-            .copied()
-            .unwrap_or(256 * 1024)
+        self.registry.max_message_size(path)
     }
 }
 
@@ -99,11 +93,70 @@ fn spawn_connection(
     let span = tracing::info_span!("connection", %peer);
     connections.spawn(
         async move {
-            connection::run(stream, context, shutdown, admission).await;
+            serve_stream(stream, context, shutdown, admission).await;
             drop(permit);
         }
         .instrument(span),
     );
+}
+
+/// How long a connection may take to send its first byte.
+const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Serves one accepted connection in the protocol its first byte names: AMQP, HTTP, or
+/// TLS (inside which HTTP is served; AMQP over TLS is refused for now).
+async fn serve_stream(
+    stream: tokio::net::TcpStream,
+    context: Arc<Context>,
+    shutdown: watch::Receiver<bool>,
+    admission: Admission,
+) {
+    use crate::admin::sniff::{Protocol, classify, classify_stream};
+    let mut first = [0u8; 1];
+    let protocol = match tokio::time::timeout(FIRST_BYTE_TIMEOUT, stream.peek(&mut first)).await {
+        Ok(Ok(1)) => classify(first[0]),
+        _ => return,
+    };
+    let metrics = &context.http.admin.metrics;
+    match protocol {
+        Protocol::Amqp => {
+            metrics.connections.inc();
+            metrics.connections_total.inc();
+            connection::run(stream, context.clone(), shutdown, admission).await;
+            context.http.admin.metrics.connections.dec();
+        }
+        Protocol::Http => {
+            let router = context.http.router.clone();
+            crate::admin::http::serve_connection(stream, router, false, shutdown).await;
+        }
+        Protocol::Tls => {
+            let acceptor = match context.http.tls() {
+                Ok(acceptor) => acceptor,
+                Err(error) => {
+                    tracing::warn!(%error, "a TLS connection is refused: no TLS identity");
+                    return;
+                }
+            };
+            let Ok(Ok(tls)) =
+                tokio::time::timeout(FIRST_BYTE_TIMEOUT, acceptor.accept(stream)).await
+            else {
+                tracing::debug!("TLS handshake failed or timed out");
+                return;
+            };
+            match tokio::time::timeout(FIRST_BYTE_TIMEOUT, classify_stream(tls)).await {
+                Ok(Ok(Some((Protocol::Http, stream)))) => {
+                    let router = context.http.router.clone();
+                    crate::admin::http::serve_connection(stream, router, true, shutdown).await;
+                }
+                Ok(Ok(Some((_, _)))) => {
+                    tracing::info!(
+                        "AMQP over TLS is not served yet: connect with plain AMQP (UseDevelopmentEmulator=true) on this port"
+                    );
+                }
+                _ => {}
+            }
+        }
+    }
 }
 
 /// Serves connections from `listener` until `shutdown` turns true, then stops accepting,

@@ -65,7 +65,12 @@ pub struct Recovery {
     pub truncated_bytes: u64,
     /// How long opening and reading the log took.
     pub elapsed: Duration,
+    /// The namespace's run-time changes as last stored ([`Storage::save_namespace`]).
+    pub namespace: Option<String>,
 }
+
+/// The file in the data directory holding the namespace's run-time changes.
+pub const NAMESPACE_FILE: &str = "namespace.toml";
 
 /// The durable store shared by every entity.
 #[derive(Clone)]
@@ -174,6 +179,17 @@ impl Storage {
                 }
             }
         }
+        let namespace_path = options.directory.join(NAMESPACE_FILE);
+        recovery.namespace = match std::fs::read_to_string(&namespace_path) {
+            Ok(text) => Some(text),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
+            Err(error) => {
+                return Err(StoreError::Recovery(format!(
+                    "cannot read {}: {error}",
+                    namespace_path.display()
+                )));
+            }
+        };
         let live_bytes = log.statistics().disk_bytes.load(Ordering::Relaxed);
         let storage = Storage {
             inner: Arc::new(Inner {
@@ -188,6 +204,25 @@ impl Storage {
             }),
         };
         Ok((storage, recovery))
+    }
+
+    /// Stores the namespace's run-time changes, replacing what was stored: written to a
+    /// temporary file, synced, renamed over [`NAMESPACE_FILE`] and the directory synced, so
+    /// a crash leaves the old text or the new, never a mix.
+    pub async fn save_namespace(&self, text: String) -> Result<(), StoreError> {
+        let directory = self.directory().to_path_buf();
+        tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+            use std::io::Write;
+            let temporary = directory.join(format!("{NAMESPACE_FILE}.new"));
+            let mut file = std::fs::File::create(&temporary)?;
+            file.write_all(text.as_bytes())?;
+            file.sync_all()?;
+            std::fs::rename(&temporary, directory.join(NAMESPACE_FILE))?;
+            std::fs::File::open(&directory)?.sync_all()
+        })
+        .await
+        .map_err(|_| StoreError::Closed)?
+        .map_err(|error| StoreError::Write(format!("{NAMESPACE_FILE}: {error}")))
     }
 
     /// The data directory.

@@ -5,6 +5,7 @@ mod auth;
 mod cli;
 mod crash;
 mod durability;
+mod emulator_config;
 mod flow_control;
 mod forwarding;
 mod fuzz;

@@ -99,6 +99,7 @@ pub fn spawn(
         storage,
         held_replies: Vec::new(),
         checkpointed: 0,
+        deleting: None,
     };
     lifecycle.spawn(actor.run(inbox, lifecycle.stopping()));
     handle
@@ -126,6 +127,8 @@ struct Actor {
     held_replies: Vec<(super::ReplyTo, Result<super::Reply, EntityError>)>,
     /// The last compaction round this entity wrote a checkpoint for.
     checkpointed: u64,
+    /// A deletion was asked for (admin API): who waits for it.
+    deleting: Option<super::ReplyTo>,
 }
 
 impl Actor {
@@ -158,7 +161,9 @@ impl Actor {
                     self.handle(command);
                     self.recharge();
                     // Take whatever else is queued before flushing effects.
-                    while let Ok(command) = inbox.try_recv() {
+                    while self.deleting.is_none()
+                        && let Ok(command) = inbox.try_recv()
+                    {
                         self.handle(command);
                         self.recharge();
                     }
@@ -177,6 +182,10 @@ impl Actor {
             }
             let deleted = self.finish_turn().await;
             self.recharge();
+            if let Some(reply) = self.deleting.take() {
+                self.delete(inbox, reply).await;
+                return;
+            }
             if deleted {
                 self.delete_for_idleness(inbox).await;
                 return;
@@ -206,6 +215,30 @@ impl Actor {
             tracing::warn!(entity = %key, %error, "cannot record the deletion of an idle entity");
         }
         self.stop();
+    }
+
+    /// Deleted on request (admin API): receivers are detached with not-found, commands
+    /// still queued are refused, the stored state is forgotten, then the caller is told.
+    async fn delete(mut self, mut inbox: mpsc::Receiver<Command>, reply: super::ReplyTo) {
+        for (receiver, sink) in self.sinks.drain() {
+            let _ = sink.send(Notification::EntityDeleted { receiver });
+        }
+        inbox.close();
+        while let Some(command) = inbox.recv().await {
+            self.refuse(command);
+        }
+        let mut result = Ok(Reply::Done);
+        if let Some((storage, key)) = &self.storage
+            && let Err(error) = storage.drop_entity(key).await
+        {
+            tracing::warn!(entity = %key, %error, "cannot record the deletion of an entity");
+            result = Err(EntityError::StorageFailed(format!(
+                "The broker could not store the deletion durably: {error}"
+            )));
+        }
+        tracing::info!(entity = %self.state.settings().path, "entity deleted");
+        self.stop();
+        reply.send(result);
     }
 
     /// The actor ends: what it stored no longer counts against the memory budget.
@@ -478,6 +511,15 @@ impl Actor {
                     .collect();
                 self.answer(reply, result.map(Reply::Expirations));
             }
+            Command::UpdateSettings { settings, reply } => {
+                self.state.update_settings(now, *settings);
+                self.answer(reply, Ok(Reply::Done));
+            }
+            Command::Describe { reply } => {
+                let counts = self.state.counts();
+                self.answer(reply, Ok(Reply::Counts(counts)));
+            }
+            Command::Delete { reply } => self.deleting = Some(reply),
         }
     }
 
@@ -496,7 +538,10 @@ impl Actor {
             | Command::ReceiveDeferred { reply, .. }
             | Command::CancelScheduled { reply, .. }
             | Command::Session { reply, .. }
-            | Command::ListSessions { reply, .. } => reply.send(Err(gone)),
+            | Command::ListSessions { reply, .. }
+            | Command::UpdateSettings { reply, .. }
+            | Command::Describe { reply }
+            | Command::Delete { reply } => reply.send(Err(gone)),
             Command::AttachSessionReceiver { receiver, sink, .. } => {
                 let _ = sink.send(Notification::SessionRefused {
                     receiver,

@@ -27,7 +27,8 @@ use super::types::{
     EntityError, LockToken, ReceiveMode, ReceiverId, SequenceNumber, Settlement, SubQueue,
     Timestamp,
 };
-pub use state::{Delivery, Record};
+use settings::EntitySettings;
+pub use state::{Delivery, EntityCounts, EntityTotals, Record};
 
 /// Identifies a request a connection is waiting on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -67,6 +68,11 @@ pub enum Notification {
         /// The receiver.
         receiver: ReceiverId,
     },
+    /// The receiver's entity was deleted: detach it with not-found.
+    EntityDeleted {
+        /// The receiver.
+        receiver: ReceiverId,
+    },
     /// A session receiver lost its session lock.
     SessionLost {
         /// The receiver.
@@ -98,6 +104,8 @@ pub enum Reply {
     Sessions(Vec<String>),
     /// A subscription's rules (enumerate-rules).
     Rules(Vec<crate::broker::rules::Rule>),
+    /// An entity's message counts (admin API runtime properties).
+    Counts(state::EntityCounts),
 }
 
 /// Where an entity sends notifications for one connection.
@@ -113,6 +121,33 @@ pub struct ReplyTo {
 }
 
 impl ReplyTo {
+    /// A reply channel for a caller without a connection (the admin API, the namespace):
+    /// the receiver gets exactly one [`Notification::Reply`].
+    pub fn oneshot() -> (ReplyTo, mpsc::UnboundedReceiver<Notification>) {
+        let (sink, receiver) = mpsc::unbounded_channel();
+        (
+            ReplyTo {
+                sink,
+                request: RequestId(0),
+            },
+            receiver,
+        )
+    }
+
+    /// Waits for the one reply of a [`ReplyTo::oneshot`] channel; `gone` when the entity
+    /// stopped without answering.
+    pub async fn wait(
+        mut receiver: mpsc::UnboundedReceiver<Notification>,
+        gone: impl FnOnce() -> EntityError,
+    ) -> Result<Reply, EntityError> {
+        while let Some(notification) = receiver.recv().await {
+            if let Notification::Reply { result, .. } = notification {
+                return result;
+            }
+        }
+        Err(gone())
+    }
+
     /// Sends the outcome; a gone connection is ignored.
     pub fn send(&self, result: Result<Reply, EntityError>) {
         let _ = self.sink.send(Notification::Reply {
@@ -269,6 +304,24 @@ pub enum Command {
     RenewLocks {
         /// The locks.
         tokens: Vec<LockToken>,
+        /// Who waits.
+        reply: ReplyTo,
+    },
+    /// Apply settings changed at run time (admin API update).
+    UpdateSettings {
+        /// The new settings (path and `requires_session` are kept).
+        settings: Box<EntitySettings>,
+        /// Who waits.
+        reply: ReplyTo,
+    },
+    /// Report message counts.
+    Describe {
+        /// Who waits for [`Reply::Counts`].
+        reply: ReplyTo,
+    },
+    /// Delete the entity (admin API, `$management` or its topic's deletion): receivers
+    /// are detached with not-found, queued commands refused, stored messages forgotten.
+    Delete {
         /// Who waits.
         reply: ReplyTo,
     },

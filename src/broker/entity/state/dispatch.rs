@@ -293,6 +293,7 @@ impl EntityState {
                 state.delivered = state.delivered.wrapping_add(1);
                 state.credit = state.credit.saturating_sub(1);
             }
+            self.totals.delivered += 1;
             self.effects.push(Effect::Deliver(Delivery {
                 sub_queue,
                 receiver: Some(receiver),

@@ -30,6 +30,7 @@ impl EntityState {
 
     /// Removes an expired main-queue message: dead-letter or drop (rule TTL-6).
     pub(super) fn expire(&mut self, _now: Timestamp, sequence_number: SequenceNumber) {
+        self.totals.expired += 1;
         if self.settings.dead_lettering_on_message_expiration {
             self.dead_letter(
                 SubQueue::Main,

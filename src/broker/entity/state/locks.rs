@@ -107,6 +107,7 @@ impl EntityState {
         }
         match settlement {
             Settlement::Complete => {
+                self.totals.completed += 1;
                 if let Some(record) = self.log.remove(sub_queue, sequence_number) {
                     self.stored_bytes -= record.message.size() as u64;
                     self.forget_deadlines(&record);
@@ -114,6 +115,7 @@ impl EntityState {
             }
             Settlement::Release => self.make_available(now, sub_queue, sequence_number),
             Settlement::Abandon { properties } => {
+                self.totals.abandoned += 1;
                 // One change: the properties and the counted attempt together.
                 self.count_failed_delivery_with(now, sub_queue, sequence_number, properties);
             }

@@ -232,6 +232,8 @@ pub struct EntityState {
     effects: Vec<Effect>,
     /// Message ids seen recently, when duplicate detection is on.
     duplicates: Option<DuplicateDetector>,
+    /// Cumulative event counts (metrics).
+    totals: EntityTotals,
     /// Last send, receive, settlement, peek or schedule (rule IDL-2).
     last_activity: Timestamp,
     /// Scheduled messages not yet activated; they keep the entity alive.
@@ -267,6 +269,60 @@ fn mix(mut value: u64) -> u64 {
     value ^ (value >> 31)
 }
 
+/// An entity's message counts (rule-free observation of its log).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EntityCounts {
+    /// Messages receivable now or later (not scheduled), deferred included.
+    pub active: u64,
+    /// Messages waiting for their scheduled enqueue time.
+    pub scheduled: u64,
+    /// Messages in the dead-letter sub-queue.
+    pub dead_letter: u64,
+    /// Messages waiting to be auto-forwarded.
+    pub transfer: u64,
+    /// Messages in the transfer dead-letter sub-queue.
+    pub transfer_dead_letter: u64,
+    /// Bytes stored across the sub-queues.
+    pub size_in_bytes: u64,
+    /// What the entity has done since it started.
+    pub totals: EntityTotals,
+}
+
+/// Cumulative event counts of an entity since its actor started (metrics). Not durable:
+/// they restart with the broker, as Prometheus counters may.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EntityTotals {
+    /// Messages accepted (sent, forwarded in, or copied in by a topic).
+    pub sent: u64,
+    /// Deliveries to receivers (redeliveries included).
+    pub delivered: u64,
+    /// Messages completed.
+    pub completed: u64,
+    /// Messages abandoned.
+    pub abandoned: u64,
+    /// Messages moved to the dead-letter sub-queue (any reason).
+    pub dead_lettered: u64,
+    /// Messages that expired (dropped or dead-lettered).
+    pub expired: u64,
+    /// Messages accepted with a scheduled enqueue time.
+    pub scheduled: u64,
+}
+
+impl EntityTotals {
+    /// `(event, count)` pairs, for metric labels.
+    pub fn labelled(&self) -> [(&'static str, u64); 7] {
+        [
+            ("sent", self.sent),
+            ("delivered", self.delivered),
+            ("completed", self.completed),
+            ("abandoned", self.abandoned),
+            ("dead_lettered", self.dead_lettered),
+            ("expired", self.expired),
+            ("scheduled", self.scheduled),
+        ]
+    }
+}
+
 impl EntityState {
     /// An empty entity. `token_seed` should differ per entity and per process start.
     pub fn new(settings: EntitySettings, token_seed: u64, now: Timestamp) -> EntityState {
@@ -275,6 +331,7 @@ impl EntityState {
                 .duplicate_detection_window
                 .map(DuplicateDetector::new),
             last_activity: now,
+            totals: EntityTotals::default(),
             scheduled_count: 0,
             idle_reported: false,
             sessions: HashMap::new(),
@@ -300,6 +357,45 @@ impl EntityState {
     /// The settings this entity runs with.
     pub fn settings(&self) -> &EntitySettings {
         &self.settings
+    }
+
+    /// Applies settings changed at run time (the admin API): lock duration, delivery
+    /// count, TTL, expiry dead-lettering, size quota, idle deletion and forwarding apply to
+    /// what happens from `now` on; messages already stored keep their expiry. The path and
+    /// `requires_session` cannot change (Service Bus refuses both). Duplicate detection
+    /// keeps its history when only the window changes.
+    pub fn update_settings(&mut self, now: Timestamp, settings: EntitySettings) {
+        match (settings.duplicate_detection_window, &mut self.duplicates) {
+            (None, duplicates) => *duplicates = None,
+            (Some(window), None) => self.duplicates = Some(DuplicateDetector::new(window)),
+            (Some(window), Some(_)) if Some(window) != self.settings.duplicate_detection_window => {
+                self.duplicates = Some(DuplicateDetector::new(window));
+            }
+            (Some(_), Some(_)) => {}
+        }
+        let path = std::mem::take(&mut self.settings.path);
+        let requires_session = self.settings.requires_session;
+        self.settings = EntitySettings {
+            path,
+            requires_session,
+            ..settings
+        };
+        self.touch(now);
+    }
+
+    /// Message counts and size, for the admin API's runtime properties and metrics.
+    pub fn counts(&self) -> EntityCounts {
+        let main = self.log.records(SubQueue::Main).len() as u64;
+        let scheduled = self.scheduled_count as u64;
+        EntityCounts {
+            active: main.saturating_sub(scheduled),
+            scheduled,
+            dead_letter: self.log.records(SubQueue::DeadLetter).len() as u64,
+            transfer: self.log.outbox().len() as u64,
+            transfer_dead_letter: self.log.records(SubQueue::TransferDeadLetter).len() as u64,
+            size_in_bytes: self.stored_bytes,
+            totals: self.totals,
+        }
     }
 
     /// Effects produced since the last call, in order.
@@ -453,6 +549,7 @@ impl EntityState {
                 );
                 continue;
             }
+            self.totals.sent += 1;
             let sequence_number = match message.scheduled_enqueue_time {
                 Some(at) if at > now => self.insert_scheduled(now, message, at),
                 _ => self.append(now, message, 0, Vec::new()),
@@ -546,6 +643,7 @@ impl EntityState {
     ) -> SequenceNumber {
         let sequence_number = self.allocate_sequence_number();
         self.scheduled_count += 1;
+        self.totals.scheduled += 1;
         self.deadlines
             .insert((at, Deadline::Activation(sequence_number)));
         let mut record = self.arrival_record(message, sequence_number, now, Vec::new());

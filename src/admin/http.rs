@@ -1,0 +1,779 @@
+//! The HTTP side: the Service Bus administration API (ATOM/XML, as
+//! `ServiceBusAdministrationClient` speaks it), `GET /health` and `GET /metrics`, served by
+//! axum on hyper over any byte stream — the HTTP listener, or a connection on the AMQP port
+//! whose first bytes were HTTP or a TLS ClientHello.
+//!
+//! Routes (paths are case-insensitive; `api-version` is accepted and not checked):
+//! - `GET /health`, `GET /metrics` (no authorization, like the emulator's health check)
+//! - `GET /$namespaceinfo`
+//! - `GET /$Resources/Queues`, `GET /$Resources/Topics` (`$skip`, `$top`)
+//! - `GET|PUT|DELETE /{queue or topic}` (PUT with `If-Match: *` updates)
+//! - `GET /{topic}/Subscriptions`, `GET|PUT|DELETE /{topic}/Subscriptions/{name}`
+//! - `GET /{topic}/Subscriptions/{name}/Rules`, `GET|PUT|DELETE …/Rules/{rule}`
+//!
+//! With `[[auth.keys]]` configured every admin route needs a SAS token with the Manage
+//! right in `Authorization`; without keys anything is accepted.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::watch;
+
+use super::atom::{self, Kind};
+use super::describe;
+use super::metrics::Metrics;
+use crate::amqp::sas::{self, AccessKey};
+use crate::broker::namespace::{NamespaceError, Runtime};
+use crate::broker::registry::{Description, Registry, Slot};
+
+/// Largest request body accepted (entity descriptions are a few KiB).
+const MAX_BODY: usize = 1024 * 1024;
+
+/// What every HTTP request handler shares.
+pub struct Admin {
+    /// The namespace.
+    pub registry: Arc<Registry>,
+    /// Configured keys; empty: no authorization.
+    pub keys: Vec<AccessKey>,
+    /// Turns true once the broker serves AMQP (until then `/health` answers 503).
+    pub serving: AtomicBool,
+    /// Prometheus metrics.
+    pub metrics: Arc<Metrics>,
+    /// When the broker started (namespace creation time).
+    pub started: SystemTime,
+}
+
+/// Whether the connection a request came on is TLS (request extension).
+#[derive(Debug, Clone, Copy)]
+struct Secure(bool);
+
+/// The router of every HTTP route.
+pub fn router(admin: Arc<Admin>) -> Router {
+    Router::new().fallback(handle).with_state(admin)
+}
+
+/// Serves HTTP/1.1 on one connection until it ends or `shutdown` turns true.
+pub async fn serve_connection<S>(
+    stream: S,
+    router: Router,
+    secure: bool,
+    mut shutdown: watch::Receiver<bool>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper_util::service::TowerToHyperService::new(
+        router.layer(axum::Extension(Secure(secure))),
+    );
+    let connection = hyper::server::conn::http1::Builder::new()
+        .keep_alive(true)
+        .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+    tokio::pin!(connection);
+    tokio::select! {
+        result = connection.as_mut() => {
+            if let Err(error) = result {
+                tracing::debug!(%error, "HTTP connection ended with an error");
+            }
+        }
+        () = async { let _ = shutdown.wait_for(|stop| *stop).await; } => {
+            connection.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(5), connection).await;
+        }
+    }
+}
+
+/// Serves an HTTP (or, with `tls`, HTTPS) listener until `shutdown` turns true.
+pub async fn serve_listener(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    shutdown: watch::Receiver<bool>,
+) {
+    let mut connections = tokio::task::JoinSet::new();
+    let mut stop = shutdown.clone();
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+            () = async { let _ = stop.wait_for(|stop| *stop).await; } => break,
+        };
+        let Ok((stream, _peer)) = accepted else {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let router = router.clone();
+        let shutdown = shutdown.clone();
+        let tls = tls.clone();
+        connections.spawn(async move {
+            match tls {
+                None => serve_connection(stream, router, false, shutdown).await,
+                Some(acceptor) => {
+                    let handshake = tokio::time::timeout(
+                        std::time::Duration::from_secs(10),
+                        acceptor.accept(stream),
+                    )
+                    .await;
+                    if let Ok(Ok(stream)) = handshake {
+                        serve_connection(stream, router, true, shutdown).await;
+                    }
+                }
+            }
+        });
+    }
+    connections.abort_all();
+}
+
+/// A response with an XML body.
+fn xml(status: StatusCode, content_type: &'static str, body: String) -> Response {
+    let mut response = (status, body).into_response();
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}
+
+const ENTRY: &str = "application/atom+xml;type=entry;charset=utf-8";
+const FEED: &str = "application/atom+xml;type=feed;charset=utf-8";
+
+/// An error in the shape Service Bus returns it.
+fn failure(status: StatusCode, detail: &str) -> Response {
+    xml(
+        status,
+        "application/xml; charset=utf-8",
+        atom::render_error(status.as_u16(), detail),
+    )
+}
+
+fn namespace_failure(error: NamespaceError) -> Response {
+    let status = match &error {
+        NamespaceError::NotFound(_) => StatusCode::NOT_FOUND,
+        NamespaceError::Exists(_) => StatusCode::CONFLICT,
+        NamespaceError::Invalid(_) => StatusCode::BAD_REQUEST,
+        NamespaceError::Failed(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    failure(status, &error.to_string())
+}
+
+/// The query parameters the API uses.
+#[derive(Debug, Default)]
+struct Query {
+    skip: usize,
+    top: usize,
+}
+
+fn query(uri: &axum::http::Uri) -> Query {
+    let mut parsed = Query { skip: 0, top: 100 };
+    for pair in uri.query().unwrap_or("").split('&') {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match sas::percent_decode(name).as_str() {
+            "$skip" => parsed.skip = value.parse().unwrap_or(0),
+            "$top" => parsed.top = value.parse().unwrap_or(100),
+            _ => {}
+        }
+    }
+    parsed
+}
+
+/// Checks the SAS token of an admin request: Manage right on the path.
+fn authorize(admin: &Admin, headers: &HeaderMap, path: &str) -> Result<(), Box<Response>> {
+    if admin.keys.is_empty() {
+        return Ok(());
+    }
+    let Some(token) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+    else {
+        return Err(Box::new(failure(
+            StatusCode::UNAUTHORIZED,
+            "MissingToken: The authorization header was not found. Send a SharedAccessSignature with the Manage right.",
+        )));
+    };
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_secs() as i64)
+        .unwrap_or(0);
+    let grant = sas::validate(token, &admin.keys, now)
+        .map_err(|error| Box::new(failure(StatusCode::UNAUTHORIZED, &error.to_string())))?;
+    if !sas::covers(&grant, path, now) {
+        return Err(Box::new(failure(
+            StatusCode::UNAUTHORIZED,
+            &format!("InvalidAudience: the token does not cover '{path}'."),
+        )));
+    }
+    if !grant.rights.manage {
+        return Err(Box::new(failure(
+            StatusCode::FORBIDDEN,
+            "Unauthorized: Manage claim(s) are required for this operation.",
+        )));
+    }
+    Ok(())
+}
+
+/// The request's path split into decoded segments.
+fn segments(path: &str) -> Vec<String> {
+    path.split('/')
+        .filter(|segment| !segment.is_empty())
+        .map(sas::percent_decode)
+        .collect()
+}
+
+async fn handle(State(admin): State<Arc<Admin>>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let secure = parts
+        .extensions
+        .get::<Secure>()
+        .map(|secure| secure.0)
+        .unwrap_or(false);
+    let segments = segments(parts.uri.path());
+    let lower: Vec<String> = segments.iter().map(|s| s.to_ascii_lowercase()).collect();
+    let lower: Vec<&str> = lower.iter().map(String::as_str).collect();
+    match (&parts.method, lower.as_slice()) {
+        (&Method::GET, ["health"]) => return health(&admin),
+        (&Method::GET, ["metrics"]) => return admin.metrics.render(&admin.registry).await,
+        _ => {}
+    }
+    let path = segments.join("/");
+    if let Err(response) = authorize(&admin, &parts.headers, &path) {
+        return *response;
+    }
+    let host = parts
+        .headers
+        .get(header::HOST)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or("localhost")
+        .to_string();
+    let base = format!("{}://{host}", if secure { "https" } else { "http" });
+    let body = match axum::body::to_bytes(body, MAX_BODY).await {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Err(_) => {
+            return failure(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "The request body is larger than 1 MiB.",
+            );
+        }
+    };
+    let update = parts
+        .headers
+        .get(header::IF_MATCH)
+        .is_some_and(|value| value.as_bytes() == b"*");
+    let query = query(&parts.uri);
+    let context = Context {
+        admin: &admin,
+        base: &base,
+        host: &host,
+        query: &query,
+    };
+    let method = parts.method.clone();
+    match (method, lower.as_slice()) {
+        (Method::GET, ["$namespaceinfo"]) => context.namespace_info(),
+        (Method::GET, ["$resources", "queues"]) => context.list_entities(true).await,
+        (Method::GET, ["$resources", "topics"]) => context.list_entities(false).await,
+        (Method::GET, [_, "subscriptions"]) => context.list_subscriptions(&segments[0]).await,
+        (Method::GET, [_, "subscriptions", _, "rules"]) => {
+            context.list_rules(&segments[0], &segments[2]).await
+        }
+        (method, [_, "subscriptions", _, "rules", _]) => {
+            let (topic, subscription, rule) = (&segments[0], &segments[2], &segments[4]);
+            match method {
+                Method::GET => context.get_rule(topic, subscription, rule).await,
+                Method::PUT => {
+                    context
+                        .put_rule(topic, subscription, rule, &body, update)
+                        .await
+                }
+                Method::DELETE => context.delete_rule(topic, subscription, rule).await,
+                _ => not_allowed(),
+            }
+        }
+        (method, [_, "subscriptions", _]) => {
+            let path = format!("{}/Subscriptions/{}", segments[0], segments[2]);
+            match method {
+                Method::GET => context.get(&path).await,
+                Method::PUT => {
+                    context
+                        .put_subscription(&segments[0], &segments[2], &body, update)
+                        .await
+                }
+                Method::DELETE => context.delete(&path).await,
+                _ => not_allowed(),
+            }
+        }
+        (method, _) if !segments.is_empty() && !path.starts_with('$') => match method {
+            Method::GET => context.get(&path).await,
+            Method::PUT => context.put_entity(&path, &body, update).await,
+            Method::DELETE => context.delete(&path).await,
+            _ => not_allowed(),
+        },
+        _ => failure(
+            StatusCode::NOT_FOUND,
+            &format!("No administration resource at '/{path}'."),
+        ),
+    }
+}
+
+fn not_allowed() -> Response {
+    failure(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "The method is not allowed on this resource.",
+    )
+}
+
+/// `GET /health`: the official emulator's contract.
+fn health(admin: &Admin) -> Response {
+    let mut response = if admin.serving.load(Ordering::Acquire) {
+        (
+            StatusCode::OK,
+            r#"{"status":"healthy","message":"Service is healthy."}"#,
+        )
+            .into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            r#"{"status":"unhealthy","message":"Service is starting."}"#,
+        )
+            .into_response()
+    };
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// One request's view.
+struct Context<'a> {
+    admin: &'a Admin,
+    base: &'a str,
+    host: &'a str,
+    query: &'a Query,
+}
+
+fn counts(runtime: &Runtime) -> atom::MessageCounts {
+    atom::MessageCounts {
+        active: runtime.counts.active,
+        dead_letter: runtime.counts.dead_letter,
+        scheduled: runtime.counts.scheduled,
+        transfer: runtime.counts.transfer,
+        transfer_dead_letter: runtime.counts.transfer_dead_letter,
+    }
+}
+
+impl Context<'_> {
+    fn namespace_info(&self) -> Response {
+        // The namespace is named after the host the client called: the first label of a
+        // host name (`mybus.example.com` → `mybus`), an IP address whole.
+        let host = self
+            .host
+            .rsplit_once(':')
+            .filter(|(_, port)| port.chars().all(|c| c.is_ascii_digit()))
+            .map_or(self.host, |(host, _)| host)
+            .trim_matches(['[', ']']);
+        let name = if host.parse::<std::net::IpAddr>().is_ok() {
+            host.to_string()
+        } else {
+            host.split('.')
+                .next()
+                .filter(|name| !name.is_empty())
+                .unwrap_or("ferrobus")
+                .to_string()
+        };
+        let info = atom::NamespaceInfo {
+            name,
+            alias: None,
+            created_at: self.admin.started,
+            modified_at: self.admin.started,
+            messaging_units: None,
+        };
+        xml(
+            StatusCode::OK,
+            ENTRY,
+            atom::render_namespace(self.base, &info),
+        )
+    }
+
+    /// The entry of one entity, with its runtime counts.
+    async fn entry(&self, slot: &Slot) -> Result<String, NamespaceError> {
+        let path = slot.description.path();
+        let runtime = self.admin.registry.runtime(&path).await?;
+        let accessed_at = slot.updated_at.max(slot.created_at);
+        Ok(match &slot.description {
+            Description::Queue(queue) => atom::render_queue_entry(
+                self.base,
+                &queue.name,
+                &describe::queue_description(queue),
+                &atom::QueueRuntime {
+                    size_in_bytes: runtime.counts.size_in_bytes,
+                    counts: counts(&runtime),
+                    created_at: slot.created_at,
+                    updated_at: slot.updated_at,
+                    accessed_at,
+                },
+            ),
+            Description::Topic(topic) => atom::render_topic_entry(
+                self.base,
+                &topic.name,
+                &describe::topic_description(topic),
+                &atom::TopicRuntime {
+                    size_in_bytes: runtime.counts.size_in_bytes,
+                    subscription_count: runtime.subscription_count,
+                    counts: counts(&runtime),
+                    created_at: slot.created_at,
+                    updated_at: slot.updated_at,
+                    accessed_at,
+                },
+            ),
+            Description::Subscription {
+                topic,
+                subscription,
+            } => atom::render_subscription_entry(
+                self.base,
+                topic,
+                &subscription.name,
+                &describe::subscription_description(subscription),
+                &atom::SubscriptionRuntime {
+                    counts: counts(&runtime),
+                    created_at: slot.created_at,
+                    updated_at: slot.updated_at,
+                    accessed_at,
+                },
+            ),
+        })
+    }
+
+    async fn answer_entry(&self, slot: &Slot, status: StatusCode) -> Response {
+        match self.entry(slot).await {
+            Ok(entry) => xml(status, ENTRY, entry),
+            Err(error) => namespace_failure(error),
+        }
+    }
+
+    async fn get(&self, path: &str) -> Response {
+        match self.admin.registry.slot(path) {
+            Some(slot) => self.answer_entry(&slot, StatusCode::OK).await,
+            None => failure(
+                StatusCode::NOT_FOUND,
+                &format!("The messaging entity '{path}' could not be found."),
+            ),
+        }
+    }
+
+    async fn feed(&self, title: &str, slots: Vec<Slot>) -> Response {
+        let mut entries = Vec::new();
+        for slot in slots.into_iter().skip(self.query.skip).take(self.query.top) {
+            match self.entry(&slot).await {
+                Ok(entry) => entries.push(entry),
+                // Deleted in the meantime: not listed.
+                Err(NamespaceError::NotFound(_)) => {}
+                Err(error) => return namespace_failure(error),
+            }
+        }
+        let url = format!("{}/{title}", self.base);
+        xml(
+            StatusCode::OK,
+            FEED,
+            atom::render_feed(&url, title, &entries),
+        )
+    }
+
+    async fn list_entities(&self, queues: bool) -> Response {
+        let slots: Vec<Slot> = self
+            .admin
+            .registry
+            .slots()
+            .into_iter()
+            .filter(|slot| match &slot.description {
+                Description::Queue(_) => queues,
+                Description::Topic(_) => !queues,
+                Description::Subscription { .. } => false,
+            })
+            .collect();
+        self.feed(if queues { "Queues" } else { "Topics" }, slots)
+            .await
+    }
+
+    async fn list_subscriptions(&self, topic: &str) -> Response {
+        if !matches!(
+            self.admin.registry.slot(topic).map(|slot| slot.description),
+            Some(Description::Topic(_))
+        ) {
+            return failure(
+                StatusCode::NOT_FOUND,
+                &format!("The messaging entity '{topic}' could not be found."),
+            );
+        }
+        let slots: Vec<Slot> = self
+            .admin
+            .registry
+            .slots()
+            .into_iter()
+            .filter(|slot| {
+                matches!(&slot.description,
+                    Description::Subscription { topic: owner, .. } if owner.eq_ignore_ascii_case(topic))
+            })
+            .collect();
+        self.feed("Subscriptions", slots).await
+    }
+
+    async fn put_entity(&self, path: &str, body: &str, update: bool) -> Response {
+        let registry = &self.admin.registry;
+        let description = match atom::detect_kind(body) {
+            Some(Kind::Queue) => match atom::parse_queue(body) {
+                Ok(queue) => Description::Queue(describe::queue_config(path, &queue)),
+                Err(error) => return failure(StatusCode::BAD_REQUEST, &error.to_string()),
+            },
+            Some(Kind::Topic) => match atom::parse_topic(body) {
+                Ok(topic) => Description::Topic(describe::topic_config(path, &topic)),
+                Err(error) => return failure(StatusCode::BAD_REQUEST, &error.to_string()),
+            },
+            _ => {
+                return failure(
+                    StatusCode::BAD_REQUEST,
+                    "The request body is not a QueueDescription or TopicDescription entry.",
+                );
+            }
+        };
+        let result = if update {
+            registry.update(description).await
+        } else {
+            registry.create(description).await
+        };
+        match result {
+            Ok(slot) => {
+                let status = if update {
+                    StatusCode::OK
+                } else {
+                    StatusCode::CREATED
+                };
+                self.answer_entry(&slot, status).await
+            }
+            Err(error) => namespace_failure(error),
+        }
+    }
+
+    async fn put_subscription(
+        &self,
+        topic: &str,
+        name: &str,
+        body: &str,
+        update: bool,
+    ) -> Response {
+        let parsed = match atom::parse_subscription(body) {
+            Ok(parsed) => parsed,
+            Err(error) => return failure(StatusCode::BAD_REQUEST, &error.to_string()),
+        };
+        let subscription = match describe::subscription_config(name, &parsed) {
+            Ok(subscription) => subscription,
+            Err(error) => return failure(StatusCode::BAD_REQUEST, &error),
+        };
+        let topic_name = match self.admin.registry.slot(topic).map(|slot| slot.description) {
+            Some(Description::Topic(config)) => config.name,
+            _ => {
+                return failure(
+                    StatusCode::NOT_FOUND,
+                    &format!("The messaging entity '{topic}' could not be found."),
+                );
+            }
+        };
+        let description = Description::Subscription {
+            topic: topic_name,
+            subscription,
+        };
+        let result = if update {
+            self.admin.registry.update(description).await
+        } else {
+            self.admin.registry.create(description).await
+        };
+        match result {
+            Ok(slot) => {
+                let status = if update {
+                    StatusCode::OK
+                } else {
+                    StatusCode::CREATED
+                };
+                self.answer_entry(&slot, status).await
+            }
+            Err(error) => namespace_failure(error),
+        }
+    }
+
+    async fn delete(&self, path: &str) -> Response {
+        match self.admin.registry.delete(path).await {
+            Ok(()) => (StatusCode::OK, Body::empty()).into_response(),
+            Err(error) => namespace_failure(error),
+        }
+    }
+
+    fn rule_entry(
+        &self,
+        topic: &str,
+        subscription: &str,
+        rule: &crate::broker::rules::Rule,
+    ) -> String {
+        let definition = crate::broker::rules::RuleDefinition::of(rule);
+        let created_at =
+            UNIX_EPOCH + std::time::Duration::from_millis(definition.created_at.max(0) as u64);
+        atom::render_rule_entry(
+            self.base,
+            topic,
+            subscription,
+            &definition.name,
+            &describe::rule_description(&definition),
+            created_at,
+        )
+    }
+
+    async fn list_rules(&self, topic: &str, subscription: &str) -> Response {
+        match self.admin.registry.rules(topic, subscription).await {
+            Ok(rules) => {
+                let entries: Vec<String> = rules
+                    .iter()
+                    .skip(self.query.skip)
+                    .take(self.query.top)
+                    .map(|rule| self.rule_entry(topic, subscription, rule))
+                    .collect();
+                let url = format!("{}/{topic}/Subscriptions/{subscription}/Rules", self.base);
+                xml(
+                    StatusCode::OK,
+                    FEED,
+                    atom::render_feed(&url, "Rules", &entries),
+                )
+            }
+            Err(error) => namespace_failure(error),
+        }
+    }
+
+    async fn get_rule(&self, topic: &str, subscription: &str, name: &str) -> Response {
+        match self.admin.registry.rules(topic, subscription).await {
+            Ok(rules) => match rules
+                .iter()
+                .find(|rule| rule.name.eq_ignore_ascii_case(name))
+            {
+                Some(rule) => xml(
+                    StatusCode::OK,
+                    ENTRY,
+                    self.rule_entry(topic, subscription, rule),
+                ),
+                None => failure(
+                    StatusCode::NOT_FOUND,
+                    &format!(
+                        "The rule '{name}' could not be found on '{topic}/Subscriptions/{subscription}'."
+                    ),
+                ),
+            },
+            Err(error) => namespace_failure(error),
+        }
+    }
+
+    async fn put_rule(
+        &self,
+        topic: &str,
+        subscription: &str,
+        name: &str,
+        body: &str,
+        update: bool,
+    ) -> Response {
+        let parsed = match atom::parse_rule(body) {
+            Ok(parsed) => parsed,
+            Err(error) => return failure(StatusCode::BAD_REQUEST, &error.to_string()),
+        };
+        let definition = match describe::rule_definition(name, &parsed) {
+            Ok(definition) => definition,
+            Err(error) => return failure(StatusCode::BAD_REQUEST, &error),
+        };
+        let registry = &self.admin.registry;
+        if update {
+            // Replace: the rule must exist; remove it and add the new definition.
+            if let Err(error) = registry.delete_rule(topic, subscription, name).await {
+                return namespace_failure(error);
+            }
+        }
+        if let Err(error) = registry.add_rule(topic, subscription, &definition).await {
+            return namespace_failure(error);
+        }
+        let status = if update {
+            StatusCode::OK
+        } else {
+            StatusCode::CREATED
+        };
+        match registry.rules(topic, subscription).await {
+            Ok(rules) => match rules
+                .iter()
+                .find(|rule| rule.name.eq_ignore_ascii_case(name))
+            {
+                Some(rule) => xml(status, ENTRY, self.rule_entry(topic, subscription, rule)),
+                None => failure(StatusCode::NOT_FOUND, "The rule was removed meanwhile."),
+            },
+            Err(error) => namespace_failure(error),
+        }
+    }
+
+    async fn delete_rule(&self, topic: &str, subscription: &str, name: &str) -> Response {
+        match self
+            .admin
+            .registry
+            .delete_rule(topic, subscription, name)
+            .await
+        {
+            Ok(()) => (StatusCode::OK, Body::empty()).into_response(),
+            Err(error) => namespace_failure(error),
+        }
+    }
+}
+
+/// The HTTP side as the network front end holds it: the routes, and the TLS identity,
+/// made on first use (or at start, by [`Front::tls`]).
+pub struct Front {
+    /// Shared by every route.
+    pub admin: Arc<Admin>,
+    /// The routes.
+    pub router: Router,
+    /// Where the TLS identity comes from.
+    identity: super::tls::Identity,
+    /// The identity once made (or why it could not be).
+    tls: std::sync::OnceLock<Result<tokio_rustls::TlsAcceptor, String>>,
+}
+
+impl std::fmt::Debug for Front {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Front")
+            .field("identity", &self.identity)
+            .finish()
+    }
+}
+
+impl Front {
+    /// The routes over `admin`, with TLS from `identity`.
+    pub fn new(admin: Arc<Admin>, identity: super::tls::Identity) -> Front {
+        Front {
+            router: router(admin.clone()),
+            admin,
+            identity,
+            tls: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The TLS acceptor, made on first call (a development certificate is generated then,
+    /// and the CA's path logged).
+    pub fn tls(&self) -> Result<tokio_rustls::TlsAcceptor, String> {
+        self.tls
+            .get_or_init(|| {
+                let tls = super::tls::load(&self.identity)?;
+                if let Some(ca) = &tls.dev_ca {
+                    tracing::info!(
+                        dev_ca = %ca.display(),
+                        "TLS uses a development certificate; clients trust it with this CA file (Python connection_verify, NODE_EXTRA_CA_CERTS)"
+                    );
+                }
+                Ok(tokio_rustls::TlsAcceptor::from(tls.config))
+            })
+            .clone()
+    }
+}

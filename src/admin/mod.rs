@@ -1,0 +1,16 @@
+//! The administration plane: the HTTP API that `ServiceBusAdministrationClient` speaks to create,
+//! read, update, list and delete queues, topics, subscriptions and rules.
+//!
+//! - [`atom`]: the pure ATOM/XML codec for the request and response bodies (no I/O).
+//! - [`describe`]: ATOM descriptions ⇄ the namespace's definitions.
+//! - [`http`]: the routes (admin API, `/health`, `/metrics`) and the HTTP serving loops.
+//! - [`metrics`]: Prometheus metrics.
+//! - [`sniff`]: one port for everything — AMQP, HTTP and TLS told apart by their first bytes.
+//! - [`tls`]: certificates: configured, or a development CA in the data directory.
+
+pub mod atom;
+pub mod describe;
+pub mod http;
+pub mod metrics;
+pub mod sniff;
+pub mod tls;

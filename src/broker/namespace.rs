@@ -1,0 +1,657 @@
+//! The namespace façade: entities created, changed and deleted at run time, by path.
+//!
+//! The configuration file seeds the namespace at start; afterwards the admin API (and
+//! anything else that manages entities) goes through these operations, which validate a
+//! change against the whole namespace with the configuration's own checks
+//! ([`Config::validate`]: names, uniqueness, forward targets, ranges), so each mistake gets
+//! the same message whichever way it was made. Changes are serialised by one lock; entity
+//! tasks are started and stopped here, and the namespace's run-time changes are handed to
+//! the storage (when durable) before the operation is answered.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use super::entity::{Command, EntityCounts, Reply, ReplyTo};
+use super::registry::{self, Description, Entity, Registry, Slot};
+use super::rules::{Rule, RuleDefinition};
+use super::topic::{RuleOperation, SubscriptionEntry, TopicCommand};
+use super::types::EntityError;
+use crate::config::changes::NamespaceChanges;
+use crate::config::{Config, QueueConfig, SubscriptionConfig, TopicConfig};
+
+/// Why a namespace operation failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum NamespaceError {
+    /// No entity (or rule) at that path.
+    #[error("{0}")]
+    NotFound(String),
+    /// The path is taken.
+    #[error("{0}")]
+    Exists(String),
+    /// The definition breaks a rule of the configuration.
+    #[error("{0}")]
+    Invalid(String),
+    /// The change could not be carried out (storage, a stopped task).
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl From<EntityError> for NamespaceError {
+    fn from(error: EntityError) -> NamespaceError {
+        match error {
+            EntityError::NotFound(path) => {
+                NamespaceError::NotFound(format!("The messaging entity '{path}' was not found."))
+            }
+            other => NamespaceError::Failed(other.to_string()),
+        }
+    }
+}
+
+fn not_found(path: &str) -> NamespaceError {
+    NamespaceError::NotFound(format!("The messaging entity '{path}' could not be found."))
+}
+
+fn exists(path: &str) -> NamespaceError {
+    NamespaceError::Exists(format!("The messaging entity '{path}' already exists."))
+}
+
+/// Runtime counts of an entity, for the admin API.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Runtime {
+    /// Message counts and size (for a topic: its scheduled messages).
+    pub counts: EntityCounts,
+    /// Number of subscriptions (topics).
+    pub subscription_count: u64,
+}
+
+impl Registry {
+    /// The namespace as a configuration: every entity's definition (server, auth and
+    /// storage settings at their defaults), for validation and for storing.
+    pub fn definitions(&self) -> Config {
+        let mut config = Config::builtin_default();
+        config.queues.clear();
+        config.topics.clear();
+        let slots = self.slots();
+        for slot in &slots {
+            match &slot.description {
+                Description::Queue(queue) => config.queues.push(queue.clone()),
+                Description::Topic(topic) => config.topics.push(topic.clone()),
+                Description::Subscription { .. } => {}
+            }
+        }
+        for slot in slots {
+            if let Description::Subscription {
+                topic,
+                subscription,
+            } = slot.description
+                && let Some(owner) = config
+                    .topics
+                    .iter_mut()
+                    .find(|candidate| candidate.name.eq_ignore_ascii_case(&topic))
+            {
+                owner.subscriptions.push(subscription);
+            }
+        }
+        config
+    }
+
+    /// Checks a namespace with one definition added or replaced.
+    fn check(&self, description: &Description) -> Result<(), NamespaceError> {
+        let mut config = self.definitions();
+        match description {
+            Description::Queue(queue) => {
+                config
+                    .queues
+                    .retain(|existing| !existing.name.eq_ignore_ascii_case(&queue.name));
+                config.queues.push(queue.clone());
+            }
+            Description::Topic(topic) => {
+                match config
+                    .topics
+                    .iter_mut()
+                    .find(|existing| existing.name.eq_ignore_ascii_case(&topic.name))
+                {
+                    Some(existing) => {
+                        let subscriptions = std::mem::take(&mut existing.subscriptions);
+                        *existing = TopicConfig {
+                            subscriptions,
+                            ..topic.clone()
+                        };
+                    }
+                    None => config.topics.push(topic.clone()),
+                }
+            }
+            Description::Subscription {
+                topic,
+                subscription,
+            } => {
+                let owner = config
+                    .topics
+                    .iter_mut()
+                    .find(|existing| existing.name.eq_ignore_ascii_case(topic))
+                    .ok_or_else(|| not_found(topic))?;
+                owner
+                    .subscriptions
+                    .retain(|existing| !existing.name.eq_ignore_ascii_case(&subscription.name));
+                owner.subscriptions.push(subscription.clone());
+            }
+        }
+        config
+            .validate()
+            .map_err(|error| NamespaceError::Invalid(error.to_string()))
+    }
+
+    /// Creates a queue, topic or subscription. A topic is created without subscriptions
+    /// (create them one by one); a subscription starts with the rules it is given.
+    pub async fn create(
+        self: &Arc<Self>,
+        description: Description,
+    ) -> Result<Slot, NamespaceError> {
+        let _guard = self.changes.lock().await;
+        let path = description.path();
+        if self.slot(&path).is_some() {
+            return Err(exists(&path));
+        }
+        if let Description::Queue(queue) = &description
+            && self.slot(&queue.name).is_some()
+        {
+            return Err(exists(&path));
+        }
+        self.check(&description)?;
+        let now = SystemTime::now();
+        let slot = match description {
+            Description::Queue(queue) => {
+                let (handle, targets) = self.spawn_entity(registry::settings_of_queue(&queue));
+                Slot::new(
+                    Entity::Queue(handle),
+                    Description::Queue(queue),
+                    now,
+                    Some(targets),
+                )
+            }
+            Description::Topic(mut topic) => {
+                topic.subscriptions.clear();
+                let handle = self.spawn_topic(&topic);
+                Slot::new(Entity::Topic(handle), Description::Topic(topic), now, None)
+            }
+            Description::Subscription {
+                topic,
+                subscription,
+            } => {
+                let Some(Slot {
+                    entity: Entity::Topic(topic_handle),
+                    description: Description::Topic(topic_config),
+                    ..
+                }) = self.slot(&topic)
+                else {
+                    return Err(not_found(&topic));
+                };
+                let rules = super::topic::compile_rules(&subscription.rules, now_millis(now))
+                    .map_err(|error| NamespaceError::Invalid(error.to_string()))?;
+                let (handle, targets) = self.spawn_entity(registry::settings_of_subscription(
+                    &topic_config,
+                    &subscription,
+                ));
+                let entry = SubscriptionEntry {
+                    name: subscription.name.clone(),
+                    handle: handle.clone(),
+                    rules,
+                    dead_letter_on_filter_errors: subscription
+                        .dead_lettering_on_filter_evaluation_exceptions,
+                    requires_session: subscription.requires_session,
+                };
+                let (reply, answer) = ReplyTo::oneshot();
+                topic_handle
+                    .send(TopicCommand::AddSubscription {
+                        entry: Box::new(entry),
+                        reply,
+                    })
+                    .await?;
+                if let Err(error) =
+                    ReplyTo::wait(answer, || EntityError::NotFound(topic_config.name.clone())).await
+                {
+                    delete_entity(&handle).await.ok();
+                    return Err(error.into());
+                }
+                Slot::new(
+                    Entity::Subscription(handle),
+                    Description::Subscription {
+                        topic: topic_config.name.clone(),
+                        subscription,
+                    },
+                    now,
+                    Some(targets),
+                )
+            }
+        };
+        self.insert(slot.clone());
+        self.namespace_changed().await?;
+        tracing::info!(entity = %slot.description.path(), "entity created");
+        Ok(slot)
+    }
+
+    /// Changes an entity's settings; the running tasks apply them at once. The name,
+    /// `requires_session` and a subscription's rules do not change here (Service Bus
+    /// refuses the first two; rules have their own operations).
+    pub async fn update(&self, description: Description) -> Result<Slot, NamespaceError> {
+        let _guard = self.changes.lock().await;
+        let path = description.path();
+        let Some(current) = self.slot(&path) else {
+            return Err(not_found(&path));
+        };
+        let description = match (&current.description, description) {
+            (Description::Queue(old), Description::Queue(mut new)) => {
+                new.name = old.name.clone();
+                if new.requires_session != old.requires_session {
+                    return Err(NamespaceError::Invalid(format!(
+                        "queue '{}': requires_session cannot be changed on an existing queue",
+                        old.name
+                    )));
+                }
+                Description::Queue(new)
+            }
+            (Description::Topic(old), Description::Topic(mut new)) => {
+                new.name = old.name.clone();
+                new.subscriptions.clear();
+                Description::Topic(new)
+            }
+            (
+                Description::Subscription {
+                    topic,
+                    subscription: old,
+                },
+                Description::Subscription {
+                    subscription: mut new,
+                    ..
+                },
+            ) => {
+                new.name = old.name.clone();
+                new.rules = old.rules.clone();
+                if new.requires_session != old.requires_session {
+                    return Err(NamespaceError::Invalid(format!(
+                        "subscription '{}': requires_session cannot be changed on an existing subscription",
+                        old.name
+                    )));
+                }
+                Description::Subscription {
+                    topic: topic.clone(),
+                    subscription: new,
+                }
+            }
+            _ => {
+                return Err(NamespaceError::Invalid(format!(
+                    "'{path}' is an entity of another kind"
+                )));
+            }
+        };
+        self.check(&description)?;
+        match (&current.entity, &description) {
+            (Entity::Queue(handle), Description::Queue(queue)) => {
+                update_entity(handle, registry::settings_of_queue(queue)).await?;
+            }
+            (
+                Entity::Subscription(handle),
+                Description::Subscription {
+                    topic,
+                    subscription,
+                },
+            ) => {
+                let Some(Description::Topic(topic_config)) =
+                    self.slot(topic).map(|slot| slot.description)
+                else {
+                    return Err(not_found(topic));
+                };
+                update_entity(
+                    handle,
+                    registry::settings_of_subscription(&topic_config, subscription),
+                )
+                .await?;
+            }
+            (Entity::Topic(handle), Description::Topic(topic)) => {
+                let (reply, answer) = ReplyTo::oneshot();
+                handle
+                    .send(TopicCommand::Update {
+                        duplicate_detection: topic
+                            .requires_duplicate_detection
+                            .then_some(topic.duplicate_detection_history_time_window),
+                        auto_delete_on_idle: topic.auto_delete_on_idle,
+                        reply,
+                    })
+                    .await?;
+                ReplyTo::wait(answer, || EntityError::NotFound(topic.name.clone())).await?;
+                // The topic's TTL is applied by its subscriptions (rule TTL-3).
+                for slot in self.slots() {
+                    if let (
+                        Entity::Subscription(sub_handle),
+                        Description::Subscription {
+                            topic: owner,
+                            subscription,
+                        },
+                    ) = (&slot.entity, &slot.description)
+                        && owner.eq_ignore_ascii_case(&topic.name)
+                    {
+                        update_entity(
+                            sub_handle,
+                            registry::settings_of_subscription(topic, subscription),
+                        )
+                        .await?;
+                    }
+                }
+            }
+            _ => {}
+        }
+        self.redescribe(description, SystemTime::now());
+        self.namespace_changed().await?;
+        tracing::info!(entity = %path, "entity updated");
+        self.slot(&path).ok_or_else(|| not_found(&path))
+    }
+
+    /// Deletes an entity; a topic takes its subscriptions with it. Attached receivers are
+    /// detached with `amqp:not-found`, later sends fail with it.
+    pub async fn delete(&self, path: &str) -> Result<(), NamespaceError> {
+        let _guard = self.changes.lock().await;
+        let Some(slot) = self.slot(path) else {
+            return Err(not_found(path));
+        };
+        match (&slot.entity, &slot.description) {
+            (Entity::Queue(handle), _) => {
+                self.remove(path);
+                delete_entity(handle).await?;
+            }
+            (
+                Entity::Subscription(handle),
+                Description::Subscription {
+                    topic,
+                    subscription,
+                },
+            ) => {
+                self.remove(path);
+                if let Some(Entity::Topic(topic_handle)) = self.lookup(topic) {
+                    let (reply, answer) = ReplyTo::oneshot();
+                    if topic_handle
+                        .send(TopicCommand::RemoveSubscription {
+                            name: subscription.name.clone(),
+                            reply,
+                        })
+                        .await
+                        .is_ok()
+                    {
+                        ReplyTo::wait(answer, || EntityError::NotFound(topic.clone()))
+                            .await
+                            .ok();
+                    }
+                }
+                delete_entity(handle).await?;
+            }
+            (Entity::Topic(handle), _) => {
+                let subscriptions: Vec<_> = self
+                    .slots()
+                    .into_iter()
+                    .filter(|candidate| {
+                        matches!(&candidate.description,
+                            Description::Subscription { topic, .. } if topic.eq_ignore_ascii_case(&handle.path))
+                    })
+                    .collect();
+                self.remove(path);
+                let (reply, answer) = ReplyTo::oneshot();
+                handle.send(TopicCommand::Delete { reply }).await?;
+                ReplyTo::wait(answer, || EntityError::NotFound(path.to_string())).await?;
+                for subscription in subscriptions {
+                    if let Entity::Subscription(sub_handle) = &subscription.entity {
+                        delete_entity(sub_handle).await.ok();
+                    }
+                }
+            }
+            _ => {}
+        }
+        self.namespace_changed().await?;
+        tracing::info!(entity = %path, "entity deleted");
+        Ok(())
+    }
+
+    /// Message counts of an entity (for a topic: its scheduled messages and subscription
+    /// count).
+    pub async fn runtime(&self, path: &str) -> Result<Runtime, NamespaceError> {
+        let Some(entity) = self.lookup(path) else {
+            return Err(not_found(path));
+        };
+        let (reply, answer) = ReplyTo::oneshot();
+        let gone = || EntityError::NotFound(path.to_string());
+        match &entity {
+            Entity::Queue(handle) | Entity::Subscription(handle) => {
+                handle.send(Command::Describe { reply }).await?;
+            }
+            Entity::Topic(handle) => handle.send(TopicCommand::Describe { reply }).await?,
+        }
+        let Reply::Counts(counts) = ReplyTo::wait(answer, gone).await? else {
+            return Err(NamespaceError::Failed(format!(
+                "'{path}' answered a count request with something else"
+            )));
+        };
+        let subscription_count = match &entity {
+            Entity::Topic(handle) => self
+                .slots()
+                .iter()
+                .filter(|slot| {
+                    matches!(&slot.description,
+                        Description::Subscription { topic, .. } if topic.eq_ignore_ascii_case(&handle.path))
+                })
+                .count() as u64,
+            _ => 0,
+        };
+        Ok(Runtime {
+            counts,
+            subscription_count,
+        })
+    }
+
+    /// The rules in force on a subscription.
+    pub async fn rules(
+        &self,
+        topic: &str,
+        subscription: &str,
+    ) -> Result<Vec<Rule>, NamespaceError> {
+        let reply = self
+            .rule_operation(
+                topic,
+                subscription,
+                RuleOperation::Enumerate {
+                    skip: 0,
+                    top: usize::MAX,
+                },
+            )
+            .await?;
+        match reply {
+            Reply::Rules(rules) => Ok(rules),
+            _ => Ok(Vec::new()),
+        }
+    }
+
+    /// Adds a rule to a subscription (the name must be free).
+    pub async fn add_rule(
+        &self,
+        topic: &str,
+        subscription: &str,
+        rule: &RuleDefinition,
+    ) -> Result<(), NamespaceError> {
+        crate::config::names::check_rule_name(&rule.name).map_err(NamespaceError::Invalid)?;
+        let mut rule = rule.clone();
+        rule.created_at = now_millis(SystemTime::now());
+        let compiled = rule
+            .compile()
+            .map_err(|error| NamespaceError::Invalid(error.to_string()))?;
+        let existing = self.rules(topic, subscription).await?;
+        if existing
+            .iter()
+            .any(|candidate| candidate.name.eq_ignore_ascii_case(&rule.name))
+        {
+            return Err(NamespaceError::Exists(format!(
+                "The rule '{}' already exists on '{topic}/Subscriptions/{subscription}'.",
+                rule.name
+            )));
+        }
+        self.rule_operation(topic, subscription, RuleOperation::Add(Box::new(compiled)))
+            .await
+            .map(|_| ())
+    }
+
+    /// Removes a rule from a subscription.
+    pub async fn delete_rule(
+        &self,
+        topic: &str,
+        subscription: &str,
+        name: &str,
+    ) -> Result<(), NamespaceError> {
+        let existing = self.rules(topic, subscription).await?;
+        if !existing
+            .iter()
+            .any(|candidate| candidate.name.eq_ignore_ascii_case(name))
+        {
+            return Err(NamespaceError::NotFound(format!(
+                "The rule '{name}' could not be found on '{topic}/Subscriptions/{subscription}'."
+            )));
+        }
+        self.rule_operation(topic, subscription, RuleOperation::Remove(name.to_string()))
+            .await
+            .map(|_| ())
+    }
+
+    async fn rule_operation(
+        &self,
+        topic: &str,
+        subscription: &str,
+        operation: RuleOperation,
+    ) -> Result<Reply, NamespaceError> {
+        let path = format!("{topic}/Subscriptions/{subscription}");
+        if self.slot(&path).is_none() {
+            return Err(not_found(&path));
+        }
+        let Some(Entity::Topic(handle)) = self.lookup(topic) else {
+            return Err(not_found(topic));
+        };
+        let (reply, answer) = ReplyTo::oneshot();
+        handle
+            .send(TopicCommand::Rules {
+                subscription: subscription.to_string(),
+                operation,
+                reply,
+            })
+            .await?;
+        Ok(ReplyTo::wait(answer, || EntityError::NotFound(path.clone())).await?)
+    }
+
+    /// The namespace's differences from the configuration file it was seeded with.
+    pub fn changes(&self) -> NamespaceChanges {
+        let seed = &self.seed;
+        let current = self.definitions();
+        let key = |path: &str| path.trim_matches('/').to_ascii_lowercase();
+        let mut changes = NamespaceChanges::default();
+        let exists = |path: &str| self.slot(path).is_some();
+        for queue in &seed.queues {
+            if !exists(&queue.name) {
+                changes.deleted.push(key(&queue.name));
+            }
+        }
+        for topic in &seed.topics {
+            if !exists(&topic.name) {
+                changes.deleted.push(key(&topic.name));
+                continue;
+            }
+            for subscription in &topic.subscriptions {
+                let path = format!("{}/Subscriptions/{}", topic.name, subscription.name);
+                if !exists(&path) {
+                    changes.deleted.push(key(&path));
+                }
+            }
+        }
+        for queue in current.queues {
+            let same = seed.queues.contains(&queue);
+            if !same {
+                changes.queues.push(queue);
+            }
+        }
+        for mut topic in current.topics {
+            let subscriptions = std::mem::take(&mut topic.subscriptions);
+            let file = seed
+                .topics
+                .iter()
+                .find(|file| file.name.eq_ignore_ascii_case(&topic.name));
+            let same = file.is_some_and(|file| {
+                TopicConfig {
+                    subscriptions: Vec::new(),
+                    ..file.clone()
+                } == topic
+            });
+            for subscription in subscriptions {
+                let unchanged = file.is_some_and(|file| file.subscriptions.contains(&subscription));
+                if !unchanged {
+                    changes
+                        .subscriptions
+                        .push((topic.name.clone(), subscription));
+                }
+            }
+            if !same {
+                changes.topics.push(topic);
+            }
+        }
+        changes
+    }
+
+    /// Called after every namespace change: with durable storage the namespace's changes
+    /// are stored before the change is answered.
+    pub(super) async fn namespace_changed(&self) -> Result<(), NamespaceError> {
+        let Some(storage) = &self.spawner.storage else {
+            return Ok(());
+        };
+        let text = self.changes().to_toml();
+        storage.save_namespace(text).await.map_err(|error| {
+            tracing::error!(%error, "cannot store a namespace change");
+            NamespaceError::Failed(format!(
+                "The change was made but could not be stored durably: {error}"
+            ))
+        })
+    }
+}
+
+async fn update_entity(
+    handle: &super::entity::EntityHandle,
+    settings: super::entity::settings::EntitySettings,
+) -> Result<(), EntityError> {
+    let (reply, answer) = ReplyTo::oneshot();
+    handle
+        .send(Command::UpdateSettings {
+            settings: Box::new(settings),
+            reply,
+        })
+        .await?;
+    ReplyTo::wait(answer, || EntityError::NotFound(handle.path.to_string()))
+        .await
+        .map(|_| ())
+}
+
+async fn delete_entity(handle: &super::entity::EntityHandle) -> Result<(), EntityError> {
+    let (reply, answer) = ReplyTo::oneshot();
+    handle.send(Command::Delete { reply }).await?;
+    ReplyTo::wait(answer, || EntityError::NotFound(handle.path.to_string()))
+        .await
+        .map(|_| ())
+}
+
+fn now_millis(at: SystemTime) -> i64 {
+    at.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// A subscription description with the `$Default` rule, for creation.
+pub fn subscription_description(topic: &str, subscription: SubscriptionConfig) -> Description {
+    Description::Subscription {
+        topic: topic.to_string(),
+        subscription,
+    }
+}
+
+/// A queue description, for creation.
+pub fn queue_description(queue: QueueConfig) -> Description {
+    Description::Queue(queue)
+}

@@ -1,0 +1,278 @@
+//! Typed entity definitions → TOML in the configuration file's format, read back by the
+//! same loader. The broker writes the entities changed at run time this way
+//! (`namespace.toml` in the data directory), so what it stores is what a user could have
+//! written.
+
+use std::fmt::Write;
+use std::time::Duration;
+
+use super::duration::format_duration;
+use super::{
+    FilterConfig, PropertyLiteral, QueueConfig, RuleConfig, SubscriptionConfig, TopicConfig,
+};
+
+/// A TOML string literal (quoted and escaped).
+fn text(value: &str) -> String {
+    toml::Value::String(value.to_string()).to_string()
+}
+
+/// A TOML key: bare when it can be, quoted otherwise.
+fn key(name: &str) -> String {
+    if !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
+        name.to_string()
+    } else {
+        text(name)
+    }
+}
+
+fn line(out: &mut String, name: &str, value: impl std::fmt::Display) {
+    let _ = writeln!(out, "{name} = {value}");
+}
+
+fn duration_line(out: &mut String, name: &str, value: Option<Duration>) {
+    if let Some(value) = value {
+        line(out, name, text(&format_duration(value)));
+    }
+}
+
+fn optional_text(out: &mut String, name: &str, value: &Option<String>) {
+    if let Some(value) = value {
+        line(out, name, text(value));
+    }
+}
+
+/// A `[[queues]]` table.
+pub fn queue(queue: &QueueConfig) -> String {
+    let mut out = String::from("[[queues]]\n");
+    line(&mut out, "name", text(&queue.name));
+    duration_line(&mut out, "lock_duration", Some(queue.lock_duration));
+    line(&mut out, "max_delivery_count", queue.max_delivery_count);
+    duration_line(
+        &mut out,
+        "default_message_time_to_live",
+        queue.default_message_time_to_live,
+    );
+    line(
+        &mut out,
+        "dead_lettering_on_message_expiration",
+        queue.dead_lettering_on_message_expiration,
+    );
+    line(&mut out, "requires_session", queue.requires_session);
+    line(
+        &mut out,
+        "requires_duplicate_detection",
+        queue.requires_duplicate_detection,
+    );
+    duration_line(
+        &mut out,
+        "duplicate_detection_history_time_window",
+        Some(queue.duplicate_detection_history_time_window),
+    );
+    duration_line(&mut out, "auto_delete_on_idle", queue.auto_delete_on_idle);
+    optional_text(&mut out, "forward_to", &queue.forward_to);
+    optional_text(
+        &mut out,
+        "forward_dead_lettered_messages_to",
+        &queue.forward_dead_lettered_messages_to,
+    );
+    line(
+        &mut out,
+        "max_size_in_megabytes",
+        queue.max_size_in_megabytes,
+    );
+    line(
+        &mut out,
+        "max_message_size_in_kilobytes",
+        queue.max_message_size_in_kilobytes,
+    );
+    out
+}
+
+/// A topic table under `header` (`topics` in a configuration file), with its subscriptions
+/// under `header.subscriptions`.
+pub fn topic(header: &str, topic: &TopicConfig) -> String {
+    let mut out = format!("[[{header}]]\n");
+    line(&mut out, "name", text(&topic.name));
+    duration_line(
+        &mut out,
+        "default_message_time_to_live",
+        topic.default_message_time_to_live,
+    );
+    line(
+        &mut out,
+        "requires_duplicate_detection",
+        topic.requires_duplicate_detection,
+    );
+    duration_line(
+        &mut out,
+        "duplicate_detection_history_time_window",
+        Some(topic.duplicate_detection_history_time_window),
+    );
+    duration_line(&mut out, "auto_delete_on_idle", topic.auto_delete_on_idle);
+    line(
+        &mut out,
+        "max_size_in_megabytes",
+        topic.max_size_in_megabytes,
+    );
+    line(
+        &mut out,
+        "max_message_size_in_kilobytes",
+        topic.max_message_size_in_kilobytes,
+    );
+    for subscription_config in &topic.subscriptions {
+        out.push('\n');
+        out.push_str(&subscription(
+            &format!("{header}.subscriptions"),
+            subscription_config,
+        ));
+    }
+    out
+}
+
+/// A subscription table under `header`; rules are written unless they are just `$Default`.
+pub fn subscription(header: &str, subscription: &SubscriptionConfig) -> String {
+    let mut out = format!("[[{header}]]\n");
+    line(&mut out, "name", text(&subscription.name));
+    duration_line(&mut out, "lock_duration", Some(subscription.lock_duration));
+    line(
+        &mut out,
+        "max_delivery_count",
+        subscription.max_delivery_count,
+    );
+    duration_line(
+        &mut out,
+        "default_message_time_to_live",
+        subscription.default_message_time_to_live,
+    );
+    line(
+        &mut out,
+        "dead_lettering_on_message_expiration",
+        subscription.dead_lettering_on_message_expiration,
+    );
+    line(
+        &mut out,
+        "dead_lettering_on_filter_evaluation_exceptions",
+        subscription.dead_lettering_on_filter_evaluation_exceptions,
+    );
+    line(&mut out, "requires_session", subscription.requires_session);
+    optional_text(&mut out, "forward_to", &subscription.forward_to);
+    optional_text(
+        &mut out,
+        "forward_dead_lettered_messages_to",
+        &subscription.forward_dead_lettered_messages_to,
+    );
+    duration_line(
+        &mut out,
+        "auto_delete_on_idle",
+        subscription.auto_delete_on_idle,
+    );
+    if subscription.rules != [RuleConfig::default_rule()] {
+        for rule_config in &subscription.rules {
+            out.push('\n');
+            out.push_str(&rule(&format!("{header}.rules"), rule_config));
+        }
+    }
+    out
+}
+
+fn literal(value: &PropertyLiteral) -> String {
+    match value {
+        PropertyLiteral::String(value) => text(value),
+        PropertyLiteral::Integer(value) => value.to_string(),
+        PropertyLiteral::Float(value) => toml::Value::Float(*value).to_string(),
+        PropertyLiteral::Bool(value) => value.to_string(),
+    }
+}
+
+/// A rule table under `header`. The true filter is written as `1=1`.
+pub fn rule(header: &str, rule: &RuleConfig) -> String {
+    let mut out = format!("[[{header}]]\n");
+    line(&mut out, "name", text(&rule.name));
+    match &rule.filter {
+        FilterConfig::True => line(&mut out, "sql_filter", text("1=1")),
+        FilterConfig::Sql(expression) => line(&mut out, "sql_filter", text(expression)),
+        FilterConfig::Correlation(filter) => {
+            let mut fields = Vec::new();
+            for (name, value) in [
+                ("correlation_id", &filter.correlation_id),
+                ("message_id", &filter.message_id),
+                ("to", &filter.to),
+                ("reply_to", &filter.reply_to),
+                ("subject", &filter.subject),
+                ("session_id", &filter.session_id),
+                ("reply_to_session_id", &filter.reply_to_session_id),
+                ("content_type", &filter.content_type),
+            ] {
+                if let Some(value) = value {
+                    fields.push(format!("{name} = {}", text(value)));
+                }
+            }
+            if !filter.properties.is_empty() {
+                let properties: Vec<String> = filter
+                    .properties
+                    .iter()
+                    .map(|(name, value)| format!("{} = {}", key(name), literal(value)))
+                    .collect();
+                fields.push(format!("properties = {{ {} }}", properties.join(", ")));
+            }
+            line(
+                &mut out,
+                "correlation_filter",
+                format!("{{ {} }}", fields.join(", ")),
+            );
+        }
+    }
+    optional_text(&mut out, "sql_action", &rule.action);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Config, CorrelationFilterConfig};
+
+    #[test]
+    fn rendered_entities_load_back_equal() {
+        let mut queue_config = QueueConfig::new("orders.eu/v1");
+        queue_config.default_message_time_to_live = Some(Duration::from_millis(1500));
+        queue_config.forward_to = Some("audit".into());
+        let mut topic_config = TopicConfig::new("events");
+        topic_config.auto_delete_on_idle = Some(Duration::from_secs(3600));
+        let mut subscription_config = SubscriptionConfig::new("red");
+        subscription_config.rules = vec![
+            RuleConfig {
+                name: "sql".into(),
+                filter: FilterConfig::Sql("color = 'red'".into()),
+                action: Some("SET x = 1".into()),
+            },
+            RuleConfig {
+                name: "corr".into(),
+                filter: FilterConfig::Correlation(CorrelationFilterConfig {
+                    subject: Some("s".into()),
+                    properties: vec![
+                        ("a b".into(), PropertyLiteral::Integer(2)),
+                        ("f".into(), PropertyLiteral::Float(0.5)),
+                    ],
+                    ..Default::default()
+                }),
+                action: None,
+            },
+        ];
+        topic_config.subscriptions = vec![subscription_config, SubscriptionConfig::new("all")];
+        let mut audit = QueueConfig::new("audit");
+        audit.requires_session = false;
+        let text = format!(
+            "{}\n{}\n{}",
+            queue(&queue_config),
+            queue(&audit),
+            topic("topics", &topic_config)
+        );
+        let loaded = Config::from_toml_str(&text, "rendered").expect("loads");
+        assert_eq!(loaded.queues, vec![queue_config, audit]);
+        assert_eq!(loaded.topics, vec![topic_config]);
+    }
+}
