@@ -1555,16 +1555,32 @@ fn boolean_text(value: Option<bool>) -> &'static str {
     }
 }
 
-/// The namespace name: the first label of the base URL's host.
-fn namespace_name(base_url: &str) -> &str {
+/// The namespace name for a base URL (`https://host:port`): see [`namespace_name_of_host`].
+fn namespace_name(base_url: &str) -> String {
     let without_scheme = base_url
         .split_once("://")
         .map_or(base_url, |(_, rest)| rest);
-    let host = without_scheme
-        .split(['/', ':'])
+    namespace_name_of_host(without_scheme.split('/').next().unwrap_or(without_scheme))
+}
+
+/// The namespace is named after the host the client called (`Host` header, port allowed):
+/// the first label of a host name (`mybus.example.com` → `mybus`), an IP address whole.
+pub fn namespace_name_of_host(host: &str) -> String {
+    let host = host
+        .rsplit_once(':')
+        .filter(|(name, port)| {
+            port.chars().all(|c| c.is_ascii_digit()) && (!name.contains(':') || name.ends_with(']'))
+        })
+        .map_or(host, |(name, _)| name)
+        .trim_matches(['[', ']']);
+    if host.parse::<std::net::IpAddr>().is_ok() {
+        return host.to_string();
+    }
+    host.split('.')
         .next()
-        .unwrap_or(without_scheme);
-    host.split('.').next().unwrap_or(host)
+        .filter(|name| !name.is_empty())
+        .unwrap_or("ferrobus")
+        .to_string()
 }
 
 /// Writes `<entry><id/><title/><published/><updated/><author/><link/><content>`, lets `body`
@@ -1585,7 +1601,7 @@ fn entry(
     out.leaf("published", &format_timestamp(published));
     out.leaf("updated", &format_timestamp(updated));
     out.start("author", &[]);
-    out.leaf("name", namespace_name(base_url));
+    out.leaf("name", &namespace_name(base_url));
     out.end("author");
     out.empty("link", &[("rel", "self"), ("href", &address)]);
     out.start("content", &[("type", "application/xml")]);
@@ -1981,11 +1997,25 @@ pub fn render_rule_entry(
 /// `Subscriptions` or `Rules`. Only the `self` link is written: with no `rel="next"` link, both
 /// SDKs treat the page as the last (Python takes a next link only when there are two links).
 pub fn render_feed(self_url: &str, title: &str, entries: &[String]) -> String {
+    render_feed_page(self_url, title, entries, None)
+}
+
+/// Renders one page of a feed; `next_url` (when more entries follow) becomes the
+/// `<link rel="next">` the SDKs read their continuation (`$skip`) from.
+pub fn render_feed_page(
+    self_url: &str,
+    title: &str,
+    entries: &[String],
+    next_url: Option<&str>,
+) -> String {
     let mut out = XmlOut::new();
     out.start("feed", &[("xmlns", ATOM_NAMESPACE)]);
     out.leaf_with("title", &[("type", "text")], title);
     out.leaf("id", self_url);
     out.empty("link", &[("rel", "self"), ("href", self_url)]);
+    if let Some(next_url) = next_url {
+        out.empty("link", &[("rel", "next"), ("href", next_url)]);
+    }
     for entry in entries {
         out.raw(entry);
     }

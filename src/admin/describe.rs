@@ -14,9 +14,22 @@ use super::atom::{
 use crate::broker::rules::{FilterDefinition, RuleDefinition};
 use crate::broker::types::PropertyValue;
 use crate::config::{
-    CorrelationFilterConfig, FilterConfig, PropertyLiteral, QueueConfig, RuleConfig,
+    CorrelationFilterConfig, EntityStatus, FilterConfig, PropertyLiteral, QueueConfig, RuleConfig,
     SubscriptionConfig, TopicConfig,
 };
+
+fn status_of(status: Option<super::atom::EntityStatus>) -> Option<EntityStatus> {
+    status.and_then(|status| EntityStatus::parse(status.as_str()))
+}
+
+fn atom_status(status: EntityStatus) -> Option<super::atom::EntityStatus> {
+    Some(match status {
+        EntityStatus::Active => super::atom::EntityStatus::Active,
+        EntityStatus::Disabled => super::atom::EntityStatus::Disabled,
+        EntityStatus::SendDisabled => super::atom::EntityStatus::SendDisabled,
+        EntityStatus::ReceiveDisabled => super::atom::EntityStatus::ReceiveDisabled,
+    })
+}
 
 /// A duration where Service Bus's "unlimited" (`TimeSpan.MaxValue`) means none.
 fn limited(duration: Option<Duration>) -> Option<Option<Duration>> {
@@ -74,6 +87,9 @@ pub fn queue_config(name: &str, description: &QueueDescription) -> QueueConfig {
     if let Some(value) = description.max_message_size_in_kilobytes {
         queue.max_message_size_in_kilobytes = value;
     }
+    if let Some(value) = status_of(description.status) {
+        queue.status = value;
+    }
     queue
 }
 
@@ -91,7 +107,7 @@ pub fn queue_description(queue: &QueueConfig) -> QueueDescription {
         ),
         max_delivery_count: Some(queue.max_delivery_count),
         enable_batched_operations: Some(true),
-        status: Some(super::atom::EntityStatus::Active),
+        status: atom_status(queue.status),
         forward_to: queue.forward_to.clone(),
         auto_delete_on_idle: queue.auto_delete_on_idle,
         enable_partitioning: Some(false),
@@ -123,6 +139,9 @@ pub fn topic_config(name: &str, description: &TopicDescription) -> TopicConfig {
     if let Some(value) = description.max_message_size_in_kilobytes {
         topic.max_message_size_in_kilobytes = value;
     }
+    if let Some(value) = status_of(description.status) {
+        topic.status = value;
+    }
     topic
 }
 
@@ -136,7 +155,7 @@ pub fn topic_description(topic: &TopicConfig) -> TopicDescription {
             topic.duplicate_detection_history_time_window,
         ),
         enable_batched_operations: Some(true),
-        status: Some(super::atom::EntityStatus::Active),
+        status: atom_status(topic.status),
         support_ordering: Some(true),
         auto_delete_on_idle: topic.auto_delete_on_idle,
         enable_partitioning: Some(false),
@@ -177,6 +196,9 @@ pub fn subscription_config(
     if let Some(value) = limited(description.auto_delete_on_idle) {
         subscription.auto_delete_on_idle = value;
     }
+    if let Some(value) = status_of(description.status) {
+        subscription.status = value;
+    }
     if let Some(rule) = &description.default_rule {
         let name = rule
             .name
@@ -202,7 +224,7 @@ pub fn subscription_description(subscription: &SubscriptionConfig) -> Subscripti
         ),
         max_delivery_count: Some(subscription.max_delivery_count),
         enable_batched_operations: Some(true),
-        status: Some(super::atom::EntityStatus::Active),
+        status: atom_status(subscription.status),
         forward_to: subscription.forward_to.clone(),
         forward_dead_lettered_messages_to: subscription.forward_dead_lettered_messages_to.clone(),
         auto_delete_on_idle: subscription.auto_delete_on_idle,

@@ -161,24 +161,46 @@ fn namespace_failure(error: NamespaceError) -> Response {
     failure(status, &error.to_string())
 }
 
+/// Entries in a feed page when the request names no `$top` (the service's default).
+const DEFAULT_PAGE: usize = 100;
+
 /// The query parameters the API uses.
 #[derive(Debug, Default)]
 struct Query {
     skip: usize,
     top: usize,
+    api_version: Option<String>,
 }
 
 fn query(uri: &axum::http::Uri) -> Query {
-    let mut parsed = Query { skip: 0, top: 100 };
+    let mut parsed = Query {
+        skip: 0,
+        top: DEFAULT_PAGE,
+        api_version: None,
+    };
     for pair in uri.query().unwrap_or("").split('&') {
         let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
         match sas::percent_decode(name).as_str() {
             "$skip" => parsed.skip = value.parse().unwrap_or(0),
-            "$top" => parsed.top = value.parse().unwrap_or(100),
+            "$top" => parsed.top = value.parse().unwrap_or(DEFAULT_PAGE).max(1),
+            "api-version" => parsed.api_version = Some(sas::percent_decode(value)),
             _ => {}
         }
     }
     parsed
+}
+
+/// Encodes a query value (the API version echoed into links): unreserved characters kept.
+fn percent_encode_query(value: &str) -> String {
+    value
+        .bytes()
+        .map(|byte| match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                char::from(byte).to_string()
+            }
+            _ => format!("%{byte:02X}"),
+        })
+        .collect()
 }
 
 /// Checks the SAS token of an admin request: Manage right on the path.
@@ -367,23 +389,7 @@ fn counts(runtime: &Runtime) -> atom::MessageCounts {
 
 impl Context<'_> {
     fn namespace_info(&self) -> Response {
-        // The namespace is named after the host the client called: the first label of a
-        // host name (`mybus.example.com` → `mybus`), an IP address whole.
-        let host = self
-            .host
-            .rsplit_once(':')
-            .filter(|(_, port)| port.chars().all(|c| c.is_ascii_digit()))
-            .map_or(self.host, |(host, _)| host)
-            .trim_matches(['[', ']']);
-        let name = if host.parse::<std::net::IpAddr>().is_ok() {
-            host.to_string()
-        } else {
-            host.split('.')
-                .next()
-                .filter(|name| !name.is_empty())
-                .unwrap_or("ferrobus")
-                .to_string()
-        };
+        let name = atom::namespace_name_of_host(self.host);
         let info = atom::NamespaceInfo {
             name,
             alias: None,
@@ -464,7 +470,33 @@ impl Context<'_> {
         }
     }
 
-    async fn feed(&self, title: &str, slots: Vec<Slot>) -> Response {
+    /// The self and next links of a feed page listing `list_path` with `total` entries.
+    fn page_links(&self, list_path: &str, total: usize) -> (String, Option<String>) {
+        let version = self
+            .query
+            .api_version
+            .as_deref()
+            .map(|version| format!("api-version={}", percent_encode_query(version)))
+            .unwrap_or_default();
+        let self_url = if version.is_empty() {
+            format!("{}/{list_path}", self.base)
+        } else {
+            format!("{}/{list_path}?{version}", self.base)
+        };
+        let next_skip = self.query.skip.saturating_add(self.query.top);
+        let next = (next_skip < total).then(|| {
+            let separator = if version.is_empty() { "" } else { "&" };
+            format!(
+                "{}/{list_path}?{version}{separator}%24skip={next_skip}&%24top={}",
+                self.base, self.query.top
+            )
+        });
+        (self_url, next)
+    }
+
+    async fn feed(&self, title: &str, list_path: &str, slots: Vec<Slot>) -> Response {
+        let total = slots.len();
+        let (self_url, next_url) = self.page_links(list_path, total);
         let mut entries = Vec::new();
         for slot in slots.into_iter().skip(self.query.skip).take(self.query.top) {
             match self.entry(&slot).await {
@@ -474,11 +506,10 @@ impl Context<'_> {
                 Err(error) => return namespace_failure(error),
             }
         }
-        let url = format!("{}/{title}", self.base);
         xml(
             StatusCode::OK,
             FEED,
-            atom::render_feed(&url, title, &entries),
+            atom::render_feed_page(&self_url, title, &entries, next_url.as_deref()),
         )
     }
 
@@ -494,8 +525,11 @@ impl Context<'_> {
                 Description::Subscription { .. } => false,
             })
             .collect();
-        self.feed(if queues { "Queues" } else { "Topics" }, slots)
-            .await
+        if queues {
+            self.feed("Queues", "$Resources/Queues", slots).await
+        } else {
+            self.feed("Topics", "$Resources/Topics", slots).await
+        }
     }
 
     async fn list_subscriptions(&self, topic: &str) -> Response {
@@ -518,7 +552,8 @@ impl Context<'_> {
                     Description::Subscription { topic: owner, .. } if owner.eq_ignore_ascii_case(topic))
             })
             .collect();
-        self.feed("Subscriptions", slots).await
+        self.feed("Subscriptions", &format!("{topic}/Subscriptions"), slots)
+            .await
     }
 
     async fn put_entity(&self, path: &str, body: &str, update: bool) -> Response {
@@ -638,11 +673,14 @@ impl Context<'_> {
                     .take(self.query.top)
                     .map(|rule| self.rule_entry(topic, subscription, rule))
                     .collect();
-                let url = format!("{}/{topic}/Subscriptions/{subscription}/Rules", self.base);
+                let (self_url, next_url) = self.page_links(
+                    &format!("{topic}/Subscriptions/{subscription}/Rules"),
+                    rules.len(),
+                );
                 xml(
                     StatusCode::OK,
                     FEED,
-                    atom::render_feed(&url, "Rules", &entries),
+                    atom::render_feed_page(&self_url, "Rules", &entries, next_url.as_deref()),
                 )
             }
             Err(error) => namespace_failure(error),

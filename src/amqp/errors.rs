@@ -50,6 +50,8 @@ pub const TIMEOUT: &str = "com.microsoft:timeout";
 pub const ENTITY_ALREADY_EXISTS: &str = "com.microsoft:entity-already-exists";
 /// `com.microsoft:dead-letter`: a disposition condition, never an error reply.
 pub const DEAD_LETTER: &str = "com.microsoft:dead-letter";
+/// The entity is disabled for this operation (`MessagingEntityDisabledError`).
+pub const ENTITY_DISABLED: &str = "com.microsoft:entity-disabled";
 
 /// A failure as the wire carries it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,6 +121,7 @@ pub fn entity_failure(error: &EntityError) -> Failure {
         EntityError::Timeout(_) => Failure::new(TIMEOUT, description, 408),
         EntityError::AlreadyExists(_) => Failure::new(ENTITY_ALREADY_EXISTS, description, 409),
         EntityError::NotFound(path) => entity_not_found(path),
+        EntityError::Disabled(_) => Failure::new(ENTITY_DISABLED, description, 400),
         EntityError::StorageFull(_) => Failure::new(RESOURCE_LIMIT_EXCEEDED, description, 403),
         EntityError::StorageFailed(_) => Failure::new(INTERNAL_ERROR, description, 500),
     }

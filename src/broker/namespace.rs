@@ -315,6 +315,7 @@ impl Registry {
                             .requires_duplicate_detection
                             .then_some(topic.duplicate_detection_history_time_window),
                         auto_delete_on_idle: topic.auto_delete_on_idle,
+                        status: topic.status,
                         reply,
                     })
                     .await?;

@@ -134,6 +134,7 @@ fn queue_settings(queue: &QueueConfig) -> EntitySettings {
         forwards: queue.forward_to.is_some(),
         forward_to: queue.forward_to.clone(),
         forward_dead_lettered_messages_to: queue.forward_dead_lettered_messages_to.clone(),
+        status: queue.status,
     }
 }
 
@@ -159,6 +160,13 @@ fn subscription_settings(topic: &TopicConfig, subscription: &SubscriptionConfig)
         forwards: subscription.forward_to.is_some(),
         forward_to: subscription.forward_to.clone(),
         forward_dead_lettered_messages_to: subscription.forward_dead_lettered_messages_to.clone(),
+        // A subscription takes no sends of its own: its status only stops receiving. Its
+        // topic's copies keep arriving.
+        status: if subscription.status.allows_receive() {
+            crate::config::EntityStatus::Active
+        } else {
+            crate::config::EntityStatus::ReceiveDisabled
+        },
     }
 }
 
@@ -529,6 +537,16 @@ impl Registry {
                 ..
             })
         )
+    }
+
+    /// The status of the entity at `path` (`Active` when unknown).
+    pub fn status(&self, path: &str) -> crate::config::EntityStatus {
+        match self.slot(path).map(|slot| slot.description) {
+            Some(Description::Queue(queue)) => queue.status,
+            Some(Description::Topic(topic)) => topic.status,
+            Some(Description::Subscription { subscription, .. }) => subscription.status,
+            None => crate::config::EntityStatus::Active,
+        }
     }
 
     /// The largest message the entity at `path` accepts, in bytes (256 KiB when unknown).

@@ -114,6 +114,8 @@ pub enum TopicCommand {
         duplicate_detection: Option<Duration>,
         /// Idle deletion.
         auto_delete_on_idle: Option<Duration>,
+        /// Whether sends are taken.
+        status: crate::config::EntityStatus,
         /// Who waits.
         reply: ReplyTo,
     },
@@ -187,6 +189,8 @@ struct Topic {
     clock: Clock,
     /// The durable storage and the topic's key in it (`None`: in memory).
     storage: Option<(Storage, String)>,
+    /// Whether sends are taken (admin API `Status`).
+    status: crate::config::EntityStatus,
 }
 
 /// Starts a topic's task. With `durability` (storage, key, recovered changes) the topic
@@ -232,6 +236,7 @@ pub fn spawn(
         auto_delete_on_idle: config.auto_delete_on_idle,
         clock,
         storage: None,
+        status: config.status,
     };
     if let Some((storage, key, recovered)) = durability {
         topic.state.restore(clock.now(), recovered);
@@ -336,6 +341,16 @@ impl Topic {
             last_activity = tokio::time::Instant::now();
             let now = self.clock.now();
             match command {
+                TopicCommand::Publish { messages, reply } if !self.status.allows_send() => {
+                    drop(messages);
+                    if let Some(reply) = reply {
+                        reply.send(Err(EntityError::Disabled(format!(
+                            "Messaging entity '{}' is currently disabled for sending ({}).",
+                            self.path,
+                            self.status.as_str()
+                        ))));
+                    }
+                }
                 TopicCommand::Publish { messages, reply } => {
                     let copies = self.state.publish(now, messages);
                     let outcome = self.deliver(copies, &sink, &mut replies).await;
@@ -395,10 +410,12 @@ impl Topic {
                 TopicCommand::Update {
                     duplicate_detection,
                     auto_delete_on_idle,
+                    status,
                     reply,
                 } => {
                     self.state.set_duplicate_detection(duplicate_detection);
                     self.auto_delete_on_idle = auto_delete_on_idle;
+                    self.status = status;
                     reply.send(Ok(Reply::Done));
                 }
                 TopicCommand::Describe { reply } => {

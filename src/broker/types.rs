@@ -162,6 +162,9 @@ pub enum EntityError {
     /// Waiting for something (a session) took too long.
     #[error("{0}")]
     Timeout(String),
+    /// The entity's status refuses the operation (admin API `Status`).
+    #[error("{0}")]
+    Disabled(String),
     /// The entity no longer exists (deleted, or its actor stopped).
     #[error("The messaging entity '{0}' could not be found.")]
     NotFound(String),

@@ -44,6 +44,21 @@ pub(super) fn convert(raw: RawConfig) -> Result<Config, ConfigError> {
     })
 }
 
+/// Reads an entity status (`Active`, `Disabled`, `SendDisabled`, `ReceiveDisabled`).
+fn status(context: &str, raw: Option<String>) -> Result<super::EntityStatus, ConfigError> {
+    match raw {
+        None => Ok(super::EntityStatus::Active),
+        Some(text) => super::EntityStatus::parse(&text).ok_or_else(|| {
+            ConfigError::invalid(
+                context,
+                format!(
+                    "status {text:?} is not an entity status (expected \"Active\", \"Disabled\", \"SendDisabled\" or \"ReceiveDisabled\")"
+                ),
+            )
+        }),
+    }
+}
+
 fn convert_http(raw: super::raw::RawHttp) -> Result<HttpConfig, ConfigError> {
     let address = |key: &str, text: Option<String>| -> Result<Option<SocketAddr>, ConfigError> {
         text.map(|text| {
@@ -271,6 +286,7 @@ pub(super) fn convert_queue(index: usize, raw: RawQueue) -> Result<QueueConfig, 
         max_message_size_in_kilobytes: raw
             .max_message_size_in_kilobytes
             .unwrap_or(defaults.max_message_size_in_kilobytes),
+        status: status(&context, raw.status)?,
         ..defaults
     })
 }
@@ -308,6 +324,7 @@ pub(super) fn convert_topic(index: usize, raw: RawTopic) -> Result<TopicConfig, 
         max_message_size_in_kilobytes: raw
             .max_message_size_in_kilobytes
             .unwrap_or(defaults.max_message_size_in_kilobytes),
+        status: status(&context, raw.status)?,
         subscriptions,
         ..defaults
     })
@@ -351,6 +368,7 @@ fn convert_subscription(
         forward_dead_lettered_messages_to: raw.forward_dead_lettered_messages_to,
         auto_delete_on_idle: duration(&context, "auto_delete_on_idle", raw.auto_delete_on_idle)?,
         rules,
+        status: status(&context, raw.status)?,
         ..defaults
     })
 }

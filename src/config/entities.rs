@@ -22,6 +22,57 @@ pub const DEFAULT_MAX_MESSAGE_SIZE_IN_KILOBYTES: u64 = 256;
 /// Largest per-message size limit accepted, in kilobytes (the Premium tier's 100 MB).
 pub const MAX_MESSAGE_SIZE_LIMIT_IN_KILOBYTES: u64 = 102_400;
 
+/// Whether an entity takes sends and gives out messages (Service Bus `EntityStatus`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EntityStatus {
+    /// Sends and receives (the default).
+    #[default]
+    Active,
+    /// Neither sends nor receives.
+    Disabled,
+    /// Receives only.
+    SendDisabled,
+    /// Sends only.
+    ReceiveDisabled,
+}
+
+impl EntityStatus {
+    /// Every status, in the order of the documentation.
+    pub const ALL: [EntityStatus; 4] = [
+        EntityStatus::Active,
+        EntityStatus::Disabled,
+        EntityStatus::SendDisabled,
+        EntityStatus::ReceiveDisabled,
+    ];
+
+    /// The Service Bus spelling (`Active`, `Disabled`, `SendDisabled`, `ReceiveDisabled`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EntityStatus::Active => "Active",
+            EntityStatus::Disabled => "Disabled",
+            EntityStatus::SendDisabled => "SendDisabled",
+            EntityStatus::ReceiveDisabled => "ReceiveDisabled",
+        }
+    }
+
+    /// Reads a status, any case.
+    pub fn parse(text: &str) -> Option<EntityStatus> {
+        EntityStatus::ALL
+            .into_iter()
+            .find(|status| status.as_str().eq_ignore_ascii_case(text.trim()))
+    }
+
+    /// Whether sends are accepted.
+    pub fn allows_send(self) -> bool {
+        matches!(self, EntityStatus::Active | EntityStatus::ReceiveDisabled)
+    }
+
+    /// Whether messages are given out.
+    pub fn allows_receive(self) -> bool {
+        matches!(self, EntityStatus::Active | EntityStatus::SendDisabled)
+    }
+}
+
 /// A queue and its behaviour.
 #[derive(Debug, Clone, PartialEq)]
 pub struct QueueConfig {
@@ -51,6 +102,8 @@ pub struct QueueConfig {
     pub max_size_in_megabytes: u64,
     /// Size limit of a single message, in kilobytes.
     pub max_message_size_in_kilobytes: u64,
+    /// Whether the queue takes sends and gives out messages.
+    pub status: EntityStatus,
 }
 
 impl QueueConfig {
@@ -70,6 +123,7 @@ impl QueueConfig {
             forward_dead_lettered_messages_to: None,
             max_size_in_megabytes: DEFAULT_MAX_SIZE_IN_MEGABYTES,
             max_message_size_in_kilobytes: DEFAULT_MAX_MESSAGE_SIZE_IN_KILOBYTES,
+            status: EntityStatus::Active,
         }
     }
 }
@@ -93,6 +147,8 @@ pub struct TopicConfig {
     pub max_message_size_in_kilobytes: u64,
     /// The topic's subscriptions, unique case-insensitively within the topic.
     pub subscriptions: Vec<SubscriptionConfig>,
+    /// Whether the topic takes sends (`ReceiveDisabled` and `Active` do).
+    pub status: EntityStatus,
 }
 
 impl TopicConfig {
@@ -107,6 +163,7 @@ impl TopicConfig {
             max_size_in_megabytes: DEFAULT_MAX_SIZE_IN_MEGABYTES,
             max_message_size_in_kilobytes: DEFAULT_MAX_MESSAGE_SIZE_IN_KILOBYTES,
             subscriptions: Vec::new(),
+            status: EntityStatus::Active,
         }
     }
 }
@@ -138,6 +195,8 @@ pub struct SubscriptionConfig {
     /// Rules deciding which topic messages this subscription receives (any match copies the
     /// message once); never empty after loading, unique case-insensitively.
     pub rules: Vec<RuleConfig>,
+    /// Whether the subscription gives out messages (`SendDisabled` and `Active` do).
+    pub status: EntityStatus,
 }
 
 impl SubscriptionConfig {
@@ -155,6 +214,7 @@ impl SubscriptionConfig {
             forward_dead_lettered_messages_to: None,
             auto_delete_on_idle: None,
             rules: vec![RuleConfig::default_rule()],
+            status: EntityStatus::Active,
         }
     }
 }

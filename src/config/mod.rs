@@ -33,7 +33,7 @@ use std::time::Duration;
 pub use entities::{
     CorrelationFilterConfig, DEFAULT_DUPLICATE_DETECTION_WINDOW, DEFAULT_LOCK_DURATION,
     DEFAULT_MAX_DELIVERY_COUNT, DEFAULT_MAX_MESSAGE_SIZE_IN_KILOBYTES,
-    DEFAULT_MAX_SIZE_IN_MEGABYTES, FilterConfig, MAX_MESSAGE_SIZE_LIMIT_IN_KILOBYTES,
+    DEFAULT_MAX_SIZE_IN_MEGABYTES, EntityStatus, FilterConfig, MAX_MESSAGE_SIZE_LIMIT_IN_KILOBYTES,
     PropertyLiteral, QueueConfig, RuleConfig, SubscriptionConfig, TopicConfig,
 };
 

@@ -104,6 +104,7 @@ pub(super) struct RawQueue {
     pub forward_dead_lettered_messages_to: Option<String>,
     pub max_size_in_megabytes: Option<u64>,
     pub max_message_size_in_kilobytes: Option<u64>,
+    pub status: Option<String>,
 }
 
 /// `[[topics]]`.
@@ -117,6 +118,7 @@ pub(super) struct RawTopic {
     pub auto_delete_on_idle: Option<String>,
     pub max_size_in_megabytes: Option<u64>,
     pub max_message_size_in_kilobytes: Option<u64>,
+    pub status: Option<String>,
     #[serde(default)]
     pub subscriptions: Vec<RawSubscription>,
 }
@@ -135,6 +137,7 @@ pub(super) struct RawSubscription {
     pub forward_to: Option<String>,
     pub forward_dead_lettered_messages_to: Option<String>,
     pub auto_delete_on_idle: Option<String>,
+    pub status: Option<String>,
     #[serde(default)]
     pub rules: Vec<RawRule>,
 }

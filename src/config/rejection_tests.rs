@@ -446,3 +446,11 @@ fn storage_is_durable_in_data_by_default_and_its_keys_are_checked() {
     );
     assert_error("[storage]\nmod = \"memory\"\n", &["mod"]);
 }
+
+#[test]
+fn an_unknown_entity_status_names_the_entity_and_the_choices() {
+    assert_error(
+        "[[queues]]\nname = \"q\"\nstatus = \"Paused\"\n",
+        &["q", "\"Paused\"", "SendDisabled", "ReceiveDisabled"],
+    );
+}

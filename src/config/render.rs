@@ -89,7 +89,14 @@ pub fn queue(queue: &QueueConfig) -> String {
         "max_message_size_in_kilobytes",
         queue.max_message_size_in_kilobytes,
     );
+    status_line(&mut out, queue.status);
     out
+}
+
+fn status_line(out: &mut String, status: super::EntityStatus) {
+    if status != super::EntityStatus::Active {
+        line(out, "status", text(status.as_str()));
+    }
 }
 
 /// A topic table under `header` (`topics` in a configuration file), with its subscriptions
@@ -123,6 +130,7 @@ pub fn topic(header: &str, topic: &TopicConfig) -> String {
         "max_message_size_in_kilobytes",
         topic.max_message_size_in_kilobytes,
     );
+    status_line(&mut out, topic.status);
     for subscription_config in &topic.subscriptions {
         out.push('\n');
         out.push_str(&subscription(
@@ -170,6 +178,7 @@ pub fn subscription(header: &str, subscription: &SubscriptionConfig) -> String {
         "auto_delete_on_idle",
         subscription.auto_delete_on_idle,
     );
+    status_line(&mut out, subscription.status);
     if subscription.rules != [RuleConfig::default_rule()] {
         for rule_config in &subscription.rules {
             out.push('\n');
@@ -264,7 +273,7 @@ mod tests {
         ];
         topic_config.subscriptions = vec![subscription_config, SubscriptionConfig::new("all")];
         let mut audit = QueueConfig::new("audit");
-        audit.requires_session = false;
+        audit.status = crate::config::EntityStatus::SendDisabled;
         let text = format!(
             "{}\n{}\n{}",
             queue(&queue_config),

@@ -370,6 +370,15 @@ impl Connection {
         sub_queue: SubQueue,
         entity: Entity,
     ) -> Result<(LinkKind, u64), Failure> {
+        let status = self.context.registry.status(&path);
+        if client_sends && !status.allows_send() || !client_sends && !status.allows_receive() {
+            return Err(errors::entity_failure(
+                &crate::broker::types::EntityError::Disabled(format!(
+                    "Messaging entity '{path}' is currently disabled ({}).",
+                    status.as_str()
+                )),
+            ));
+        }
         if client_sends {
             if sub_queue != SubQueue::Main {
                 return Err(Failure::new(

@@ -62,6 +62,16 @@ name = "onward"
 forward_to = "sink-from-topic"
 [[queues]]
 name = "sink-from-topic"
+
+[[queues]]
+name = "to-send-disabled"
+forward_to = "send-disabled"
+[[queues]]
+name = "send-disabled"
+status = "SendDisabled"
+[[queues]]
+name = "disabled"
+status = "Disabled"
 "#;
 
 #[tokio::test]
@@ -176,6 +186,62 @@ async fn a_deleted_target_sends_messages_to_the_transfer_dead_letter_queue() {
         matches!(orphan.body(), Body::Value(value) if value.0 == Value::String("orphan".into()))
     );
     assert!(property(&orphan, "DeadLetterErrorDescription").is_some());
+}
+
+#[tokio::test]
+async fn a_send_disabled_target_sends_messages_to_the_transfer_dead_letter_queue() {
+    // rule FWD-3; entity status (issue 15 item 4)
+    let broker = Broker::start(CONFIG).await;
+    let (_connection, mut session) = broker.connect().await;
+    let mut sender = Sender::attach(&mut session, "sender", "to-send-disabled")
+        .await
+        .expect("attach");
+    sender
+        .send("blocked")
+        .await
+        .expect("accepted by the source");
+    let mut transfer_dead_letters = Receiver::attach(
+        &mut session,
+        "tdlq",
+        "to-send-disabled/$Transfer/$DeadLetterQueue",
+    )
+    .await
+    .expect("attach");
+    let blocked = receive(&mut transfer_dead_letters).await;
+    assert!(
+        matches!(blocked.body(), Body::Value(value) if value.0 == Value::String("blocked".into()))
+    );
+    let description = property(&blocked, "DeadLetterErrorDescription");
+    assert!(
+        matches!(&description, Some(SimpleValue::String(text)) if text.contains("disabled")),
+        "the description names the status: {description:?}"
+    );
+}
+
+#[tokio::test]
+async fn links_to_a_disabled_queue_are_refused_with_entity_disabled() {
+    // entity status (issue 15 item 4): Disabled refuses senders and receivers
+    let broker = Broker::start(CONFIG).await;
+    let (_connection, mut session) = broker.connect().await;
+    let refused = Sender::attach(&mut session, "sender", "disabled")
+        .await
+        .expect_err("a sender of a Disabled queue is refused");
+    assert!(
+        format!("{refused:?}").contains("com.microsoft:entity-disabled"),
+        "{refused:?}"
+    );
+    let (_connection, mut session) = broker.connect().await;
+    let refused = Receiver::attach(&mut session, "receiver", "disabled")
+        .await
+        .expect_err("a receiver of a Disabled queue is refused");
+    assert!(
+        format!("{refused:?}").contains("com.microsoft:entity-disabled"),
+        "{refused:?}"
+    );
+    let (_connection, mut session) = broker.connect().await;
+    Receiver::attach(&mut session, "receiver", "send-disabled")
+        .await
+        .expect("a SendDisabled queue still gives out messages");
 }
 
 #[tokio::test]

@@ -325,3 +325,56 @@ def test_entities_created_at_run_time_survive_kill_9(start_durable_broker, tmp_p
         with client.get_queue_receiver("made", max_wait_time=5) as receiver:
             received = receiver.receive_messages(max_message_count=5, max_wait_time=3)
             assert sorted(str(message) for message in received) == ["kept-1", "kept-2"]
+
+
+def test_status_changes_apply_to_the_running_queue(admin_broker):
+    """Status SendDisabled refuses sends (MessagingEntityDisabledError) and still gives out
+    messages; ReceiveDisabled keeps messages back until the queue is Active again."""
+    from azure.servicebus.exceptions import MessagingEntityDisabledError
+    from azure.servicebus.management import EntityStatus
+
+    broker, ca = admin_broker
+    admin = admin_client(broker, ca)
+    name = unique_id("statusq")
+    admin.create_queue(name)
+    with ServiceBusClient.from_connection_string(broker.connection_string) as client:
+        with client.get_queue_sender(name) as sender:
+            sender.send_messages(ServiceBusMessage("first"))
+        queue = admin.get_queue(name)
+        queue.status = EntityStatus.SEND_DISABLED
+        admin.update_queue(queue)
+        assert admin.get_queue(name).status == EntityStatus.SEND_DISABLED
+        # The SDK retries entity-disabled like the cloud's other transient errors: one try.
+        with ServiceBusClient.from_connection_string(
+            broker.connection_string, retry_total=0
+        ) as impatient:
+            with pytest.raises(MessagingEntityDisabledError):
+                with impatient.get_queue_sender(name) as sender:
+                    sender.send_messages(ServiceBusMessage("refused"))
+        with client.get_queue_receiver(name, max_wait_time=5) as receiver:
+            received = receiver.receive_messages(max_message_count=1, max_wait_time=5)
+            assert [str(message) for message in received] == ["first"]
+            receiver.abandon_message(received[0])
+
+        queue.status = EntityStatus.RECEIVE_DISABLED
+        admin.update_queue(queue)
+        with ServiceBusClient.from_connection_string(
+            broker.connection_string, retry_total=0
+        ) as impatient:
+            with pytest.raises(MessagingEntityDisabledError):
+                with impatient.get_queue_receiver(name, max_wait_time=2) as receiver:
+                    receiver.receive_messages(max_message_count=1, max_wait_time=2)
+        with client.get_queue_sender(name) as sender:
+            sender.send_messages(ServiceBusMessage("second"))
+
+        queue.status = EntityStatus.ACTIVE
+        admin.update_queue(queue)
+        with client.get_queue_receiver(name, max_wait_time=5) as receiver:
+            bodies = []
+            for _ in range(3):
+                for message in receiver.receive_messages(max_message_count=5, max_wait_time=2):
+                    bodies.append(str(message))
+                    receiver.complete_message(message)
+                if len(bodies) == 2:
+                    break
+            assert sorted(bodies) == ["first", "second"]

@@ -347,6 +347,19 @@ impl Actor {
         let now = self.clock.now();
         match command {
             Command::Send { messages, reply } => {
+                if !self.state.settings().status.allows_send() {
+                    if let Some(reply) = reply {
+                        self.answer(
+                            reply,
+                            Err(EntityError::Disabled(format!(
+                                "Messaging entity '{}' is currently disabled for sending ({}).",
+                                self.state.settings().path,
+                                self.state.settings().status.as_str()
+                            ))),
+                        );
+                    }
+                    return;
+                }
                 if let Some((storage, _)) = &self.storage
                     && !storage.has_room()
                 {

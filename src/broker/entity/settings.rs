@@ -29,6 +29,8 @@ pub struct EntitySettings {
     pub forward_to: Option<String>,
     /// Forward dead-lettered messages to this queue or topic (rule FWD-1).
     pub forward_dead_lettered_messages_to: Option<String>,
+    /// Whether sends are taken and messages given out (admin API `Status`).
+    pub status: crate::config::EntityStatus,
 }
 
 impl EntitySettings {
@@ -47,6 +49,7 @@ impl EntitySettings {
             forwards: false,
             forward_to: None,
             forward_dead_lettered_messages_to: None,
+            status: crate::config::EntityStatus::Active,
         }
     }
 }

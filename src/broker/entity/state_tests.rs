@@ -542,3 +542,39 @@ fn the_forwarding_outbox_keeps_a_message_until_its_target_has_it() {
         .expect("accepted");
     assert_eq!(next, vec![SequenceNumber(numbers[0].0 + 1)]);
 }
+
+#[test]
+fn receive_disabled_keeps_messages_back_until_active_again() {
+    // Entity status (issue 15 item 4): ReceiveDisabled holds messages, drains are still answered.
+    let mut state =
+        entity(|settings| settings.status = crate::config::EntityStatus::ReceiveDisabled);
+    state.enqueue(START, vec![message("a")]).expect("accepted");
+    state.attach_receiver(START, RECEIVER, SubQueue::Main, ReceiveMode::PeekLock);
+    state.set_credit(START, RECEIVER, 5, true);
+    let effects = state.take_effects();
+    assert!(
+        !effects
+            .iter()
+            .any(|effect| matches!(effect, Effect::Deliver(_))),
+        "nothing is delivered while receiving is disabled"
+    );
+    assert!(matches!(
+        effects.last(),
+        Some(Effect::Drained {
+            delivery_count: 5,
+            ..
+        })
+    ));
+    state.set_credit(START, RECEIVER, 10, false);
+    assert!(deliveries(&mut state).is_empty());
+
+    let mut active = state.settings().clone();
+    active.status = crate::config::EntityStatus::Active;
+    state.update_settings(START, active);
+    let delivered = deliveries(&mut state);
+    assert_eq!(
+        delivered.len(),
+        1,
+        "the held message goes out once the queue is Active"
+    );
+}

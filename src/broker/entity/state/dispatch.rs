@@ -114,6 +114,16 @@ impl EntityState {
     /// `dirty_sessions` (sessions whose holder got credit or that got messages), so the cost
     /// of an operation does not grow with the number of session receivers.
     pub(super) fn dispatch(&mut self, now: Timestamp) {
+        // Receive-disabled: messages wait until the status allows receiving again; drains
+        // are still answered.
+        if self.settings.status.allows_receive() {
+            self.deliver_available(now);
+        }
+        self.complete_drains();
+    }
+
+    /// Hands available messages to receivers with credit.
+    fn deliver_available(&mut self, now: Timestamp) {
         self.assign_waiting_sessions(now);
         for session_id in std::mem::take(&mut self.dirty_sessions) {
             let holder = self
@@ -138,6 +148,10 @@ impl EntityState {
         ] {
             self.dispatch_round_robin(now, sub_queue);
         }
+    }
+
+    /// Answers the drains asked for: the remaining credit is consumed.
+    fn complete_drains(&mut self) {
         for receiver in std::mem::take(&mut self.draining) {
             let Some(state) = self.receivers.get_mut(&receiver) else {
                 continue;

@@ -381,6 +381,8 @@ impl EntityState {
             ..settings
         };
         self.touch(now);
+        // Receiving may have been enabled again.
+        self.dispatch(now);
     }
 
     /// Message counts and size, for the admin API's runtime properties and metrics.
