@@ -190,6 +190,14 @@ pub async fn run_listeners(
         })
         .collect();
     let admin_keys = keys.clone();
+    let metrics = admin::metrics::Metrics::new();
+    if let Some(store) = &store {
+        let _ = store
+            .log()
+            .statistics()
+            .sync_seconds
+            .set(metrics.storage_sync.clone());
+    }
     let context = Arc::new(Context {
         settings: ServerSettings {
             idle_timeout: config.server.idle_timeout,
@@ -206,7 +214,7 @@ pub async fn run_listeners(
                 registry,
                 keys: admin_keys,
                 serving: std::sync::atomic::AtomicBool::new(false),
-                metrics: admin::metrics::Metrics::new(),
+                metrics,
                 started: std::time::SystemTime::now(),
             }),
             tls_identity(config),

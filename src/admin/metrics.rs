@@ -8,7 +8,10 @@ use std::sync::Arc;
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use prometheus::{Encoder, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, TextEncoder};
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, TextEncoder,
+};
 
 use crate::broker::registry::{Description, Registry};
 
@@ -25,7 +28,25 @@ pub struct Metrics {
     size: IntGaugeVec,
     subscriptions: IntGaugeVec,
     totals: IntGaugeVec,
+    dead_lettered: IntGaugeVec,
+    /// Open links by kind (sender, receiver, management, cbs).
+    pub links: IntGaugeVec,
+    /// Time from a message's enqueued time to its delivery being written to a receiver.
+    pub delivery_latency: HistogramVec,
+    /// Duration of each write-ahead log sync (durable storage only).
+    pub storage_sync: Histogram,
 }
+
+/// Buckets of the delivery latency histogram, in seconds: 100 µs to 5 min.
+const LATENCY_BUCKETS: [f64; 16] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
+    30.0, 300.0,
+];
+
+/// Buckets of the storage sync histogram, in seconds: 50 µs to 1 s.
+const SYNC_BUCKETS: [f64; 13] = [
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+];
 
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -104,6 +125,45 @@ impl Metrics {
                     &["entity", "event"],
                 ),
             ),
+            dead_lettered: registered(
+                &registry,
+                gauge_vec(
+                    "ferrobus_entity_dead_lettered_total",
+                    "Messages an entity has dead-lettered since it started, by reason (the broker's own reasons; \"application\" for a receiver's dead-letter call). A counter exposed as a gauge, like ferrobus_entity_messages_total.",
+                    &["entity", "reason"],
+                ),
+            ),
+            links: registered(
+                &registry,
+                gauge_vec(
+                    "ferrobus_links",
+                    "Open AMQP links, by kind (sender, receiver, management, cbs).",
+                    &["kind"],
+                ),
+            ),
+            delivery_latency: registered(
+                &registry,
+                HistogramVec::new(
+                    HistogramOpts::new(
+                        "ferrobus_delivery_latency_seconds",
+                        "Time from a message's enqueued time (its activation, for a scheduled message) to each delivery of it written to a receiver.",
+                    )
+                    .buckets(LATENCY_BUCKETS.to_vec()),
+                    &["entity"],
+                )
+                .expect("valid metric"),
+            ),
+            storage_sync: registered(
+                &registry,
+                Histogram::with_opts(
+                    HistogramOpts::new(
+                        "ferrobus_storage_sync_seconds",
+                        "Duration of each write-ahead log write and fsync (durable storage; replies wait for it).",
+                    )
+                    .buckets(SYNC_BUCKETS.to_vec()),
+                )
+                .expect("valid metric"),
+            ),
             registry,
         })
     }
@@ -114,6 +174,7 @@ impl Metrics {
         self.size.reset();
         self.subscriptions.reset();
         self.totals.reset();
+        self.dead_lettered.reset();
         for slot in namespace.slots() {
             let path = slot.description.path();
             let Ok(runtime) = namespace.runtime(&path).await else {
@@ -146,6 +207,11 @@ impl Metrics {
             for (event, value) in counts.totals.labelled() {
                 self.totals
                     .with_label_values(&[&path, event])
+                    .set(value as i64);
+            }
+            for (reason, value) in counts.totals.dead_lettered_by_reason.labelled() {
+                self.dead_lettered
+                    .with_label_values(&[&path, reason])
                     .set(value as i64);
             }
         }

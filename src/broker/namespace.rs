@@ -42,6 +42,12 @@ impl From<EntityError> for NamespaceError {
             EntityError::NotFound(path) => {
                 NamespaceError::NotFound(format!("The messaging entity '{path}' was not found."))
             }
+            EntityError::AlreadyExists(text) => NamespaceError::Exists(text),
+            // A rule that is not there (the topic's answer to remove-rule).
+            EntityError::MessageNotFound(text) => NamespaceError::NotFound(text),
+            EntityError::Argument(text) | EntityError::LimitExceeded(text) => {
+                NamespaceError::Invalid(text)
+            }
             other => NamespaceError::Failed(other.to_string()),
         }
     }
@@ -475,22 +481,13 @@ impl Registry {
         subscription: &str,
         rule: &RuleDefinition,
     ) -> Result<(), NamespaceError> {
-        crate::config::names::check_rule_name(&rule.name).map_err(NamespaceError::Invalid)?;
+        // Name, duplicate and count checks happen in the topic's core, for `$management`
+        // and the admin API alike.
         let mut rule = rule.clone();
         rule.created_at = now_millis(SystemTime::now());
         let compiled = rule
             .compile()
             .map_err(|error| NamespaceError::Invalid(error.to_string()))?;
-        let existing = self.rules(topic, subscription).await?;
-        if existing
-            .iter()
-            .any(|candidate| candidate.name.eq_ignore_ascii_case(&rule.name))
-        {
-            return Err(NamespaceError::Exists(format!(
-                "The rule '{}' already exists on '{topic}/Subscriptions/{subscription}'.",
-                rule.name
-            )));
-        }
         self.rule_operation(topic, subscription, RuleOperation::Add(Box::new(compiled)))
             .await
             .map(|_| ())
@@ -503,15 +500,6 @@ impl Registry {
         subscription: &str,
         name: &str,
     ) -> Result<(), NamespaceError> {
-        let existing = self.rules(topic, subscription).await?;
-        if !existing
-            .iter()
-            .any(|candidate| candidate.name.eq_ignore_ascii_case(name))
-        {
-            return Err(NamespaceError::NotFound(format!(
-                "The rule '{name}' could not be found on '{topic}/Subscriptions/{subscription}'."
-            )));
-        }
         self.rule_operation(topic, subscription, RuleOperation::Remove(name.to_string()))
             .await
             .map(|_| ())

@@ -377,7 +377,7 @@ impl TopicState {
                     if entry.dead_letter_on_filter_errors {
                         copies.dead_lettered.push((
                             message.clone(),
-                            "FilterEvaluationException".to_string(),
+                            crate::broker::entity::state::FILTER_EVALUATION_EXCEPTION.to_string(),
                             format!("Rule '{}': {error}", rule.name),
                         ));
                     }
@@ -397,7 +397,8 @@ impl TopicState {
                         if entry.dead_letter_on_filter_errors {
                             copies.dead_lettered.push((
                                 message.clone(),
-                                "FilterEvaluationException".to_string(),
+                                crate::broker::entity::state::FILTER_EVALUATION_EXCEPTION
+                                    .to_string(),
                                 format!("Action of rule '{}': {error}", rule.name),
                             ));
                         }
@@ -443,6 +444,8 @@ impl TopicState {
             .ok_or_else(|| EntityError::NotFound(format!("{path}/Subscriptions/{subscription}")))?;
         match operation {
             RuleOperation::Add(rule) => {
+                // One set of checks for every way in ($management, the admin API).
+                crate::config::names::check_rule_name(&rule.name).map_err(EntityError::Argument)?;
                 if entry
                     .rules
                     .iter()

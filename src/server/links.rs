@@ -118,6 +118,53 @@ pub struct Link {
     pub blocked: bool,
     /// Entity links attached under a `$cbs` token: what it covers and until when.
     pub authorization: Option<LinkAuthorization>,
+    /// Its share of the broker's metrics.
+    pub metrics: LinkMetrics,
+}
+
+/// What a link contributes to the metrics: counted in `ferrobus_links` while it exists;
+/// a receiver link observes the delivery latency of its entity.
+#[derive(Debug, Default)]
+pub struct LinkMetrics {
+    open: Option<prometheus::IntGauge>,
+    /// `ferrobus_delivery_latency_seconds` of the receiver's entity.
+    pub latency: Option<prometheus::Histogram>,
+}
+
+impl LinkMetrics {
+    fn new(metrics: &crate::admin::metrics::Metrics, kind: &LinkKind) -> LinkMetrics {
+        let label = match kind {
+            LinkKind::EntitySender { .. } => "sender",
+            LinkKind::EntityReceiver { .. } => "receiver",
+            LinkKind::CbsRequest | LinkKind::CbsResponse => "cbs",
+            LinkKind::ManagementRequest { .. } | LinkKind::ManagementResponse { .. } => {
+                "management"
+            }
+            LinkKind::Refused => return LinkMetrics::default(),
+        };
+        let open = metrics.links.with_label_values(&[label]);
+        open.inc();
+        let latency = match kind {
+            LinkKind::EntityReceiver { entity, .. } => Some(
+                metrics
+                    .delivery_latency
+                    .with_label_values(&[entity.path.as_ref()]),
+            ),
+            _ => None,
+        };
+        LinkMetrics {
+            open: Some(open),
+            latency,
+        }
+    }
+}
+
+impl Drop for LinkMetrics {
+    fn drop(&mut self) {
+        if let Some(open) = &self.open {
+            open.dec();
+        }
+    }
 }
 
 fn source_address(attach: &Attach) -> Option<String> {
@@ -234,8 +281,10 @@ impl Connection {
             }
             None => self.write(channel, Performative::Attach(reply))?,
         }
+        let metrics = LinkMetrics::new(&self.context.http.admin.metrics, &kind);
         let link = Link {
             name: attach.name.clone(),
+            metrics,
             kind,
             target_address: target_address(&attach),
             delivery_count: attach.initial_delivery_count.unwrap_or(0),
@@ -529,6 +578,7 @@ impl Connection {
                 partial: None,
                 blocked: false,
                 authorization: None,
+                metrics: LinkMetrics::default(),
             },
         );
         Ok(())

@@ -89,6 +89,20 @@ impl Connection {
         if self.cannot_send(channel, handle) {
             return self.hold_back(channel, handle, receiver, delivery).await;
         }
+        if let Some(latency) = self
+            .sessions
+            .get(&channel)
+            .and_then(|session| session.links.get(&handle))
+            .and_then(|link| link.metrics.latency.as_ref())
+        {
+            let waited = self
+                .context
+                .clock
+                .now()
+                .0
+                .saturating_sub(delivery.record.enqueued_time.0);
+            latency.observe(waited.max(0) as f64 / 1000.0);
+        }
         let mut payload = BytesMut::with_capacity(delivery.record.message.encoded_size() + 128);
         message::encode_delivery(
             DeliveryView {

@@ -96,6 +96,8 @@ pub struct LogStatistics {
     pub disk_bytes: AtomicU64,
     /// Segment files on disk.
     pub segments: AtomicU64,
+    /// Where the writer reports each sync's duration (the broker's metrics), once set.
+    pub sync_seconds: std::sync::OnceLock<prometheus::Histogram>,
 }
 
 struct Submission {
@@ -422,7 +424,12 @@ impl Writer {
                 .seek(io::SeekFrom::Start(self.current.length));
             return Err(error);
         }
-        if let Err(error) = self.sync() {
+        let sync_started = std::time::Instant::now();
+        let synced = self.sync();
+        if let Some(histogram) = self.statistics.sync_seconds.get() {
+            histogram.observe(sync_started.elapsed().as_secs_f64());
+        }
+        if let Err(error) = synced {
             let error = StoreError::SyncFailed(error.to_string());
             tracing::error!(%error, "the write-ahead log stops accepting writes");
             self.failed = Some(error.clone());

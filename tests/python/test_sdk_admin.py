@@ -378,3 +378,28 @@ def test_status_changes_apply_to_the_running_queue(admin_broker):
                 if len(bodies) == 2:
                     break
             assert sorted(bodies) == ["first", "second"]
+
+
+def test_forwarding_set_through_the_admin_client(admin_broker):
+    """create_queue/update_queue with forward_to send the supplementary authorization headers
+    (ServiceBusSupplementaryAuthorization, ServiceBusDlqSupplementaryAuthorization): accepted,
+    with keys as without; messages and dead letters then go to the targets (rule FWD-1)."""
+    broker, ca = admin_broker
+    admin = admin_client(broker, ca)
+    target, dead_target, source = unique_id("fwdtarget"), unique_id("fwddlq"), unique_id("fwdsrc")
+    admin.create_queue(target)
+    admin.create_queue(dead_target)
+    created = admin.create_queue(source, forward_dead_lettered_messages_to=dead_target)
+    assert created.forward_dead_lettered_messages_to.rstrip("/").endswith(dead_target)
+    queue = admin.get_queue(source)
+    queue.forward_to = target
+    admin.update_queue(queue)
+    assert admin.get_queue(source).forward_to.rstrip("/").endswith(target)
+    with ServiceBusClient.from_connection_string(broker.connection_string) as client:
+        with client.get_queue_sender(source) as sender:
+            sender.send_messages(ServiceBusMessage("onward"))
+        with client.get_queue_receiver(target, max_wait_time=5) as receiver:
+            received = receiver.receive_messages(max_message_count=1, max_wait_time=5)
+            assert [str(message) for message in received] == ["onward"]
+            receiver.complete_message(received[0])
+    assert admin.get_queue_runtime_properties(source).active_message_count == 0

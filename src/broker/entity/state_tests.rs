@@ -578,3 +578,49 @@ fn receive_disabled_keeps_messages_back_until_active_again() {
         "the held message goes out once the queue is Active"
     );
 }
+
+#[test]
+fn dead_lettering_is_counted_once_by_reason() {
+    // rule LCK-2, DLQ-3, DLQ-4: the metrics' dead-lettered totals
+    let mut state = entity(|settings| settings.max_delivery_count = 1);
+    state
+        .enqueue(START, vec![message("a"), message("b")])
+        .expect("accepted");
+    state.attach_receiver(START, RECEIVER, SubQueue::Main, ReceiveMode::PeekLock);
+    let mut credit = 0;
+    let first = receive_one(&mut state, START, &mut credit).expect("delivered");
+    state
+        .settle(
+            START,
+            first.lock.expect("locked").token,
+            Settlement::Abandon {
+                properties: Vec::new(),
+            },
+        )
+        .expect("abandoned");
+    let second = receive_one(&mut state, START, &mut credit).expect("delivered");
+    state
+        .settle(
+            START,
+            second.lock.expect("locked").token,
+            Settlement::DeadLetter {
+                reason: Some("poison".into()),
+                description: None,
+                properties: Vec::new(),
+            },
+        )
+        .expect("dead-lettered");
+    state.enqueue_dead_lettered(
+        START,
+        message("c"),
+        super::state::SESSION_ID_IS_NULL.to_string(),
+        "no session".to_string(),
+    );
+    let totals = state.counts().totals;
+    assert_eq!(totals.dead_lettered, 3);
+    let by_reason = totals.dead_lettered_by_reason;
+    assert_eq!(by_reason.max_delivery_count_exceeded, 1);
+    assert_eq!(by_reason.application, 1);
+    assert_eq!(by_reason.session_id_is_null, 1);
+    assert_eq!(state.message_count(SubQueue::DeadLetter), 3);
+}

@@ -142,6 +142,7 @@ impl EntityState {
                 .insert(sequence_number);
         }
         self.totals.dead_lettered += 1;
+        self.totals.dead_lettered_by_reason.count(reason.as_deref());
         self.effects.push(Effect::DeadLettered {
             sequence_number,
             reason,
@@ -179,7 +180,6 @@ impl EntityState {
         let sequence_number = self.allocate_sequence_number();
         self.stored_bytes += message.size() as u64;
         let record = self.arrival_record(message, sequence_number, now, Vec::new());
-        self.totals.dead_lettered += 1;
         self.store_dead_letter(record, Some(reason), Some(description));
         self.dispatch(now);
     }
@@ -243,6 +243,8 @@ impl EntityState {
                 .available_mut(SubQueue::DeadLetter)
                 .insert(sequence_number);
         }
+        self.totals.dead_lettered += 1;
+        self.totals.dead_lettered_by_reason.count(reason.as_deref());
         self.effects.push(Effect::DeadLettered {
             sequence_number,
             reason,

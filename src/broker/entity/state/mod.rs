@@ -302,10 +302,66 @@ pub struct EntityTotals {
     pub abandoned: u64,
     /// Messages moved to the dead-letter sub-queue (any reason).
     pub dead_lettered: u64,
+    /// The same, by reason.
+    pub dead_lettered_by_reason: DeadLetterReasons,
     /// Messages that expired (dropped or dead-lettered).
     pub expired: u64,
     /// Messages accepted with a scheduled enqueue time.
     pub scheduled: u64,
+}
+
+/// Dead-lettering counts by reason: the broker's own reasons each, applications' together
+/// (their reasons are free text: a label per text would let clients grow the metrics).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeadLetterReasons {
+    /// `MaxDeliveryCountExceeded` (rule LCK-2).
+    pub max_delivery_count_exceeded: u64,
+    /// `TTLExpiredException` (rule TTL-6).
+    pub ttl_expired: u64,
+    /// `MaxTransferHopCountExceeded` (rule FWD-2).
+    pub max_transfer_hop_count_exceeded: u64,
+    /// `Session ID is null.` (rule SES-1).
+    pub session_id_is_null: u64,
+    /// `FilterEvaluationException` (rule DLQ-3).
+    pub filter_evaluation: u64,
+    /// Any other reason: a receiver's dead-letter call (rule DLQ-4).
+    pub application: u64,
+}
+
+/// The reason the topic records for a filter that fails to evaluate (rule DLQ-3).
+pub const FILTER_EVALUATION_EXCEPTION: &str = "FilterEvaluationException";
+
+impl DeadLetterReasons {
+    /// Counts one dead-lettering with `reason`.
+    pub fn count(&mut self, reason: Option<&str>) {
+        let counter = match reason {
+            Some(MAX_DELIVERY_COUNT_EXCEEDED) => &mut self.max_delivery_count_exceeded,
+            Some(TTL_EXPIRED) => &mut self.ttl_expired,
+            Some(MAX_TRANSFER_HOP_COUNT_EXCEEDED) => &mut self.max_transfer_hop_count_exceeded,
+            Some(SESSION_ID_IS_NULL) => &mut self.session_id_is_null,
+            Some(FILTER_EVALUATION_EXCEPTION) => &mut self.filter_evaluation,
+            _ => &mut self.application,
+        };
+        *counter += 1;
+    }
+
+    /// `(reason, count)` pairs, for metric labels.
+    pub fn labelled(&self) -> [(&'static str, u64); 6] {
+        [
+            (
+                MAX_DELIVERY_COUNT_EXCEEDED,
+                self.max_delivery_count_exceeded,
+            ),
+            (TTL_EXPIRED, self.ttl_expired),
+            (
+                MAX_TRANSFER_HOP_COUNT_EXCEEDED,
+                self.max_transfer_hop_count_exceeded,
+            ),
+            (SESSION_ID_IS_NULL, self.session_id_is_null),
+            (FILTER_EVALUATION_EXCEPTION, self.filter_evaluation),
+            ("application", self.application),
+        ]
+    }
 }
 
 impl EntityTotals {
