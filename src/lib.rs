@@ -87,6 +87,7 @@ pub async fn run_with_storage(
 ) -> Result<(), String> {
     let listeners = Listeners {
         amqp: listener,
+        more: Vec::new(),
         http: None,
         https: None,
     };
@@ -97,6 +98,9 @@ pub async fn run_with_storage(
 pub struct Listeners {
     /// AMQP, and HTTP and TLS told apart by their first bytes.
     pub amqp: TcpListener,
+    /// More listeners served like `amqp` (every protocol, told apart by the first bytes):
+    /// AMQPS (5671), WebSockets (443).
+    pub more: Vec<TcpListener>,
     /// Plain HTTP (admin API, health, metrics), like the emulator's port 5300.
     pub http: Option<TcpListener>,
     /// HTTPS.
@@ -105,7 +109,11 @@ pub struct Listeners {
 
 /// Where the development TLS certificate's CA is kept: the data directory.
 pub fn tls_identity(config: &Config) -> admin::tls::Identity {
-    match (&config.http.tls_cert, &config.http.tls_key) {
+    let files = match (&config.tls.cert, &config.tls.key) {
+        (Some(cert), Some(key)) => (Some(cert), Some(key)),
+        _ => (config.http.tls_cert.as_ref(), config.http.tls_key.as_ref()),
+    };
+    match files {
         (Some(cert), Some(key)) => admin::tls::Identity::Files {
             cert: cert.clone(),
             key: key.clone(),
@@ -205,6 +213,8 @@ pub async fn run_listeners(
             max_connections: config.server.max_connections,
             shutdown_grace_period: config.server.shutdown_grace_period,
             keys,
+            tls_required: config.tls.required,
+            tls_disabled: config.tls.disabled,
         },
         registry: registry.clone(),
         clock,
@@ -216,13 +226,37 @@ pub async fn run_listeners(
                 serving: std::sync::atomic::AtomicBool::new(false),
                 metrics,
                 started: std::time::SystemTime::now(),
+                amqp: std::sync::OnceLock::new(),
             }),
             tls_identity(config),
         ),
     });
     let registry = context.registry.clone();
     let mut http_tasks = tokio::task::JoinSet::new();
-    if let Some(listener) = listeners.http {
+    let websocket_entry: Option<admin::http::AmqpEntry> = if config.websocket.disabled {
+        None
+    } else {
+        let context = Arc::downgrade(&context);
+        let shutdown = shutdown.clone();
+        Some(Arc::new(move |stream| {
+            let context = context.clone();
+            let shutdown = shutdown.clone();
+            Box::pin(async move {
+                if let Some(context) = context.upgrade() {
+                    server::run_bridged(stream, context, shutdown).await;
+                }
+            })
+        }))
+    };
+    let _ = context.http.admin.amqp.set(websocket_entry);
+    let plain_http = match listeners.http {
+        Some(_) if config.tls.required => {
+            tracing::info!("no plain HTTP listener: [tls] required = true");
+            None
+        }
+        other => other,
+    };
+    if let Some(listener) = plain_http {
         http_tasks.spawn(admin::http::serve_listener(
             listener,
             context.http.router.clone(),
@@ -239,7 +273,13 @@ pub async fn run_listeners(
             shutdown.clone(),
         ));
     }
-    if config.storage.mode == StorageMode::Durable && config.http.tls_cert.is_none() {
+    if config.storage.mode == StorageMode::Durable
+        && !config.tls.disabled
+        && matches!(
+            tls_identity(config),
+            admin::tls::Identity::Development { .. }
+        )
+    {
         // Make the development CA now, so that clients can trust it before they connect.
         if let Err(error) = context.http.tls() {
             tracing::warn!(%error, "no development certificate: TLS connections will be refused");
@@ -251,7 +291,7 @@ pub async fn run_listeners(
         .serving
         .store(true, std::sync::atomic::Ordering::Release);
     ready();
-    server::serve(listener, context, shutdown).await;
+    server::serve(listener, listeners.more, context, shutdown).await;
     http_tasks.shutdown().await;
     // Every connection is closed: now the entities, topics and forwarders stop.
     registry.shut_down().await;

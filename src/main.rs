@@ -151,6 +151,42 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
+        let amqps = match bind_port(Port {
+            what: "AMQPS",
+            key: "tls.listen",
+            disabled: config.tls.disabled,
+            configured: config.tls.listen,
+            default_port: ferrobus::config::DEFAULT_AMQPS_PORT,
+            amqp: listen,
+            fallback: "AMQP over TLS is served on the AMQP port",
+            quiet: true,
+        })
+        .await
+        {
+            Ok(listener) => listener,
+            Err(error) => {
+                eprintln!("ferrobus: {error}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let websocket = match bind_port(Port {
+            what: "WebSockets",
+            key: "websocket.listen",
+            disabled: config.websocket.disabled,
+            configured: config.websocket.listen,
+            default_port: ferrobus::config::DEFAULT_WEBSOCKET_PORT,
+            amqp: listen,
+            fallback: "AMQP over WebSockets is served on the AMQP and HTTP ports",
+            quiet: true,
+        })
+        .await
+        {
+            Ok(listener) => listener,
+            Err(error) => {
+                eprintln!("ferrobus: {error}");
+                return ExitCode::FAILURE;
+            }
+        };
         let https = match config.http.https_listen {
             Some(address) => match tokio::net::TcpListener::bind(address).await {
                 Ok(listener) => Some(listener),
@@ -172,7 +208,11 @@ fn main() -> ExitCode {
             );
         }
         if config.storage.mode == ferrobus::config::StorageMode::Durable
-            && config.http.tls_cert.is_none()
+            && !config.tls.disabled
+            && matches!(
+                ferrobus::tls_identity(&config),
+                ferrobus::admin::tls::Identity::Development { .. }
+            )
         {
             // The development CA exists before the broker says it listens: clients that
             // wait for that line can trust the CA file at once.
@@ -197,9 +237,14 @@ fn main() -> ExitCode {
             config.entity_count()
         );
         // After the AMQP line: scripts take the first "listening on" as the AMQP port.
-        for (listener, what) in [(&http, "HTTP"), (&https, "HTTPS")] {
+        for (listener, what) in [
+            (&http, "HTTP (admin API, /health, /metrics)"),
+            (&https, "HTTPS (admin API, /health, /metrics)"),
+            (&amqps, "AMQPS (AMQP over TLS)"),
+            (&websocket, "WebSockets (ws and wss at /$servicebus/websocket/)"),
+        ] {
             if let Some(address) = listener.as_ref().and_then(|l| l.local_addr().ok()) {
-                tracing::info!("{what} (admin API, /health, /metrics) on {address}");
+                tracing::info!("{what} on {address}");
             }
         }
         let (stop, stopped) = tokio::sync::watch::channel(false);
@@ -207,6 +252,7 @@ fn main() -> ExitCode {
         let server = tokio::spawn(async move {
             let listeners = ferrobus::Listeners {
                 amqp: listener,
+                more: amqps.into_iter().chain(websocket).collect(),
                 http,
                 https,
             };
@@ -236,9 +282,6 @@ async fn bind_http(
     config: &ferrobus::config::Config,
     amqp: std::net::SocketAddr,
 ) -> Result<Option<tokio::net::TcpListener>, String> {
-    if config.http.disabled {
-        return Ok(None);
-    }
     let from_environment = match std::env::var("EMULATOR_HTTP_PORT") {
         Ok(text) => Some(
             text.trim()
@@ -247,24 +290,67 @@ async fn bind_http(
         ),
         Err(_) => None,
     };
-    let (address, explicit) = match (config.http.listen, from_environment) {
-        (Some(address), _) => (address, true),
-        (None, Some(port)) => (std::net::SocketAddr::new(amqp.ip(), port), true),
-        (None, None) if amqp.port() == 0 => (std::net::SocketAddr::new(amqp.ip(), 0), false),
-        (None, None) => (
-            std::net::SocketAddr::new(amqp.ip(), ferrobus::config::DEFAULT_HTTP_PORT),
+    let configured = config
+        .http
+        .listen
+        .or(from_environment.map(|port| std::net::SocketAddr::new(amqp.ip(), port)));
+    bind_port(Port {
+        what: "HTTP",
+        key: "http.listen / EMULATOR_HTTP_PORT",
+        disabled: config.http.disabled,
+        configured,
+        default_port: ferrobus::config::DEFAULT_HTTP_PORT,
+        amqp,
+        fallback: "the admin API, /health and /metrics are served on the AMQP port only",
+        quiet: false,
+    })
+    .await
+}
+
+/// An optional listener: where it is asked for, or where it goes by default.
+struct Port {
+    what: &'static str,
+    key: &'static str,
+    disabled: bool,
+    configured: Option<std::net::SocketAddr>,
+    default_port: u16,
+    amqp: std::net::SocketAddr,
+    fallback: &'static str,
+    /// A busy default port is only worth an info line (443 needs privileges).
+    quiet: bool,
+}
+
+/// Binds an optional listener: at its configured address (failure is an error), else at the
+/// default port on the AMQP address (failure is a warning: the AMQP port serves the same
+/// protocols), or on an ephemeral port when the AMQP port is 0.
+async fn bind_port(port: Port) -> Result<Option<tokio::net::TcpListener>, String> {
+    if port.disabled {
+        return Ok(None);
+    }
+    let (address, explicit) = match port.configured {
+        Some(address) => (address, true),
+        None if port.amqp.port() == 0 => (std::net::SocketAddr::new(port.amqp.ip(), 0), false),
+        None => (
+            std::net::SocketAddr::new(port.amqp.ip(), port.default_port),
             false,
         ),
     };
     match tokio::net::TcpListener::bind(address).await {
         Ok(listener) => Ok(Some(listener)),
         Err(error) if explicit => Err(format!(
-            "cannot listen for HTTP on {address} (http.listen / EMULATOR_HTTP_PORT): {error}"
+            "cannot listen for {} on {address} ({}): {error}",
+            port.what, port.key
         )),
         Err(error) => {
-            tracing::warn!(
-                "cannot listen for HTTP on {address}: {error}; the admin API, /health and /metrics are served on the AMQP port only (set http.listen to choose another port)"
+            let text = format!(
+                "cannot listen for {} on {address}: {error}; {} (set {} to choose another port)",
+                port.what, port.fallback, port.key
             );
+            if port.quiet {
+                tracing::info!("{text}");
+            } else {
+                tracing::warn!("{text}");
+            }
             Ok(None)
         }
     }

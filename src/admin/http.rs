@@ -48,6 +48,98 @@ pub struct Admin {
     pub metrics: Arc<Metrics>,
     /// When the broker started (namespace creation time).
     pub started: SystemTime,
+    /// Starts an AMQP connection on a stream (WebSocket sessions hand theirs over); set once
+    /// the broker's connection context exists. `None` inside: WebSockets are switched off.
+    pub amqp: std::sync::OnceLock<Option<AmqpEntry>>,
+}
+
+/// Runs an AMQP connection on the engine's end of a bridged stream until it ends.
+pub type AmqpEntry = Arc<
+    dyn Fn(
+            tokio::net::UnixStream,
+        ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// The AMQP WebSocket binding's subprotocol, and the generic one.
+const WEBSOCKET_PROTOCOLS: [&str; 2] = ["AMQPWSB10", "amqp"];
+
+/// Largest WebSocket message (and frame) accepted: AMQP frames may be split over messages
+/// in any way, so this only bounds one message's buffering.
+const MAX_WEBSOCKET_MESSAGE: usize = 4 * 1024 * 1024;
+
+/// Answers the AMQP WebSocket upgrade (`GET /$servicebus/websocket/`): AMQP frames travel
+/// in binary messages, to the same connection engine as plain AMQP.
+async fn websocket(admin: &Admin, mut parts: axum::http::request::Parts) -> Response {
+    use axum::extract::FromRequestParts;
+    let Some(Some(entry)) = admin.amqp.get().cloned() else {
+        return failure(
+            StatusCode::NOT_FOUND,
+            "AMQP over WebSockets is switched off on this broker ([websocket] enabled = false).",
+        );
+    };
+    let upgrade =
+        match axum::extract::ws::WebSocketUpgrade::from_request_parts(&mut parts, &()).await {
+            Ok(upgrade) => upgrade,
+            Err(rejection) => return rejection.into_response(),
+        };
+    upgrade
+        .protocols(WEBSOCKET_PROTOCOLS)
+        .max_message_size(MAX_WEBSOCKET_MESSAGE)
+        .max_frame_size(MAX_WEBSOCKET_MESSAGE)
+        .on_upgrade(move |socket| async move {
+            match tokio::net::UnixStream::pair() {
+                Ok((engine, pump)) => {
+                    tokio::join!(entry(engine), pump_websocket(socket, pump));
+                }
+                Err(error) => tracing::warn!(%error, "cannot bridge a WebSocket connection"),
+            }
+        })
+}
+
+/// Copies AMQP bytes both ways between a WebSocket and the engine's socket, each direction
+/// on its own so neither can stall the other; ends when either side does.
+async fn pump_websocket(socket: axum::extract::ws::WebSocket, pump: tokio::net::UnixStream) {
+    use axum::extract::ws::Message;
+    use futures_util::{SinkExt, StreamExt};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut to_peer, mut from_peer) = socket.split();
+    let (mut from_engine, mut to_engine) = pump.into_split();
+    let inbound = async {
+        while let Some(Ok(message)) = from_peer.next().await {
+            let written = match message {
+                Message::Binary(bytes) => to_engine.write_all(&bytes).await,
+                Message::Close(_) => break,
+                // Pings are answered by the WebSocket layer; text has no meaning here.
+                _ => Ok(()),
+            };
+            if written.is_err() {
+                break;
+            }
+        }
+        let _ = to_engine.shutdown().await;
+    };
+    let outbound = async {
+        let mut buffer = bytes::BytesMut::with_capacity(64 * 1024);
+        loop {
+            buffer.reserve(64 * 1024);
+            match from_engine.read_buf(&mut buffer).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    let chunk = buffer.split().freeze();
+                    if to_peer.send(Message::Binary(chunk)).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = to_peer.send(Message::Close(None)).await;
+    };
+    tokio::select! {
+        () = inbound => {}
+        () = outbound => {}
+    }
 }
 
 /// Whether the connection a request came on is TLS (request extension).
@@ -73,7 +165,8 @@ pub async fn serve_connection<S>(
     );
     let connection = hyper::server::conn::http1::Builder::new()
         .keep_alive(true)
-        .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+        .with_upgrades();
     tokio::pin!(connection);
     tokio::select! {
         result = connection.as_mut() => {
@@ -258,6 +351,8 @@ async fn handle(State(admin): State<Arc<Admin>>, request: Request) -> Response {
     let lower: Vec<&str> = lower.iter().map(String::as_str).collect();
     match (&parts.method, lower.as_slice()) {
         (&Method::GET, ["health"]) => return health(&admin),
+        // AMQP authorizes its own links ($cbs): the upgrade needs no token.
+        (&Method::GET, ["$servicebus", "websocket"]) => return websocket(&admin, parts).await,
         (&Method::GET, ["metrics"]) => return admin.metrics.render(&admin.registry).await,
         _ => {}
     }

@@ -41,6 +41,8 @@ pub(super) fn convert(raw: RawConfig) -> Result<Config, ConfigError> {
         topics,
         storage: convert_storage(raw.storage)?,
         http: convert_http(raw.http)?,
+        tls: convert_tls(raw.tls)?,
+        websocket: convert_websocket(raw.websocket)?,
     })
 }
 
@@ -59,28 +61,66 @@ fn status(context: &str, raw: Option<String>) -> Result<super::EntityStatus, Con
     }
 }
 
-fn convert_http(raw: super::raw::RawHttp) -> Result<HttpConfig, ConfigError> {
-    let address = |key: &str, text: Option<String>| -> Result<Option<SocketAddr>, ConfigError> {
-        text.map(|text| {
-            text.trim().parse::<SocketAddr>().map_err(|_| {
-                ConfigError::invalid(
-                    "http",
-                    format!("{key} {text:?} is not a socket address (expected IP:port, e.g. \"127.0.0.1:5300\")"),
-                )
-            })
+/// Reads `table.key` as a socket address.
+fn socket_address(
+    table: &str,
+    key: &str,
+    text: Option<String>,
+) -> Result<Option<SocketAddr>, ConfigError> {
+    text.map(|text| {
+        text.trim().parse::<SocketAddr>().map_err(|_| {
+            ConfigError::invalid(
+                table,
+                format!("{key} {text:?} is not a socket address (expected IP:port, e.g. \"127.0.0.1:5300\")"),
+            )
         })
-        .transpose()
+    })
+    .transpose()
+}
+
+/// Reads a file path; blank is none.
+fn file_path(text: Option<String>) -> Option<std::path::PathBuf> {
+    text.filter(|text| !text.trim().is_empty())
+        .map(std::path::PathBuf::from)
+}
+
+fn convert_tls(raw: super::raw::RawTls) -> Result<super::TlsConfig, ConfigError> {
+    let tls = super::TlsConfig {
+        disabled: raw.enabled == Some(false),
+        listen: socket_address("tls", "listen", raw.listen)?,
+        cert: file_path(raw.cert),
+        key: file_path(raw.key),
+        required: raw.required == Some(true),
     };
-    let path = |text: Option<String>| {
-        text.filter(|text| !text.trim().is_empty())
-            .map(std::path::PathBuf::from)
-    };
+    if tls.cert.is_some() != tls.key.is_some() {
+        return Err(ConfigError::invalid(
+            "tls",
+            "cert and key go together: set both (PEM files) or neither (a development certificate is generated)".to_string(),
+        ));
+    }
+    if tls.disabled && tls.required {
+        return Err(ConfigError::invalid(
+            "tls",
+            "required = true needs TLS: remove enabled = false".to_string(),
+        ));
+    }
+    Ok(tls)
+}
+
+fn convert_websocket(raw: super::raw::RawWebSocket) -> Result<super::WebSocketConfig, ConfigError> {
+    Ok(super::WebSocketConfig {
+        disabled: raw.enabled == Some(false),
+        listen: socket_address("websocket", "listen", raw.listen)?,
+    })
+}
+
+fn convert_http(raw: super::raw::RawHttp) -> Result<HttpConfig, ConfigError> {
     let http = HttpConfig {
         disabled: raw.enabled == Some(false),
-        listen: address("listen", raw.listen)?,
-        https_listen: address("https_listen", raw.https_listen)?,
-        tls_cert: path(raw.tls_cert),
-        tls_key: path(raw.tls_key),
+        listen: socket_address("http", "listen", raw.listen)?,
+        https_listen: socket_address("http", "https_listen", raw.https_listen)?,
+        tls_cert: file_path(raw.tls_cert),
+        tls_key: file_path(raw.tls_key),
     };
     if http.tls_cert.is_some() != http.tls_key.is_some() {
         return Err(ConfigError::invalid(

@@ -115,6 +115,44 @@ pub struct Config {
     pub storage: StorageConfig,
     /// `[http]`: the admin API, health and metrics listener.
     pub http: HttpConfig,
+    /// `[tls]`: AMQP over TLS (and HTTPS, wss) and its listener.
+    pub tls: TlsConfig,
+    /// `[websocket]`: AMQP over WebSockets and its listener.
+    pub websocket: WebSocketConfig,
+}
+
+/// Default port of the AMQPS listener (AMQP over TLS), as the cloud service's.
+pub const DEFAULT_AMQPS_PORT: u16 = 5671;
+
+/// Default port of the WebSocket listener (`wss`), as the cloud service's.
+pub const DEFAULT_WEBSOCKET_PORT: u16 = 443;
+
+/// `[tls]`. Every listener accepts TLS (detected from the first bytes); this table names the
+/// certificate, the AMQPS listener, and whether plain connections are refused.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TlsConfig {
+    /// No TLS anywhere and no AMQPS listener.
+    pub disabled: bool,
+    /// Address of the AMQPS listener; `None`: port 5671 on the AMQP listener's IP address
+    /// (an ephemeral port when the AMQP port is 0).
+    pub listen: Option<SocketAddr>,
+    /// PEM certificate chain; `None`: `[http] tls_cert`, else a development certificate.
+    pub cert: Option<PathBuf>,
+    /// PEM private key of `cert`.
+    pub key: Option<PathBuf>,
+    /// Refuse every connection that is not TLS (plain AMQP, HTTP and ws), on every listener.
+    pub required: bool,
+}
+
+/// `[websocket]`. Every listener serves the AMQP WebSocket path
+/// (`/$servicebus/websocket/`, over HTTP and HTTPS); this table names its own listener.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct WebSocketConfig {
+    /// The WebSocket path is not served and there is no WebSocket listener.
+    pub disabled: bool,
+    /// Address of the WebSocket listener; `None`: port 443 on the AMQP listener's IP
+    /// address (an ephemeral port when the AMQP port is 0).
+    pub listen: Option<SocketAddr>,
 }
 
 /// Default port of the HTTP listener (the official emulator's).
@@ -319,6 +357,8 @@ impl Config {
             topics: vec![topic],
             storage: StorageConfig::default(),
             http: HttpConfig::default(),
+            tls: TlsConfig::default(),
+            websocket: WebSocketConfig::default(),
         }
     }
 

@@ -26,6 +26,29 @@ pub(super) struct RawConfig {
     pub storage: RawStorage,
     #[serde(default)]
     pub http: RawHttp,
+    #[serde(default)]
+    pub tls: RawTls,
+    #[serde(default)]
+    pub websocket: RawWebSocket,
+}
+
+/// `[tls]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTls {
+    pub enabled: Option<bool>,
+    pub listen: Option<String>,
+    pub cert: Option<String>,
+    pub key: Option<String>,
+    pub required: Option<bool>,
+}
+
+/// `[websocket]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawWebSocket {
+    pub enabled: Option<bool>,
+    pub listen: Option<String>,
 }
 
 /// `[http]`.

@@ -8,11 +8,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::transport::RawStream;
 use bytes::{Buf, BytesMut};
 use fe2o3_amqp_types::definitions::Error as AmqpError;
 use fe2o3_amqp_types::performatives::{ChannelMax, Close, MaxFrameSize, Open, Performative};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 
 use super::Context;
@@ -144,7 +144,10 @@ impl Connection {
     }
 }
 
-async fn read_more(stream: &mut TcpStream, input: &mut BytesMut) -> Result<(), ConnectionError> {
+async fn read_more<S: RawStream>(
+    stream: &mut S,
+    input: &mut BytesMut,
+) -> Result<(), ConnectionError> {
     if input.capacity() - input.len() < 4096 {
         input.reserve(64 * 1024);
     }
@@ -155,8 +158,8 @@ async fn read_more(stream: &mut TcpStream, input: &mut BytesMut) -> Result<(), C
     Ok(())
 }
 
-async fn read_exact_header(
-    stream: &mut TcpStream,
+async fn read_exact_header<S: RawStream>(
+    stream: &mut S,
     input: &mut BytesMut,
 ) -> Result<[u8; 8], ConnectionError> {
     while input.len() < 8 {
@@ -167,8 +170,8 @@ async fn read_exact_header(
     Ok(header)
 }
 
-async fn read_frame(
-    stream: &mut TcpStream,
+async fn read_frame<S: RawStream>(
+    stream: &mut S,
     input: &mut BytesMut,
     max_size: u32,
 ) -> Result<RawFrame, ConnectionError> {
@@ -181,8 +184,8 @@ async fn read_frame(
 }
 
 /// Runs the handshake: headers, optional SASL, `open`. Returns the peer's `open`.
-async fn handshake(
-    stream: &mut TcpStream,
+async fn handshake<S: RawStream>(
+    stream: &mut S,
     input: &mut BytesMut,
     output: &mut BytesMut,
     context: &Context,
@@ -308,8 +311,8 @@ pub(super) fn out_of_descriptors_refusal(context: &Context) -> Vec<u8> {
 
 /// Serves one TCP connection to its end, or refuses it after the handshake when it is not
 /// admitted.
-pub async fn run(
-    mut stream: TcpStream,
+pub async fn run<S: RawStream>(
+    mut stream: S,
     context: Arc<Context>,
     mut shutdown: watch::Receiver<bool>,
     admission: Admission,
@@ -428,7 +431,7 @@ pub async fn run(
 const LAST_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Writes the last bytes of a connection, giving up after [`LAST_WRITE_TIMEOUT`].
-async fn write_last(stream: &mut TcpStream, bytes: &[u8]) {
+async fn write_last<S: RawStream>(stream: &mut S, bytes: &[u8]) {
     let _ = tokio::time::timeout(LAST_WRITE_TIMEOUT, stream.write_all(bytes)).await;
 }
 
@@ -474,10 +477,10 @@ const OUTPUT_READ_PAUSE: usize = 8 * 1024 * 1024;
 
 /// Writes as much of `output` as the socket takes now, without waiting. Returns whether
 /// anything was written.
-fn flush_now(stream: &TcpStream, output: &mut BytesMut) -> Result<bool, ConnectionError> {
+fn flush_now<S: RawStream>(stream: &S, output: &mut BytesMut) -> Result<bool, ConnectionError> {
     let mut wrote = false;
     while !output.is_empty() {
-        match stream.try_write(output) {
+        match stream.write_now(output) {
             Ok(0) => return Err(ConnectionError::Closed),
             Ok(written) => {
                 output.advance(written);
@@ -490,9 +493,9 @@ fn flush_now(stream: &TcpStream, output: &mut BytesMut) -> Result<bool, Connecti
     Ok(wrote)
 }
 
-async fn event_loop(
+async fn event_loop<S: RawStream>(
     connection: &mut Connection,
-    stream: &mut TcpStream,
+    stream: &mut S,
     input: &mut BytesMut,
     inbox: &mut mpsc::UnboundedReceiver<Notification>,
     shutdown: &mut watch::Receiver<bool>,
@@ -567,9 +570,9 @@ async fn event_loop(
             }
         };
         tokio::select! {
-            readable = stream.readable(), if reading => {
+            readable = stream.ready_to_read(), if reading => {
                 readable?;
-                match stream.try_read_buf(input) {
+                match stream.read_now(input) {
                     Ok(0) => return Err(ConnectionError::Closed),
                     Ok(_) => {
                         if input.capacity() - input.len() < 4096 {
@@ -580,7 +583,7 @@ async fn event_loop(
                     Err(error) => return Err(error.into()),
                 }
             }
-            writable = stream.writable(), if writing => writable?,
+            writable = stream.ready_to_write(), if writing => writable?,
             notification = inbox.recv() => {
                 if let Some(notification) = notification {
                     connection.handle_notification(notification).await?;

@@ -14,6 +14,7 @@ mod outgoing;
 mod requests;
 mod sasl;
 mod session;
+pub mod transport;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -42,6 +43,10 @@ pub struct ServerSettings {
     pub keys: Vec<AccessKey>,
     /// At shutdown, how long receivers may settle what they hold before the close.
     pub shutdown_grace_period: Duration,
+    /// `[tls] required`: connections that do not start with TLS are refused.
+    pub tls_required: bool,
+    /// `[tls] enabled = false`: TLS connections are refused.
+    pub tls_disabled: bool,
 }
 
 /// What every connection task shares.
@@ -117,17 +122,18 @@ async fn serve_stream(
         Ok(Ok(1)) => classify(first[0]),
         _ => return,
     };
-    let metrics = &context.http.admin.metrics;
+    if context.settings.tls_required && protocol != Protocol::Tls {
+        tracing::info!("a connection without TLS is refused ([tls] required = true)");
+        return;
+    }
     match protocol {
-        Protocol::Amqp => {
-            metrics.connections.inc();
-            metrics.connections_total.inc();
-            connection::run(stream, context.clone(), shutdown, admission).await;
-            context.http.admin.metrics.connections.dec();
-        }
+        Protocol::Amqp => run_amqp(stream, context, shutdown, admission).await,
         Protocol::Http => {
             let router = context.http.router.clone();
             crate::admin::http::serve_connection(stream, router, false, shutdown).await;
+        }
+        Protocol::Tls if context.settings.tls_disabled => {
+            tracing::info!("a TLS connection is refused ([tls] enabled = false)");
         }
         Protocol::Tls => {
             let acceptor = match context.http.tls() {
@@ -148,10 +154,12 @@ async fn serve_stream(
                     let router = context.http.router.clone();
                     crate::admin::http::serve_connection(stream, router, true, shutdown).await;
                 }
-                Ok(Ok(Some((_, _)))) => {
-                    tracing::info!(
-                        "AMQP over TLS is not served yet: connect with plain AMQP (UseDevelopmentEmulator=true) on this port"
-                    );
+                Ok(Ok(Some((Protocol::Amqp, stream)))) => match transport::bridge(stream) {
+                    Ok(engine) => run_amqp(engine, context, shutdown, admission).await,
+                    Err(error) => tracing::warn!(%error, "cannot bridge a TLS connection"),
+                },
+                Ok(Ok(Some((Protocol::Tls, _)))) => {
+                    tracing::debug!("TLS inside TLS is not served");
                 }
                 _ => {}
             }
@@ -159,11 +167,35 @@ async fn serve_stream(
     }
 }
 
+/// Runs an AMQP connection on `stream`, counted in the metrics.
+async fn run_amqp<S: transport::RawStream>(
+    stream: S,
+    context: Arc<Context>,
+    shutdown: watch::Receiver<bool>,
+    admission: Admission,
+) {
+    let metrics = context.http.admin.metrics.clone();
+    metrics.connections.inc();
+    metrics.connections_total.inc();
+    connection::run(stream, context, shutdown, admission).await;
+    metrics.connections.dec();
+}
+
+/// Runs an AMQP connection that arrived over a WebSocket (the engine's end of its bridge).
+pub async fn run_bridged(
+    stream: tokio::net::UnixStream,
+    context: Arc<Context>,
+    shutdown: watch::Receiver<bool>,
+) {
+    run_amqp(stream, context, shutdown, Admission::Admitted).await;
+}
+
 /// Serves connections from `listener` until `shutdown` turns true, then stops accepting,
 /// lets every connection drain (receivers may settle for the grace period; then each is
 /// closed with `amqp:connection:forced`) and returns once all have ended.
 pub async fn serve(
     listener: TcpListener,
+    more: Vec<TcpListener>,
     context: Arc<Context>,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -172,9 +204,34 @@ pub async fn serve(
     let spare = limits::SpareDescriptor::reserve();
     let refusal = connection::out_of_descriptors_refusal(&context);
     let mut accept_warnings = limits::RateLimitedWarning::new(Duration::from_secs(10));
+    // The other listeners accept in tasks of their own and hand their connections over, so
+    // that one set of permits and one drain cover them all.
+    let (handover, mut handed_over) = tokio::sync::mpsc::channel(64);
+    let mut acceptors = JoinSet::new();
+    for extra in more {
+        let handover = handover.clone();
+        acceptors.spawn(async move {
+            let mut warnings = limits::RateLimitedWarning::new(Duration::from_secs(10));
+            loop {
+                match extra.accept().await {
+                    Ok(accepted) => {
+                        if handover.send(accepted).await.is_err() {
+                            return;
+                        }
+                    }
+                    Err(error) => {
+                        warnings.warn(&error);
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+            }
+        });
+    }
+    drop(handover);
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
+            Some(accepted) = handed_over.recv() => Ok(accepted),
             // Reap finished connection tasks as they end.
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
             _ = shutdown.changed() => break,
@@ -213,6 +270,8 @@ pub async fn serve(
         }
     }
     drop(listener);
+    acceptors.abort_all();
+    drop(handed_over);
     let open = connections.len();
     if open > 0 {
         tracing::info!(connections = open, "draining connections");
