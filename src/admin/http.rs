@@ -33,6 +33,9 @@ use crate::amqp::sas::{self, AccessKey};
 use crate::broker::namespace::{NamespaceError, Runtime};
 use crate::broker::registry::{Description, Registry, Slot};
 
+/// How long a request head may take to arrive.
+const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Largest request body accepted (entity descriptions are a few KiB).
 const MAX_BODY: usize = 1024 * 1024;
 
@@ -165,6 +168,9 @@ pub async fn serve_connection<S>(
     );
     let connection = hyper::server::conn::http1::Builder::new()
         .keep_alive(true)
+        // A client that never finishes its request head (or a WebSocket upgrade) is dropped.
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
         .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
         .with_upgrades();
     tokio::pin!(connection);

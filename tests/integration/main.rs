@@ -19,4 +19,5 @@ mod queues;
 mod raw;
 mod raw_client;
 mod topics;
+mod transports;
 mod wire;
