@@ -219,6 +219,7 @@ pub async fn run_listeners(
         registry: registry.clone(),
         clock,
         next_receiver_id: AtomicU64::new(1),
+        connection_permits: Arc::new(tokio::sync::Semaphore::new(config.server.max_connections)),
         http: admin::http::Front::new(
             Arc::new(admin::http::Admin {
                 registry,

@@ -139,9 +139,16 @@ async fn pump_websocket(socket: axum::extract::ws::WebSocket, pump: tokio::net::
         }
         let _ = to_peer.send(Message::Close(None)).await;
     };
+    // What the engine wrote last (a `close` with its reason) must reach the peer even when
+    // the peer's side ended first; a peer that never ends its side after the engine closed
+    // gets a few seconds.
+    tokio::pin!(inbound);
+    tokio::pin!(outbound);
     tokio::select! {
-        () = inbound => {}
-        () = outbound => {}
+        () = &mut inbound => outbound.await,
+        () = &mut outbound => {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(5), inbound).await;
+        }
     }
 }
 

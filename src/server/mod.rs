@@ -62,6 +62,8 @@ pub struct Context {
     pub next_receiver_id: AtomicU64,
     /// The HTTP side: admin API, health and metrics, also served on this port.
     pub http: crate::admin::http::Front,
+    /// One per open connection (`server.max_connections`), whatever its transport.
+    pub connection_permits: Arc<Semaphore>,
 }
 
 impl Context {
@@ -187,7 +189,15 @@ pub async fn run_bridged(
     context: Arc<Context>,
     shutdown: watch::Receiver<bool>,
 ) {
-    run_amqp(stream, context, shutdown, Admission::Admitted).await;
+    // The HTTP connection it upgraded from gave its permit back: this one takes its own.
+    let permit = context.connection_permits.clone().try_acquire_owned().ok();
+    let admission = if permit.is_some() {
+        Admission::Admitted
+    } else {
+        Admission::TooManyConnections
+    };
+    run_amqp(stream, context, shutdown, admission).await;
+    drop(permit);
 }
 
 /// Serves connections from `listener` until `shutdown` turns true, then stops accepting,
@@ -199,7 +209,7 @@ pub async fn serve(
     context: Arc<Context>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let permits = Arc::new(Semaphore::new(context.settings.max_connections));
+    let permits = context.connection_permits.clone();
     let mut connections = JoinSet::new();
     let spare = limits::SpareDescriptor::reserve();
     let refusal = connection::out_of_descriptors_refusal(&context);

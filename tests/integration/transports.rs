@@ -185,10 +185,8 @@ where
                 }
             }
         };
-        tokio::select! {
-            () = outbound => {}
-            () = inbound => {}
-        }
+        // Both directions to their end: the broker's last frames must reach the client.
+        tokio::join!(outbound, inbound);
     });
     client_end
 }
@@ -307,5 +305,37 @@ async fn websockets_switched_off_answer_404() {
         .expect("read");
     let text = String::from_utf8_lossy(&answer[..read]);
     assert!(text.starts_with("HTTP/1.1 404"), "{text}");
+    let _ = std::fs::remove_dir_all(&directory);
+}
+
+#[tokio::test]
+async fn websocket_connections_count_against_max_connections() {
+    let directory = scratch("ws-limit");
+    let broker = broker(&directory, "[server]\nmax_connections = 1\n").await;
+    let (_held, _session) = broker.connect().await;
+    let tcp = TcpStream::connect(broker.address).await.expect("connect");
+    let host = broker.address.to_string();
+    let stream = websocket_stream(tcp, "/$servicebus/websocket/", &host).await;
+    let refused = tokio::time::timeout(
+        Duration::from_secs(10),
+        Connection::builder()
+            .container_id("ws-over-the-limit")
+            .sasl_profile(fe2o3_amqp::sasl_profile::SaslProfile::Anonymous)
+            .open_with_stream(stream),
+    )
+    .await
+    .expect("answered at once");
+    let error = match refused {
+        Ok(mut connection) => {
+            // The broker's open arrives first, its close with the reason right after.
+            let error = connection.on_close().await;
+            format!("{error:?}")
+        }
+        Err(error) => format!("{error:?}"),
+    };
+    assert!(
+        error.contains("resource-limit-exceeded") || error.contains("ResourceLimitExceeded"),
+        "{error}"
+    );
     let _ = std::fs::remove_dir_all(&directory);
 }
