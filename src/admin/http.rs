@@ -5,6 +5,7 @@
 //!
 //! Routes (paths are case-insensitive; `api-version` is accepted and not checked):
 //! - `GET /health`, `GET /metrics` (no authorization, like the emulator's health check)
+//! - `/explorer/` and `/explorer/api/…`: the web explorer (see [`super::explorer`])
 //! - `GET /$namespaceinfo`
 //! - `GET /$Resources/Queues`, `GET /$Resources/Topics` (`$skip`, `$top`)
 //! - `GET|PUT|DELETE /{queue or topic}` (PUT with `If-Match: *` updates)
@@ -367,6 +368,10 @@ async fn handle(State(admin): State<Arc<Admin>>, request: Request) -> Response {
         // AMQP authorizes its own links ($cbs): the upgrade needs no token.
         (&Method::GET, ["$servicebus", "websocket"]) => return websocket(&admin, parts).await,
         (&Method::GET, ["metrics"]) => return admin.metrics.render(&admin.registry).await,
+        // The explorer authorizes with HTTP Basic (a browser cannot make SAS tokens).
+        (_, ["explorer", ..]) => {
+            return super::explorer::handle(&admin, parts, body, &segments[1..]).await;
+        }
         _ => {}
     }
     let path = segments.join("/");

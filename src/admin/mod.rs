@@ -3,6 +3,7 @@
 //!
 //! - [`atom`]: the pure ATOM/XML codec for the request and response bodies (no I/O).
 //! - [`describe`]: ATOM descriptions ⇄ the namespace's definitions.
+//! - [`explorer`]: the web explorer page and its JSON API.
 //! - [`http`]: the routes (admin API, `/health`, `/metrics`) and the HTTP serving loops.
 //! - [`metrics`]: Prometheus metrics.
 //! - [`sniff`]: one port for everything — AMQP, HTTP and TLS told apart by their first bytes.
@@ -10,6 +11,7 @@
 
 pub mod atom;
 pub mod describe;
+pub mod explorer;
 pub mod http;
 pub mod metrics;
 pub mod sniff;

@@ -510,6 +510,27 @@ impl Actor {
                     .map(|records| messages(sub_queue, records));
                 self.answer(reply, result);
             }
+            Command::Take {
+                sub_queue,
+                sequence_numbers,
+                mode,
+                reply,
+            } => {
+                let result = self
+                    .state
+                    .take_by_sequence(now, sub_queue, &sequence_numbers, mode)
+                    .map(|records| messages(sub_queue, records));
+                self.answer(reply, result);
+            }
+            Command::Purge {
+                sub_queue,
+                before,
+                max,
+                reply,
+            } => {
+                let deleted = self.state.purge(now, sub_queue, before, max);
+                self.answer(reply, Ok(Reply::Count(deleted)));
+            }
             Command::CancelScheduled {
                 sequence_numbers,
                 reply,
@@ -550,6 +571,8 @@ impl Actor {
             | Command::Peek { reply, .. }
             | Command::ReceiveDeferred { reply, .. }
             | Command::CancelScheduled { reply, .. }
+            | Command::Take { reply, .. }
+            | Command::Purge { reply, .. }
             | Command::Session { reply, .. }
             | Command::ListSessions { reply, .. }
             | Command::UpdateSettings { reply, .. }

@@ -106,6 +106,8 @@ pub enum Reply {
     Rules(Vec<crate::broker::rules::Rule>),
     /// An entity's message counts (admin API runtime properties).
     Counts(state::EntityCounts),
+    /// How many messages an operation touched (purge).
+    Count(usize),
 }
 
 /// Where an entity sends notifications for one connection.
@@ -291,6 +293,28 @@ pub enum Command {
         /// Lock them, or remove them.
         mode: ReceiveMode,
         /// Who waits.
+        reply: ReplyTo,
+    },
+    /// Take messages by sequence number, active or deferred (the explorer).
+    Take {
+        /// Which sub-queue.
+        sub_queue: SubQueue,
+        /// The messages wanted.
+        sequence_numbers: Vec<SequenceNumber>,
+        /// Lock them, or remove them.
+        mode: ReceiveMode,
+        /// Who waits.
+        reply: ReplyTo,
+    },
+    /// Delete unlocked messages (the explorer's purge; batch delete).
+    Purge {
+        /// Which sub-queue.
+        sub_queue: SubQueue,
+        /// Only those enqueued before this time.
+        before: Option<Timestamp>,
+        /// At most this many.
+        max: usize,
+        /// Who waits for [`Reply::Count`].
         reply: ReplyTo,
     },
     /// Cancel scheduled messages.

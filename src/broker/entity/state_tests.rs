@@ -624,3 +624,99 @@ fn dead_lettering_is_counted_once_by_reason() {
     assert_eq!(by_reason.session_id_is_null, 1);
     assert_eq!(state.message_count(SubQueue::DeadLetter), 3);
 }
+
+#[test]
+fn explorer_takes_messages_by_sequence_number_and_skips_locked_ones() {
+    // The explorer's single-message actions: active and deferred messages are taken by
+    // number, locked ones are refused whole (rule LCK-1: a lock belongs to its holder).
+    let mut state = entity(|_| {});
+    state
+        .enqueue(START, vec![message("a"), message("b"), message("c")])
+        .expect("accepted");
+    state.attach_receiver(START, RECEIVER, SubQueue::Main, ReceiveMode::PeekLock);
+    let mut credit = 0;
+    let held = receive_one(&mut state, START, &mut credit).expect("delivered");
+    assert_eq!(held.sequence_number, SequenceNumber(1));
+    let refused = state.take_by_sequence(
+        START,
+        SubQueue::Main,
+        &[SequenceNumber(1), SequenceNumber(2)],
+        ReceiveMode::PeekLock,
+    );
+    assert!(matches!(refused, Err(EntityError::MessageNotFound(_))));
+    let taken = state
+        .take_by_sequence(
+            START,
+            SubQueue::Main,
+            &[SequenceNumber(3), SequenceNumber(2)],
+            ReceiveMode::PeekLock,
+        )
+        .expect("taken");
+    let numbers: Vec<i64> = taken
+        .iter()
+        .map(|(record, _)| record.sequence_number.0)
+        .collect();
+    assert_eq!(numbers, vec![2, 3]);
+    let (_, lock) = &taken[0];
+    let token = lock.expect("locked").token;
+    state
+        .settle(START, token, Settlement::Complete)
+        .expect("settled with the explorer's lock");
+    assert!(state.record(SubQueue::Main, SequenceNumber(2)).is_none());
+    // Taken messages are not delivered to the attached receiver meanwhile.
+    assert!(receive_one(&mut state, START, &mut credit).is_none());
+    let removed = state.take_by_sequence(
+        START,
+        SubQueue::Main,
+        &[SequenceNumber(1)],
+        ReceiveMode::ReceiveAndDelete,
+    );
+    assert!(
+        removed.is_err(),
+        "the receiver's lock still holds message 1"
+    );
+}
+
+#[test]
+fn purge_deletes_unlocked_messages_of_every_state() {
+    let mut state = entity(|_| {});
+    let mut scheduled = Message {
+        body: Bytes::from_static(b"later"),
+        ..Message::default()
+    };
+    scheduled.scheduled_enqueue_time = Some(START.plus(Duration::from_secs(3600)));
+    state
+        .enqueue(
+            START,
+            vec![
+                message("a"),
+                message("b"),
+                message("c"),
+                Arc::new(scheduled),
+            ],
+        )
+        .expect("accepted");
+    assert_eq!(state.counts().scheduled, 1);
+    state.attach_receiver(START, RECEIVER, SubQueue::Main, ReceiveMode::PeekLock);
+    let mut credit = 0;
+    let held = receive_one(&mut state, START, &mut credit).expect("delivered");
+    let deleted = state.purge(START, SubQueue::Main, None, usize::MAX);
+    assert_eq!(deleted, 3, "b, c and the scheduled one; a is locked");
+    let counts = state.counts();
+    assert_eq!((counts.active, counts.scheduled), (1, 0));
+    // The scheduled message's activation is gone with it.
+    let later = START.plus(Duration::from_secs(7200));
+    state
+        .settle(
+            later.min(START),
+            held.lock.expect("locked").token,
+            Settlement::Complete,
+        )
+        .expect("completed");
+    state.advance(later);
+    assert_eq!(state.counts().active, 0);
+    assert_eq!(
+        state.purge(later, SubQueue::DeadLetter, None, usize::MAX),
+        0
+    );
+}

@@ -136,3 +136,114 @@ impl EntityState {
         Ok(until)
     }
 }
+
+impl EntityState {
+    /// Takes messages by sequence number, whatever their place in the queue (the explorer's
+    /// single-message actions): active or deferred, unlocked messages are locked
+    /// (peek-lock, to be settled with the lock) or removed (receive-and-delete). A number
+    /// that names no such message fails the whole request with `MessageNotFound`.
+    pub fn take_by_sequence(
+        &mut self,
+        now: Timestamp,
+        sub_queue: SubQueue,
+        sequence_numbers: &[SequenceNumber],
+        mode: ReceiveMode,
+    ) -> Result<Vec<(Record, Option<Lock>)>, EntityError> {
+        self.touch(now);
+        self.advance(now);
+        for sequence_number in sequence_numbers {
+            let takeable = matches!(
+                self.store(sub_queue).records.get(sequence_number),
+                Some(record) if matches!(record.state, MessageState::Active | MessageState::Deferred)
+            ) && self.lock_of(sub_queue, *sequence_number).is_none();
+            if !takeable {
+                return Err(EntityError::MessageNotFound(format!(
+                    "The message with sequence number {} was not found, is scheduled, or is locked.",
+                    sequence_number.0
+                )));
+            }
+        }
+        for sequence_number in sequence_numbers {
+            self.log.available_mut(sub_queue).remove(sequence_number);
+            if sub_queue == SubQueue::Main {
+                self.session_remove_available(*sequence_number);
+            }
+        }
+        let mut unique = sequence_numbers.to_vec();
+        unique.sort_unstable();
+        unique.dedup();
+        let mut taken = Vec::with_capacity(unique.len());
+        for sequence_number in unique {
+            match mode {
+                ReceiveMode::PeekLock => {
+                    let lock = self.new_lock(now);
+                    if self
+                        .set_lock(sub_queue, sequence_number, Some(lock))
+                        .is_none()
+                    {
+                        continue;
+                    }
+                    let Some(record) = self.log.get(sub_queue, sequence_number) else {
+                        continue;
+                    };
+                    taken.push((record.clone(), Some(lock)));
+                    self.locks.insert(lock.token, (sub_queue, sequence_number));
+                    self.deadlines
+                        .insert((lock.until, Deadline::Lock(lock.token)));
+                }
+                ReceiveMode::ReceiveAndDelete => {
+                    if let Some(record) = self.log.remove(sub_queue, sequence_number) {
+                        self.stored_bytes -= record.message.size() as u64;
+                        self.forget_deadlines(&record);
+                        taken.push((record, None));
+                    }
+                }
+            }
+        }
+        Ok(taken)
+    }
+
+    /// Deletes up to `max` unlocked messages of `sub_queue` enqueued before `before` (all
+    /// when `None`), oldest first: active, deferred and scheduled ones. Locked messages stay
+    /// with their receivers. Returns how many were deleted.
+    pub fn purge(
+        &mut self,
+        now: Timestamp,
+        sub_queue: SubQueue,
+        before: Option<Timestamp>,
+        max: usize,
+    ) -> usize {
+        self.touch(now);
+        self.advance(now);
+        let doomed: Vec<SequenceNumber> = self
+            .store(sub_queue)
+            .records
+            .iter()
+            .filter(|(number, record)| {
+                before.is_none_or(|before| record.enqueued_time < before)
+                    && self.lock_of(sub_queue, **number).is_none()
+            })
+            .map(|(number, _)| *number)
+            .take(max)
+            .collect();
+        for sequence_number in &doomed {
+            if sub_queue == SubQueue::Main {
+                self.session_remove_available(*sequence_number);
+            }
+            let Some(record) = self.log.remove(sub_queue, *sequence_number) else {
+                continue;
+            };
+            self.stored_bytes -= record.message.size() as u64;
+            if record.state == MessageState::Scheduled {
+                if let Some(at) = record.message.scheduled_enqueue_time {
+                    self.deadlines
+                        .remove(&(at, Deadline::Activation(*sequence_number)));
+                }
+                self.scheduled_count -= 1;
+            } else {
+                self.forget_deadlines(&record);
+            }
+        }
+        doomed.len()
+    }
+}

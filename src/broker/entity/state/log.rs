@@ -123,6 +123,54 @@ pub(super) struct Store {
     pub(super) records: BTreeMap<SequenceNumber, Record>,
     /// Active, unlocked records in delivery order (an index the core maintains).
     pub(super) available: BTreeSet<SequenceNumber>,
+    /// Records in the deferred state (kept with every change, so counts need no scan).
+    deferred: usize,
+}
+
+impl Store {
+    /// Adds or replaces a record.
+    fn put(&mut self, sequence_number: SequenceNumber, record: Record) {
+        if record.state == MessageState::Deferred {
+            self.deferred += 1;
+        }
+        if let Some(old) = self.records.insert(sequence_number, record)
+            && old.state == MessageState::Deferred
+        {
+            self.deferred -= 1;
+        }
+    }
+
+    /// Removes a record.
+    fn take(&mut self, sequence_number: SequenceNumber) -> Option<Record> {
+        let record = self.records.remove(&sequence_number)?;
+        if record.state == MessageState::Deferred {
+            self.deferred -= 1;
+        }
+        Some(record)
+    }
+
+    /// Changes a record in place.
+    fn change(
+        &mut self,
+        sequence_number: SequenceNumber,
+        change: impl FnOnce(&mut Record),
+    ) -> Option<&Record> {
+        let record = self.records.get_mut(&sequence_number)?;
+        let was_deferred = record.state == MessageState::Deferred;
+        change(record);
+        let is_deferred = record.state == MessageState::Deferred;
+        match (was_deferred, is_deferred) {
+            (false, true) => self.deferred += 1,
+            (true, false) => self.deferred -= 1,
+            _ => {}
+        }
+        self.records.get(&sequence_number)
+    }
+
+    /// Records in the deferred state.
+    pub(super) fn deferred(&self) -> usize {
+        self.deferred
+    }
 }
 
 /// The durable state of one entity; see the module documentation.
@@ -239,9 +287,7 @@ impl MessageLog {
                 record: Box::new(record.clone()),
             });
         }
-        self.store_mut(sub_queue)
-            .records
-            .insert(sequence_number, record);
+        self.store_mut(sub_queue).put(sequence_number, record);
     }
 
     /// Removes a record (and its entry in the available index).
@@ -252,7 +298,7 @@ impl MessageLog {
     ) -> Option<Record> {
         let store = self.store_mut(sub_queue);
         store.available.remove(&sequence_number);
-        let record = store.records.remove(&sequence_number)?;
+        let record = store.take(sequence_number)?;
         if let Some(journal) = &mut self.journal {
             journal.push(Change::Remove {
                 sub_queue,
@@ -274,10 +320,9 @@ impl MessageLog {
             SubQueue::DeadLetter => &mut self.dead_letter,
             SubQueue::TransferDeadLetter => &mut self.transfer_dead_letter,
         };
-        let Some(record) = store.records.get_mut(&sequence_number) else {
+        let Some(record) = store.change(sequence_number, change) else {
             return false;
         };
-        change(record);
         if let Some(journal) = &mut self.journal {
             journal.push(Change::Update {
                 sub_queue,
@@ -302,10 +347,10 @@ impl MessageLog {
     ) -> bool {
         let store = self.store_mut(from);
         store.available.remove(&sequence_number);
-        let Some(record) = store.records.remove(&sequence_number) else {
+        let Some(record) = store.take(sequence_number) else {
             return false;
         };
-        self.store_mut(to).records.insert(sequence_number, record);
+        self.store_mut(to).put(sequence_number, record);
         if let Some(journal) = &mut self.journal {
             journal.push(Change::Move {
                 from,
@@ -381,9 +426,7 @@ impl MessageLog {
             Change::Put { sub_queue, record } => {
                 let sequence_number = record.sequence_number;
                 self.next_sequence_number = self.next_sequence_number.max(sequence_number.0 + 1);
-                self.store_mut(sub_queue)
-                    .records
-                    .insert(sequence_number, *record);
+                self.store_mut(sub_queue).put(sequence_number, *record);
             }
             Change::Update {
                 sub_queue,
@@ -394,28 +437,28 @@ impl MessageLog {
                 expires_at,
                 property_changes,
             } => {
-                if let Some(record) = self.store_mut(sub_queue).records.get_mut(&sequence_number) {
+                self.store_mut(sub_queue).change(sequence_number, |record| {
                     record.delivery_count = delivery_count;
                     record.state = state;
                     record.enqueued_time = enqueued_time;
                     record.expires_at = expires_at;
                     record.property_changes = property_changes;
-                }
+                });
             }
             Change::Move {
                 from,
                 to,
                 sequence_number,
             } => {
-                if let Some(record) = self.store_mut(from).records.remove(&sequence_number) {
-                    self.store_mut(to).records.insert(sequence_number, record);
+                if let Some(record) = self.store_mut(from).take(sequence_number) {
+                    self.store_mut(to).put(sequence_number, record);
                 }
             }
             Change::Remove {
                 sub_queue,
                 sequence_number,
             } => {
-                self.store_mut(sub_queue).records.remove(&sequence_number);
+                self.store_mut(sub_queue).take(sequence_number);
             }
             Change::NextSequence(next) => {
                 self.next_sequence_number = self.next_sequence_number.max(next);

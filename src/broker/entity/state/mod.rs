@@ -276,6 +276,8 @@ pub struct EntityCounts {
     pub active: u64,
     /// Messages waiting for their scheduled enqueue time.
     pub scheduled: u64,
+    /// Deferred messages of the main queue (counted in `active` too, as Service Bus does).
+    pub deferred: u64,
     /// Messages in the dead-letter sub-queue.
     pub dead_letter: u64,
     /// Messages waiting to be auto-forwarded.
@@ -448,6 +450,7 @@ impl EntityState {
         EntityCounts {
             active: main.saturating_sub(scheduled),
             scheduled,
+            deferred: self.log.store(SubQueue::Main).deferred() as u64,
             dead_letter: self.log.records(SubQueue::DeadLetter).len() as u64,
             transfer: self.log.outbox().len() as u64,
             transfer_dead_letter: self.log.records(SubQueue::TransferDeadLetter).len() as u64,
