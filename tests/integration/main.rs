@@ -6,6 +6,7 @@ mod cli;
 mod crash;
 mod durability;
 mod emulator_config;
+mod explorer;
 mod flow_control;
 mod forwarding;
 mod fuzz;
