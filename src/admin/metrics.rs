@@ -97,7 +97,7 @@ impl Metrics {
                 &registry,
                 gauge_vec(
                     "ferrobus_entity_messages",
-                    "Messages an entity holds, by state (active, scheduled, dead_letter, transfer, transfer_dead_letter).",
+                    "Messages an entity holds, by state (active, deferred (also counted in active, as Service Bus counts them), scheduled, dead_letter, transfer, transfer_dead_letter).",
                     &["entity", "state"],
                 ),
             ),
@@ -192,6 +192,7 @@ impl Metrics {
             }
             for (state, value) in [
                 ("active", counts.active),
+                ("deferred", counts.deferred),
                 ("scheduled", counts.scheduled),
                 ("dead_letter", counts.dead_letter),
                 ("transfer", counts.transfer),
