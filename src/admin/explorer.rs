@@ -960,6 +960,7 @@ impl Api<'_> {
             .send(Command::Purge {
                 sub_queue: queue,
                 before: None,
+                session_id: None,
                 max: usize::MAX,
                 reply,
             })
@@ -1389,6 +1390,7 @@ fn application_properties(delivery: &Delivery) -> Vec<(String, Json)> {
         DeliveryView {
             record: &delivery.record,
             lock: None,
+            lock_token: false,
         },
         &mut encoded,
     );

@@ -321,6 +321,10 @@ pub struct DeliveryView<'a> {
     pub record: &'a Record,
     /// The lock, for peek-lock deliveries.
     pub lock: Option<(LockToken, Timestamp)>,
+    /// Whether the lock token goes into the `x-opt-lock-token` delivery annotation too, as
+    /// the service sends it to receivers (clients that do not read the delivery tag take it
+    /// from there); not for peeks.
+    pub lock_token: bool,
 }
 
 /// Encodes a message for delivery: header, annotations, then the client's sections.
@@ -341,6 +345,15 @@ pub fn encode_delivery(view: DeliveryView<'_>, output: &mut BytesMut) {
     writer.uint(record.delivery_count);
     header.count = 5;
     writer.finish_compound(header);
+
+    if let (true, Some((token, _))) = (view.lock_token, view.lock) {
+        writer.descriptor(DELIVERY_ANNOTATIONS as u8);
+        let mut delivery_annotations = writer.start_map();
+        writer.symbol("x-opt-lock-token");
+        writer.uuid(&token.0);
+        delivery_annotations.count = 2;
+        writer.finish_compound(delivery_annotations);
+    }
 
     writer.descriptor(MESSAGE_ANNOTATIONS as u8);
     let mut annotations = writer.start_map();

@@ -60,7 +60,8 @@ pub fn management_right(plan: &Plan) -> Right {
         | Plan::Peek { .. }
         | Plan::Session(..)
         | Plan::ListSessions { .. }
-        | Plan::ReceiveDeferred { .. } => Right::Listen,
+        | Plan::ReceiveDeferred { .. }
+        | Plan::DeleteMessages { .. } => Right::Listen,
     }
 }
 

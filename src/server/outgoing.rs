@@ -108,6 +108,7 @@ impl Connection {
             DeliveryView {
                 record: &delivery.record,
                 lock,
+                lock_token: true,
             },
             &mut payload,
         );

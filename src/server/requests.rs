@@ -183,6 +183,21 @@ impl Connection {
                     })
                     .await
             }
+            Plan::DeleteMessages {
+                count,
+                before,
+                session_id,
+            } => {
+                entity
+                    .send(Command::Purge {
+                        sub_queue,
+                        before: Some(before),
+                        session_id,
+                        max: count,
+                        reply,
+                    })
+                    .await
+            }
             Plan::ReceiveDeferred {
                 sequence_numbers,
                 mode,

@@ -74,7 +74,7 @@ pub(crate) struct Node {
 }
 
 impl Node {
-    async fn close(self) {
+    pub(crate) async fn close(self) {
         self.sender.close().await.expect("request link closes");
         self.receiver.close().await.expect("response link closes");
     }
@@ -114,6 +114,16 @@ impl Node {
         properties: &[(&str, SimpleValue)],
         body: Value,
     ) -> (i32, String) {
+        let (status, description, _) = self.request_full(properties, body).await;
+        (status, description)
+    }
+
+    /// Sends a request and returns the response's status code, description and body.
+    pub(crate) async fn request_full(
+        &mut self,
+        properties: &[(&str, SimpleValue)],
+        body: Value,
+    ) -> (i32, String, Option<Value>) {
         self.next_id += 1;
         let mut application = ApplicationProperties::builder();
         for (key, value) in properties {
@@ -148,10 +158,14 @@ impl Node {
                 _ => None,
             })
             .unwrap_or_default();
+        let body = match response.body() {
+            Body::Value(value) => Some(value.0.clone()),
+            _ => None,
+        };
         for key in ["statusCode", "status-code"] {
             match properties.0.get(key) {
-                Some(SimpleValue::Int(code)) => return (*code, description),
-                Some(SimpleValue::Uint(code)) => return (*code as i32, description),
+                Some(SimpleValue::Int(code)) => return (*code, description, body),
+                Some(SimpleValue::Uint(code)) => return (*code as i32, description, body),
                 _ => {}
             }
         }

@@ -15,6 +15,7 @@ mod hostile;
 mod limits;
 mod logs;
 mod memory;
+mod parity;
 mod process;
 mod queues;
 mod raw;

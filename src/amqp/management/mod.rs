@@ -21,6 +21,9 @@ use crate::broker::types::{
 pub use response::{failure_response, reply_response};
 use rules::{rule_from_request, undescribed};
 
+/// Most messages one `batch-delete-messages` request deletes (the service's limit).
+const MAX_BATCH_DELETE: i64 = 4000;
+
 /// What the connection should do for a request.
 #[derive(Debug)]
 pub enum Plan {
@@ -54,6 +57,16 @@ pub enum Plan {
         /// Most sessions.
         top: usize,
     },
+    /// Delete up to `count` unlocked messages enqueued before `before`
+    /// (`batch-delete-messages`: the SDKs' deleteMessages and purgeMessages).
+    DeleteMessages {
+        /// Most messages.
+        count: usize,
+        /// Only those enqueued before this time.
+        before: crate::broker::types::Timestamp,
+        /// Only this session's (session receivers).
+        session_id: Option<String>,
+    },
     /// Take deferred messages.
     ReceiveDeferred {
         /// Which messages.
@@ -78,6 +91,7 @@ impl Plan {
             Plan::Session(_, SessionOperation::GetState) => ResponseKind::SessionState,
             Plan::Session(_, SessionOperation::SetState(_)) => ResponseKind::Empty,
             Plan::ListSessions { .. } => ResponseKind::SessionIds,
+            Plan::DeleteMessages { .. } => ResponseKind::MessageCount,
         }
     }
 }
@@ -103,6 +117,8 @@ pub enum ResponseKind {
     SessionState,
     /// `sessions-ids` array of strings.
     SessionIds,
+    /// `message-count`: how many messages were deleted.
+    MessageCount,
 }
 
 /// A request waiting for its entity's reply.
@@ -331,6 +347,27 @@ pub fn plan(request: &Request) -> Result<Plan, Failure> {
                 last_updated,
                 skip,
                 top,
+            })
+        }
+        "com.microsoft:batch-delete-messages" => {
+            let count = body_entry(body, "message-count")
+                .and_then(integer)
+                .ok_or_else(|| argument("message-count is required"))?;
+            if !(1..=MAX_BATCH_DELETE).contains(&count) {
+                return Err(argument(&format!(
+                    "message-count must be from 1 to {MAX_BATCH_DELETE}; it was {count}"
+                )));
+            }
+            let before = match body_entry(body, "enqueued-time-utc").map(undescribed) {
+                Some(Value::Timestamp(time)) => time.milliseconds(),
+                Some(other) => integer(other)
+                    .ok_or_else(|| argument("enqueued-time-utc must be a timestamp"))?,
+                None => return Err(argument("enqueued-time-utc is required")),
+            };
+            Ok(Plan::DeleteMessages {
+                count: count as usize,
+                before: crate::broker::types::Timestamp(before),
+                session_id: body_text(body, "session-id"),
             })
         }
         "com.microsoft:add-rule" => Ok(Plan::Rules(RuleOperation::Add(Box::new(

@@ -83,6 +83,7 @@ fn write_message_entry(writer: &mut Writer<'_>, delivery: &Delivery, with_lock_t
         DeliveryView {
             record: &delivery.record,
             lock,
+            lock_token: with_lock_token,
         },
         &mut encoded,
     );
@@ -130,6 +131,11 @@ pub fn reply_response(pending: &PendingResponse, result: Result<Reply, EntityErr
         (ResponseKind::SessionIds, Reply::Sessions(sessions)) => {
             single_entry("sessions-ids", |writer| {
                 write_list(writer, &sessions, |writer, session| writer.string(session))
+            })
+        }
+        (ResponseKind::MessageCount, Reply::Count(count)) => {
+            single_entry("message-count", |writer| {
+                writer.int(i32::try_from(count).unwrap_or(i32::MAX))
             })
         }
         (ResponseKind::Rules, Reply::Rules(rules)) if rules.is_empty() => {

@@ -525,10 +525,13 @@ impl Actor {
             Command::Purge {
                 sub_queue,
                 before,
+                session_id,
                 max,
                 reply,
             } => {
-                let deleted = self.state.purge(now, sub_queue, before, max);
+                let deleted = self
+                    .state
+                    .purge(now, sub_queue, before, session_id.as_deref(), max);
                 self.answer(reply, Ok(Reply::Count(deleted)));
             }
             Command::CancelScheduled {

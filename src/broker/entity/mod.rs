@@ -306,12 +306,14 @@ pub enum Command {
         /// Who waits.
         reply: ReplyTo,
     },
-    /// Delete unlocked messages (the explorer's purge; batch delete).
+    /// Delete unlocked messages (the explorer's purge; `batch-delete-messages`).
     Purge {
         /// Which sub-queue.
         sub_queue: SubQueue,
         /// Only those enqueued before this time.
         before: Option<Timestamp>,
+        /// Only this session's messages (a session receiver's request).
+        session_id: Option<String>,
         /// At most this many.
         max: usize,
         /// Who waits for [`Reply::Count`].

@@ -700,7 +700,7 @@ fn purge_deletes_unlocked_messages_of_every_state() {
     state.attach_receiver(START, RECEIVER, SubQueue::Main, ReceiveMode::PeekLock);
     let mut credit = 0;
     let held = receive_one(&mut state, START, &mut credit).expect("delivered");
-    let deleted = state.purge(START, SubQueue::Main, None, usize::MAX);
+    let deleted = state.purge(START, SubQueue::Main, None, None, usize::MAX);
     assert_eq!(deleted, 3, "b, c and the scheduled one; a is locked");
     let counts = state.counts();
     assert_eq!((counts.active, counts.scheduled), (1, 0));
@@ -716,7 +716,7 @@ fn purge_deletes_unlocked_messages_of_every_state() {
     state.advance(later);
     assert_eq!(state.counts().active, 0);
     assert_eq!(
-        state.purge(later, SubQueue::DeadLetter, None, usize::MAX),
+        state.purge(later, SubQueue::DeadLetter, None, None, usize::MAX),
         0
     );
 }

@@ -204,13 +204,15 @@ impl EntityState {
     }
 
     /// Deletes up to `max` unlocked messages of `sub_queue` enqueued before `before` (all
-    /// when `None`), oldest first: active, deferred and scheduled ones. Locked messages stay
-    /// with their receivers. Returns how many were deleted.
+    /// when `None`), of one session when `session_id` is given, oldest first: active,
+    /// deferred and scheduled ones. Locked messages stay with their receivers. Returns how
+    /// many were deleted.
     pub fn purge(
         &mut self,
         now: Timestamp,
         sub_queue: SubQueue,
         before: Option<Timestamp>,
+        session_id: Option<&str>,
         max: usize,
     ) -> usize {
         self.touch(now);
@@ -221,6 +223,8 @@ impl EntityState {
             .iter()
             .filter(|(number, record)| {
                 before.is_none_or(|before| record.enqueued_time < before)
+                    && session_id
+                        .is_none_or(|id| record.message.system.session_id.as_deref() == Some(id))
                     && self.lock_of(sub_queue, **number).is_none()
             })
             .map(|(number, _)| *number)
