@@ -1069,6 +1069,7 @@ fn resubmitted_copy(message: &Message) -> Message {
     copy.original_sequence_number = None;
     copy.hop_count = 0;
     copy.scheduled_enqueue_time = None;
+    copy.topic_sequence = None;
     copy
 }
 

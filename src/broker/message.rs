@@ -72,6 +72,10 @@ pub struct Message {
     /// Application properties set by the broker before forwarding (e.g. the dead-letter
     /// reason of a forwarded dead letter), merged on delivery.
     pub extra_properties: super::types::PropertyChanges,
+    /// The sequence number and enqueued time a topic gave this copy (sequence numbers are
+    /// the topic's: every subscription's copy carries the same). In transit from a topic
+    /// to its subscriptions only: not stored, dropped when the message is forwarded.
+    pub topic_sequence: Option<(super::types::SequenceNumber, super::types::Timestamp)>,
 }
 
 /// Memory one stored message costs beyond its encoded bytes: the `Message` and `Record`

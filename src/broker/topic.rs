@@ -288,6 +288,7 @@ impl Topic {
         let mut epochs = self.storage.as_ref().map(|(storage, _)| storage.epochs());
         let mut checkpointed = 0;
         let mut deleted = false;
+        self.number_past_subscriptions(&sink, &mut replies).await;
         // Scheduled messages that came due while the broker was down are published now.
         self.activate_due(&sink, &mut replies).await;
         loop {
@@ -448,6 +449,41 @@ impl Topic {
         }
         if deleted {
             tracing::info!(topic = %self.path, "topic deleted");
+        }
+    }
+
+    /// Raises the topic's sequence counter past every number its subscriptions hold: after
+    /// a crash between a subscription's commit and the topic's, or on data from a version
+    /// that numbered per subscription, a number is never given twice.
+    async fn number_past_subscriptions(
+        &mut self,
+        sink: &mpsc::UnboundedSender<Notification>,
+        replies: &mut mpsc::UnboundedReceiver<Notification>,
+    ) {
+        let mut waiting = 0usize;
+        for (index, handle) in self.handles.iter().enumerate() {
+            let reply = ReplyTo {
+                sink: sink.clone(),
+                request: RequestId(index as u64),
+            };
+            if handle.send(Command::Describe { reply }).await.is_ok() {
+                waiting += 1;
+            }
+        }
+        let mut next = 1;
+        for _ in 0..waiting {
+            match replies.recv().await {
+                Some(Notification::Reply {
+                    result: Ok(Reply::Counts(counts)),
+                    ..
+                }) => next = next.max(counts.next_sequence_number),
+                Some(_) => {}
+                None => break,
+            }
+        }
+        self.state.raise_sequence_number(next);
+        if let Err(error) = self.commit().await {
+            tracing::warn!(topic = %self.path, %error, "the topic's sequence counter is not durable");
         }
     }
 

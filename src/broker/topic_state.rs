@@ -291,18 +291,50 @@ impl TopicState {
                 })
                 .collect(),
         };
-        self.subscriptions
-            .iter()
-            .map(|entry| {
-                let mut all = Copies::default();
-                for message in &messages {
-                    let copies = self.copies_for(entry, message, now.0);
-                    all.accepted.extend(copies.accepted);
-                    all.dead_lettered.extend(copies.dead_lettered);
-                }
-                all
+        // Sequence numbers are the topic's (rule SEQ-1): each message takes the next one,
+        // and every subscription's copy carries it with the topic's enqueued time.
+        let messages: Vec<Arc<Message>> = messages
+            .into_iter()
+            .map(|message| {
+                let number = self.log.allocate();
+                let mut numbered = Arc::unwrap_or_clone(message);
+                numbered.topic_sequence = Some((number, now));
+                Arc::new(numbered)
             })
-            .collect()
+            .collect();
+        let mut all_copies = Vec::with_capacity(self.subscriptions.len());
+        for index in 0..self.subscriptions.len() {
+            let mut all = Copies::default();
+            for message in &messages {
+                let copies = self.copies_for(&self.subscriptions[index], message, now.0);
+                for (position, copy) in copies.accepted.into_iter().enumerate() {
+                    if position == 0 {
+                        all.accepted.push(copy);
+                        continue;
+                    }
+                    // More copies of one message in one subscription (several rules with
+                    // actions matched): each is a message of its own, with a number of
+                    // its own from the topic.
+                    let number = self.log.allocate();
+                    let mut extra = Arc::unwrap_or_clone(copy);
+                    extra.topic_sequence = Some((number, now));
+                    all.accepted.push(Arc::new(extra));
+                }
+                all.dead_lettered.extend(copies.dead_lettered);
+            }
+            all_copies.push(all);
+        }
+        if !messages.is_empty() {
+            let next = self.log.next_sequence_number();
+            self.log.note(|| Change::NextSequence(next));
+        }
+        all_copies
+    }
+
+    /// Raises the topic's sequence counter past what its subscriptions have already
+    /// numbered (start-up: a crash may have lost the topic's own record of it).
+    pub fn raise_sequence_number(&mut self, next: i64) {
+        self.log.raise_next_sequence_number(next);
     }
 
     /// Schedules messages on the topic (rules SCH-1, SCH-2): each gets the topic's next
@@ -621,6 +653,12 @@ mod tests {
         let copies = state.publish(START, vec![message("p", None)]);
         assert_eq!(copies.len(), 2, "one set of copies per subscription");
         assert!(copies.iter().all(|copies| copies.accepted.len() == 1));
+        // The topic numbers the message; both subscriptions' copies carry it (rule SEQ-1).
+        assert!(
+            copies
+                .iter()
+                .all(|copies| copies.accepted[0].topic_sequence == Some((SequenceNumber(3), START)))
+        );
         let changes = state.take_changes();
 
         let mut restored = topic();
@@ -635,12 +673,12 @@ mod tests {
         );
         restored.published(number);
         assert!(!restored.has_scheduled());
-        // The duplicate history came back; the counter goes on.
+        // The duplicate history came back; the counter goes on past the published one.
         let again = restored.publish(due, vec![message("p", None)]);
         assert!(again.iter().all(|copies| copies.accepted.is_empty()));
         assert_eq!(
             restored.schedule(due, vec![message("c", Some(due))]),
-            vec![SequenceNumber(3)]
+            vec![SequenceNumber(4)]
         );
     }
 }

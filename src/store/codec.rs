@@ -555,6 +555,8 @@ impl In<'_> {
             hop_count: self.u8()?,
             dead_letter_source: self.opt_string()?,
             extra_properties: self.properties()?,
+            // In transit only: the record's own sequence number is what is stored.
+            topic_sequence: None,
         })
     }
     fn record(&mut self) -> Result<Record, DecodeError> {
@@ -702,6 +704,7 @@ mod tests {
             hop_count: 2,
             dead_letter_source: Some("q".into()),
             extra_properties: vec![("x".into(), PropertyValue::Uuid([3; 16]))],
+            topic_sequence: None,
         };
         Record {
             message: Arc::new(message),

@@ -198,3 +198,142 @@ async fn peek_lock_deliveries_carry_the_lock_token_annotation() {
     session.end().await.ok();
     connection.close().await.ok();
 }
+
+const TOPIC_CONFIG: &str = r#"
+[[topics]]
+name = "events"
+
+[[topics.subscriptions]]
+name = "all"
+
+[[topics.subscriptions]]
+name = "red"
+[[topics.subscriptions.rules]]
+name = "red"
+sql_filter = "colour = 'red'"
+"#;
+
+fn coloured(
+    colour: &str,
+) -> fe2o3_amqp::types::messaging::Message<fe2o3_amqp::types::messaging::AmqpValue<String>> {
+    fe2o3_amqp::types::messaging::Message::builder()
+        .application_properties(
+            fe2o3_amqp::types::messaging::ApplicationProperties::builder()
+                .insert("colour", colour)
+                .build(),
+        )
+        .value(colour.to_string())
+        .build()
+}
+
+fn sequence_and_time(
+    delivery: &fe2o3_amqp::Delivery<fe2o3_amqp::types::messaging::Body<Value>>,
+) -> (i64, i64) {
+    let number = match annotation(delivery, "x-opt-sequence-number") {
+        Some(Value::Long(number)) => number,
+        other => panic!("x-opt-sequence-number, got {other:?}"),
+    };
+    let time = match annotation(delivery, "x-opt-enqueued-time") {
+        Some(Value::Timestamp(time)) => time.milliseconds(),
+        other => panic!("x-opt-enqueued-time, got {other:?}"),
+    };
+    (number, time)
+}
+
+async fn drain_numbers(
+    session: &mut fe2o3_amqp::session::SessionHandle<()>,
+    address: &str,
+    count: usize,
+) -> Vec<(i64, i64)> {
+    let mut receiver = Receiver::attach(session, format!("r-{address}"), address)
+        .await
+        .expect("receiver");
+    let mut numbers = Vec::new();
+    for _ in 0..count {
+        let delivery = receive(&mut receiver).await;
+        numbers.push(sequence_and_time(&delivery));
+        receiver.accept(&delivery).await.expect("completed");
+    }
+    receiver.close().await.ok();
+    numbers
+}
+
+#[tokio::test]
+async fn subscriptions_carry_the_topics_sequence_number_and_enqueued_time() {
+    // rule SEQ-1: numbers are the topic's; a filtered subscription sees gaps.
+    let broker = Broker::start(TOPIC_CONFIG).await;
+    let (mut connection, mut session) = broker.connect().await;
+    let mut sender = Sender::attach(&mut session, "s", "events")
+        .await
+        .expect("sender");
+    for colour in ["red", "blue", "red"] {
+        sender.send(coloured(colour)).await.expect("accepted");
+    }
+    let all = drain_numbers(&mut session, "events/Subscriptions/all", 3).await;
+    let red = drain_numbers(&mut session, "events/Subscriptions/red", 2).await;
+    let all_numbers: Vec<i64> = all.iter().map(|(number, _)| *number).collect();
+    let red_numbers: Vec<i64> = red.iter().map(|(number, _)| *number).collect();
+    assert_eq!(all_numbers, vec![1, 2, 3]);
+    assert_eq!(
+        red_numbers,
+        vec![1, 3],
+        "the blue message's number is not reused"
+    );
+    assert_eq!(red[0].1, all[0].1, "the same enqueued time on every copy");
+    assert_eq!(red[1].1, all[2].1);
+    sender.close().await.ok();
+    session.end().await.ok();
+    connection.close().await.ok();
+}
+
+#[tokio::test]
+async fn the_topics_numbers_go_on_after_kill_9() {
+    let data = std::env::temp_dir().join(format!("ferrobus-topic-numbers-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    let data_arg = data.display().to_string();
+    let connect = |address: std::net::SocketAddr| async move {
+        let mut connection = fe2o3_amqp::Connection::builder()
+            .container_id("parity")
+            .sasl_profile(fe2o3_amqp::sasl_profile::SaslProfile::Anonymous)
+            .open(format!("amqp://{address}").as_str())
+            .await
+            .expect("connection opens");
+        let session = fe2o3_amqp::Session::begin(&mut connection)
+            .await
+            .expect("session");
+        (connection, session)
+    };
+    let mut first = crate::process::BrokerProcess::start(TOPIC_CONFIG, &["--data-dir", &data_arg]);
+    {
+        let (_connection, mut session) = connect(first.address).await;
+        let mut sender = Sender::attach(&mut session, "s", "events")
+            .await
+            .expect("sender");
+        for colour in ["blue", "blue", "red"] {
+            sender.send(coloured(colour)).await.expect("accepted");
+        }
+        // Numbers 1 and 2 leave the "all" subscription; 3 stays in both.
+        let consumed = drain_numbers(&mut session, "events/Subscriptions/all", 2).await;
+        assert_eq!(
+            consumed.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+            vec![1, 2]
+        );
+    }
+    first.child.kill().expect("kill -9");
+    first.child.wait().expect("reaped");
+    let second = crate::process::BrokerProcess::start(TOPIC_CONFIG, &["--data-dir", &data_arg]);
+    let (mut connection, mut session) = connect(second.address).await;
+    let mut sender = Sender::attach(&mut session, "s", "events")
+        .await
+        .expect("sender");
+    sender.send(coloured("red")).await.expect("accepted");
+    let all = drain_numbers(&mut session, "events/Subscriptions/all", 2).await;
+    let red = drain_numbers(&mut session, "events/Subscriptions/red", 2).await;
+    assert_eq!(all.iter().map(|(n, _)| *n).collect::<Vec<_>>(), vec![3, 4]);
+    assert_eq!(red.iter().map(|(n, _)| *n).collect::<Vec<_>>(), vec![3, 4]);
+    sender.close().await.ok();
+    session.end().await.ok();
+    connection.close().await.ok();
+    drop(second);
+    let _ = std::fs::remove_dir_all(&data);
+}

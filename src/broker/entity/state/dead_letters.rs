@@ -41,7 +41,13 @@ impl EntityState {
     /// Keeps a stamped message in the outbox (durably, with durable storage) and hands it to
     /// the forwarder; it leaves the source only when the target has it ([`Self::forwarded`])
     /// or moves to the transfer dead-letter queue when the target refuses it.
-    fn send_through_outbox(&mut self, record: Record, dead_letter: bool) {
+    fn send_through_outbox(&mut self, mut record: Record, dead_letter: bool) {
+        if record.message.topic_sequence.is_some() {
+            // The target numbers it: a topic's number belongs to the topic's entities.
+            let mut message = Arc::unwrap_or_clone(record.message);
+            message.topic_sequence = None;
+            record.message = Arc::new(message);
+        }
         let message = record.message.clone();
         let sequence_number = record.sequence_number;
         self.log.add_to_outbox(record, dead_letter);
@@ -177,9 +183,9 @@ impl EntityState {
         // Activity first: a command arriving at the idle deadline keeps the entity.
         self.touch(now);
         self.advance(now);
-        let sequence_number = self.allocate_sequence_number();
+        let (sequence_number, enqueued) = self.arrival_number(now, &message);
         self.stored_bytes += message.size() as u64;
-        let record = self.arrival_record(message, sequence_number, now, Vec::new());
+        let record = self.arrival_record(message, sequence_number, enqueued, Vec::new());
         self.store_dead_letter(record, Some(reason), Some(description));
         self.dispatch(now);
     }

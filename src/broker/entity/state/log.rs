@@ -273,6 +273,28 @@ impl MessageLog {
         sequence_number
     }
 
+    /// Takes `sequence_number`, given by a topic, when no number at or after it has been
+    /// assigned here; `None` otherwise (the caller assigns its own).
+    pub(crate) fn allocate_given(
+        &mut self,
+        sequence_number: SequenceNumber,
+    ) -> Option<SequenceNumber> {
+        if sequence_number.0 < self.next_sequence_number {
+            return None;
+        }
+        self.next_sequence_number = sequence_number.0 + 1;
+        Some(sequence_number)
+    }
+
+    /// Raises the counter to at least `next` (a topic starting after its subscriptions),
+    /// noting it for the log.
+    pub(crate) fn raise_next_sequence_number(&mut self, next: i64) {
+        if next > self.next_sequence_number {
+            self.next_sequence_number = next;
+            self.note(|| Change::NextSequence(next));
+        }
+    }
+
     /// The next number to assign.
     pub fn next_sequence_number(&self) -> i64 {
         self.next_sequence_number

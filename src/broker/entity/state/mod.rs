@@ -288,6 +288,9 @@ pub struct EntityCounts {
     pub size_in_bytes: u64,
     /// What the entity has done since it started.
     pub totals: EntityTotals,
+    /// The next sequence number it would assign (a topic starts numbering past its
+    /// subscriptions').
+    pub next_sequence_number: i64,
 }
 
 /// Cumulative event counts of an entity since its actor started (metrics). Not durable:
@@ -456,6 +459,7 @@ impl EntityState {
             transfer_dead_letter: self.log.records(SubQueue::TransferDeadLetter).len() as u64,
             size_in_bytes: self.stored_bytes,
             totals: self.totals,
+            next_sequence_number: self.log.next_sequence_number(),
         }
     }
 
@@ -633,6 +637,18 @@ impl EntityState {
         self.log.allocate()
     }
 
+    /// The sequence number and enqueued time of an arriving message: the topic's when it
+    /// comes from one (the same on every subscription), else the entity's next number and
+    /// `now`.
+    fn arrival_number(&mut self, now: Timestamp, message: &Message) -> (SequenceNumber, Timestamp) {
+        if let Some((given, at)) = message.topic_sequence
+            && let Some(number) = self.log.allocate_given(given)
+        {
+            return (number, at);
+        }
+        (self.allocate_sequence_number(), now)
+    }
+
     fn effective_time_to_live(&self, message: &Message) -> Option<Duration> {
         match (
             message.header.time_to_live,
@@ -651,7 +667,7 @@ impl EntityState {
         delivery_count: u32,
         property_changes: PropertyChanges,
     ) -> SequenceNumber {
-        let sequence_number = self.allocate_sequence_number();
+        let (sequence_number, now) = self.arrival_number(now, &message);
         if self.settings.forward_to.is_some() {
             self.forward(now, message, sequence_number, property_changes);
             return sequence_number;
@@ -702,7 +718,7 @@ impl EntityState {
         message: Arc<Message>,
         at: Timestamp,
     ) -> SequenceNumber {
-        let sequence_number = self.allocate_sequence_number();
+        let (sequence_number, now) = self.arrival_number(now, &message);
         self.scheduled_count += 1;
         self.totals.scheduled += 1;
         self.deadlines
