@@ -452,9 +452,10 @@ impl Topic {
         }
     }
 
-    /// Raises the topic's sequence counter past every number its subscriptions hold: after
-    /// a crash between a subscription's commit and the topic's, or on data from a version
-    /// that numbered per subscription, a number is never given twice.
+    /// Raises the topic's sequence counter past every number its subscriptions hold (or
+    /// ever held: their logs keep their counters): the topic does not write its counter
+    /// per publish, and data from a version that numbered per subscription is carried on,
+    /// so a number is never given twice to messages anyone saw.
     async fn number_past_subscriptions(
         &mut self,
         sink: &mpsc::UnboundedSender<Notification>,

@@ -59,7 +59,12 @@ async fn http(
     (status, body)
 }
 
-async fn api(address: SocketAddr, method: &str, route: &str, body: Option<Json>) -> (u16, Json) {
+pub(crate) async fn api(
+    address: SocketAddr,
+    method: &str,
+    route: &str,
+    body: Option<Json>,
+) -> (u16, Json) {
     let (status, text) = http(
         address,
         method,
@@ -85,7 +90,7 @@ fn counts(entities: &Json, path: &str) -> Json {
 
 /// Polls the entity list until `path`'s count `name` is `expected` (settlements from a
 /// client are fire-and-forget on the wire), failing after 5 s.
-async fn wait_for_count(address: SocketAddr, path: &str, name: &str, expected: u64) {
+pub(crate) async fn wait_for_count(address: SocketAddr, path: &str, name: &str, expected: u64) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     loop {
         let (_, entities) = api(address, "GET", "entities", None).await;

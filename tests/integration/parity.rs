@@ -319,6 +319,9 @@ async fn the_topics_numbers_go_on_after_kill_9() {
             vec![1, 2]
         );
     }
+    // Completions are not acknowledged on the wire: wait until the broker counts them
+    // (its answer comes after they are on disk) before the kill.
+    crate::explorer::wait_for_count(first.address, "events/Subscriptions/all", "active", 1).await;
     first.child.kill().expect("kill -9");
     first.child.wait().expect("reaped");
     let second = crate::process::BrokerProcess::start(TOPIC_CONFIG, &["--data-dir", &data_arg]);
