@@ -104,6 +104,8 @@ impl Registry {
     /// Checks a namespace with one definition added or replaced.
     fn check(&self, description: &Description) -> Result<(), NamespaceError> {
         let mut config = self.definitions();
+        // Cloud-parity mode applies to entities made at run time as to the file's.
+        config.server.strict = self.seed.server.strict;
         match description {
             Description::Queue(queue) => {
                 config

@@ -211,6 +211,22 @@ fn convert_server(raw: RawServer) -> Result<ServerConfig, ConfigError> {
             .memory_budget
             .map(|value| byte_size("server", "memory_budget", value))
             .transpose()?,
+        strict: match raw.strict {
+            None | Some(super::raw::RawStrict::Flag(false)) => None,
+            Some(super::raw::RawStrict::Flag(true)) => Some(super::Tier::Standard),
+            Some(super::raw::RawStrict::Tier(name)) => match name.to_ascii_lowercase().as_str() {
+                "standard" => Some(super::Tier::Standard),
+                "premium" => Some(super::Tier::Premium),
+                _ => {
+                    return Err(ConfigError::invalid(
+                        "server",
+                        format!(
+                            "strict {name:?} is not a tier: use true (standard), \"standard\", \"premium\" or false"
+                        ),
+                    ));
+                }
+            },
+        },
     })
 }
 

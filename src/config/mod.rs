@@ -17,6 +17,7 @@ mod entities;
 pub mod names;
 mod raw;
 pub mod render;
+pub mod strict;
 mod summary;
 mod validate;
 
@@ -228,6 +229,28 @@ pub struct ServerConfig {
     pub shutdown_grace_period: Duration,
     /// Bytes all entities together may store; `None`: half of the machine's memory.
     pub memory_budget: Option<u64>,
+    /// Cloud-parity mode (`strict`): the cloud's quotas and rules for this tier, enforced
+    /// on the configuration and on entities created at run time; `None`: off.
+    pub strict: Option<Tier>,
+}
+
+/// A Service Bus tier whose limits `strict` mode enforces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tier {
+    /// Standard: messages up to 256 KB, entities up to 5 GB.
+    Standard,
+    /// Premium: messages up to 100 MB, entities up to 80 GB.
+    Premium,
+}
+
+impl Tier {
+    /// The tier's name as in the configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Standard => "standard",
+            Tier::Premium => "premium",
+        }
+    }
 }
 
 impl Default for ServerConfig {
@@ -239,6 +262,7 @@ impl Default for ServerConfig {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             shutdown_grace_period: DEFAULT_SHUTDOWN_GRACE_PERIOD,
             memory_budget: None,
+            strict: None,
         }
     }
 }

@@ -82,6 +82,15 @@ pub(super) struct RawServer {
     pub max_connections: Option<usize>,
     pub shutdown_grace_period: Option<String>,
     pub memory_budget: Option<RawBytes>,
+    pub strict: Option<RawStrict>,
+}
+
+/// `strict`: `true` (the standard tier), `false`, or a tier's name.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(super) enum RawStrict {
+    Flag(bool),
+    Tier(String),
 }
 
 /// A byte size: a number of bytes, or text such as "512MiB", "2GiB", "100MB".

@@ -72,6 +72,9 @@ pub(super) fn validate(config: &Config) -> Result<(), ConfigError> {
     for (index, topic) in config.topics.iter().enumerate() {
         validate_topic(&topic_context(index, &topic.name), topic, &targets)?;
     }
+    if let Some(tier) = config.server.strict {
+        super::strict::validate(config, tier)?;
+    }
     if let Some(cycle) = forwarding_cycle(config) {
         return Err(ConfigError::invalid(
             "forwarding",

@@ -340,3 +340,40 @@ async fn the_topics_numbers_go_on_after_kill_9() {
     drop(second);
     let _ = std::fs::remove_dir_all(&data);
 }
+
+#[tokio::test]
+async fn strict_mode_holds_run_time_entities_to_the_clouds_rules() {
+    let broker = Broker::start("[server]\nstrict = true\n[[queues]]\nname = \"orders\"\n").await;
+    // Entities created at run time are held to the same rules as the file's.
+    let (status, answer) = crate::explorer::api(
+        broker.address,
+        "POST",
+        "entities",
+        Some(serde_json::json!({"definition": "[[queues]]\nname = \"long\"\nlock_duration = \"10m\"\n"})),
+    )
+    .await;
+    assert_eq!(status, 400, "{answer}");
+    let text = answer["error"].as_str().unwrap_or("");
+    assert!(
+        text.contains("lock_duration") && text.contains("strict"),
+        "{text}"
+    );
+    let (status, answer) = crate::explorer::api(
+        broker.address,
+        "POST",
+        "entities",
+        Some(serde_json::json!({"definition": "[[queues]]\nname = \"fine\"\nlock_duration = \"5m\"\n"})),
+    )
+    .await;
+    assert_eq!(status, 201, "{answer}");
+    // Without strict the same definition is taken.
+    let relaxed = Broker::start("[[queues]]\nname = \"orders\"\n").await;
+    let (status, answer) = crate::explorer::api(
+        relaxed.address,
+        "POST",
+        "entities",
+        Some(serde_json::json!({"definition": "[[queues]]\nname = \"long\"\nlock_duration = \"10m\"\n"})),
+    )
+    .await;
+    assert_eq!(status, 201, "{answer}");
+}
