@@ -32,6 +32,10 @@ import {
 } from "./harness.js";
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
+// The SDK version in use (the suite also runs against the newest: scripts/test-newest-sdks).
+const SDK_VERSION = JSON.parse(
+  readFileSync(path.join(HERE, "node_modules", "@azure", "service-bus", "package.json"), "utf8"),
+).version;
 const HANG_TIMEOUT_MS = TEST_TIMEOUT_MS - 5_000;
 // No entities in the configuration file: every test creates what it uses.
 const EMPTY_CONFIG = "";
@@ -355,13 +359,19 @@ adminTest("namespace properties are named after the connection string's host", a
   assert.equal(properties.messagingSku, "Standard");
   assert.ok(properties.createdAt instanceof Date, `createdAt ${properties.createdAt}`);
 
-  // Without trusting the development CA the TLS handshake is refused by the client: the
-  // tlsOptions above are what makes the other calls work.
   const untrusting = new ServiceBusAdministrationClient(broker.connectionString, { retryOptions: { maxRetries: 0 } });
-  await assert.rejects(untrusting.getNamespaceProperties(), (error) => {
-    assert.match(`${error.code} ${error.message}`, /certificate|CERT/i);
-    return true;
-  });
+  if (SDK_VERSION.startsWith("7.9.")) {
+    // 7.9 calls https://host:port even for the emulator: without trusting the development CA
+    // the TLS handshake is refused by the client; the tlsOptions above make the other calls work.
+    await assert.rejects(untrusting.getNamespaceProperties(), (error) => {
+      assert.match(`${error.code} ${error.message}`, /certificate|CERT/i);
+      return true;
+    });
+  } else {
+    // Newer SDKs call http://host:port when the connection string says
+    // UseDevelopmentEmulator=true: the same port answers plain HTTP too.
+    assert.equal((await untrusting.getNamespaceProperties()).name, "127.0.0.1");
+  }
   assert.ok(existsSync(caPath));
 });
 
