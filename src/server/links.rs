@@ -229,6 +229,19 @@ impl Connection {
         }
         let client_sends = attach.role == Role::Sender;
         self.steal_link_name(channel, &attach).await?;
+        if client_sends
+            && matches!(
+                attach.target.as_deref(),
+                Some(TargetArchetype::Coordinator(_))
+            )
+        {
+            let failure = Failure::new(
+                errors::NOT_IMPLEMENTED,
+                "Transactions (a link to the amqp:coordinator) are not supported by this broker yet.",
+                501,
+            );
+            return self.refuse_attach(channel, attach, failure);
+        }
         let address = if client_sends {
             target_address(&attach)
         } else {
