@@ -168,6 +168,27 @@ impl Metrics {
         })
     }
 
+    /// Drops the latency series of entities that no longer exist (the other per-entity
+    /// metrics are rebuilt on every scrape).
+    fn forget_deleted(&self, slots: &[crate::broker::registry::Slot]) {
+        use prometheus::core::Collector;
+        let current: std::collections::HashSet<String> =
+            slots.iter().map(|slot| slot.description.path()).collect();
+        let mut gone = Vec::new();
+        for family in self.delivery_latency.collect() {
+            for metric in family.get_metric() {
+                for label in metric.get_label() {
+                    if label.name() == "entity" && !current.contains(label.value()) {
+                        gone.push(label.value().to_string());
+                    }
+                }
+            }
+        }
+        for path in gone {
+            let _ = self.delivery_latency.remove_label_values(&[&path]);
+        }
+    }
+
     /// Reads every entity's figures and renders the exposition.
     pub async fn render(&self, namespace: &Registry) -> Response {
         self.messages.reset();
@@ -175,7 +196,9 @@ impl Metrics {
         self.subscriptions.reset();
         self.totals.reset();
         self.dead_lettered.reset();
-        for slot in namespace.slots() {
+        let slots = namespace.slots();
+        self.forget_deleted(&slots);
+        for slot in slots {
             let path = slot.description.path();
             let Ok(runtime) = namespace.runtime(&path).await else {
                 continue;

@@ -533,3 +533,32 @@ async fn a_purge_survives_kill_9() {
     drop(second);
     let _ = std::fs::remove_dir_all(&data);
 }
+
+#[tokio::test]
+async fn a_deleted_entity_leaves_the_metrics() {
+    let broker = Broker::start("[[queues]]\nname = \"short-lived\"\n").await;
+    let (mut connection, mut session) = broker.connect().await;
+    let mut sender = Sender::attach(&mut session, "s", "short-lived")
+        .await
+        .expect("sender");
+    sender.send("x").await.expect("accepted");
+    let mut receiver = Receiver::attach(&mut session, "r", "short-lived")
+        .await
+        .expect("receiver");
+    let delivery = receive(&mut receiver).await;
+    receiver.accept(&delivery).await.expect("completed");
+    let series = "ferrobus_delivery_latency_seconds_count{entity=\"short-lived\"} 1";
+    let (_, metrics) = http(broker.address, "GET", "/metrics", None, None).await;
+    assert!(metrics.contains(series), "{metrics}");
+    receiver.close().await.ok();
+    sender.close().await.ok();
+    let (status, _) = api(broker.address, "DELETE", "entity?path=short-lived", None).await;
+    assert_eq!(status, 200);
+    let (_, metrics) = http(broker.address, "GET", "/metrics", None, None).await;
+    assert!(
+        !metrics.contains("entity=\"short-lived\""),
+        "no series of the deleted queue is left: {metrics}"
+    );
+    session.end().await.ok();
+    connection.close().await.ok();
+}
