@@ -307,9 +307,10 @@ def test_sending_to_a_subscription_is_refused(topic_broker):
             assert_nothing_to_receive(receiver)
 
 
-def test_subscription_sequence_numbers_start_at_one_per_subscription(topic_broker):
-    """rule SEQ-1: each subscription numbers its own copies from 1 without gaps: 'all' gets
-    1, 2, 3; 'red', which takes only the second and third message, gets 1, 2."""
+def test_subscription_copies_carry_the_topics_sequence_number_and_enqueued_time(topic_broker):
+    """rule SEQ-1: sequence numbers are the topic's: 'all' gets 1, 2, 3; 'red', which takes
+    only the second and third message, gets the same numbers, 2 and 3 (a gap where the blue
+    message was), with the same enqueued times as the copies in 'all'."""
     topic = "orders-sequence"
     with client_for(topic_broker) as client:
         with client.get_topic_sender(topic) as sender:
@@ -321,7 +322,9 @@ def test_subscription_sequence_numbers_start_at_one_per_subscription(topic_broke
         with client.get_subscription_receiver(topic, "red", receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE) as receiver:
             red = receive_exactly(receiver, 2)
     assert [(m.message_id, m.sequence_number) for m in everything] == [("0", 1), ("1", 2), ("2", 3)]
-    assert [(m.message_id, m.sequence_number) for m in red] == [("1", 1), ("2", 2)]
+    assert [(m.message_id, m.sequence_number) for m in red] == [("1", 2), ("2", 3)]
+    enqueued = {m.message_id: m.enqueued_time_utc for m in everything}
+    assert all(m.enqueued_time_utc == enqueued[m.message_id] for m in red)
 
 
 # --------------------------------------------------------------------------------------------
