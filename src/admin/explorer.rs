@@ -612,7 +612,11 @@ impl Api<'_> {
         'scan: loop {
             let batch = self.peek(&store, path, queue, from, PEEK_BATCH).await?;
             let exhausted = batch.len() < PEEK_BATCH;
-            for delivery in batch {
+            let batch_len = batch.len();
+            for (index, delivery) in batch.into_iter().enumerate() {
+                // Whether anything may follow this message (no `next` for a page that
+                // ends the queue exactly).
+                let more = index + 1 < batch_len || !exhausted;
                 from = delivery.sequence_number.0 + 1;
                 scanned += 1;
                 if state.is_some_and(|state| delivery.state != state) {
@@ -636,12 +640,8 @@ impl Api<'_> {
                     }
                 }
                 found.push(summary(&delivery));
-                if found.len() >= wanted {
-                    next = Some(from);
-                    break 'scan;
-                }
-                if scanned >= MAX_SCAN {
-                    next = Some(from);
+                if found.len() >= wanted || scanned >= MAX_SCAN {
+                    next = more.then_some(from);
                     break 'scan;
                 }
             }
