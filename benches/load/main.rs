@@ -1,5 +1,6 @@
-//! The end-to-end load generator (issue 7): plain AMQP 1.0 over TCP with the fe2o3-amqp
-//! client, so it can be pointed at ferrobus or at any other broker.
+//! The end-to-end load generator (issue 7): AMQP 1.0 with the fe2o3-amqp client, so it can
+//! be pointed at ferrobus or at any other broker; over plain TCP, TLS, WebSocket or secure
+//! WebSocket (`--transport`, issue 14).
 //!
 //! ```text
 //! cargo bench --bench load -- run --url amqp://127.0.0.1:PORT --broker-pid PID --count 100000
@@ -13,7 +14,8 @@
 //! - `options`: the command line.
 //! - `run`: the `run` command, its coordinator, watchdog and result line.
 //! - `sender`, `receiver`: one link each, on its own connection.
-//! - `connect`: connection + session with the chosen SASL mechanism.
+//! - `connect`: connection + session with the chosen transport and SASL mechanism.
+//! - `transport`: TLS (trusting `--ca`) and the WebSocket byte stream.
 //! - `payload`: send time and message number inside the body.
 //! - `tally`, `histogram`: lost/duplicate counting and latency percentiles.
 //! - `process_stats`: broker CPU seconds and RSS from `/proc/<pid>`.
@@ -30,6 +32,7 @@ mod run;
 mod sender;
 mod startup;
 mod tally;
+mod transport;
 
 use std::process::ExitCode;
 

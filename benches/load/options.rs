@@ -48,12 +48,47 @@ pub enum Sasl {
     None,
 }
 
+/// The byte stream AMQP runs on.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// Plain AMQP over TCP.
+    Amqp,
+    /// AMQP over TLS (AMQPS).
+    Tls,
+    /// AMQP over WebSocket (binary messages, subprotocol `AMQPWSB10`).
+    Ws,
+    /// AMQP over secure WebSocket (WebSocket inside TLS).
+    Wss,
+}
+
+impl Transport {
+    /// The name printed in the result line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::Amqp => "amqp",
+            Transport::Tls => "tls",
+            Transport::Ws => "ws",
+            Transport::Wss => "wss",
+        }
+    }
+}
+
 /// Where and how to connect.
 #[derive(Args, Debug, Clone)]
 pub struct ConnectOptions {
-    /// Broker URL; load is meant for loopback addresses only.
+    /// Broker URL, `amqp://`, `amqps://`, `ws://` or `wss://` `HOST:PORT[/PATH]`; load is
+    /// meant for loopback addresses only. The WebSocket path defaults to
+    /// `/$servicebus/websocket/`.
     #[arg(long, default_value = "amqp://127.0.0.1:5672")]
     pub url: String,
+    /// Transport to the URL's host and port: plain AMQP, TLS, WebSocket or secure WebSocket.
+    /// Default: from the URL's scheme (amqp, amqps, ws, wss).
+    #[arg(long, value_enum)]
+    pub transport: Option<Transport>,
+    /// PEM file of the CA certificate(s) to trust for `tls` and `wss`, e.g. the broker's
+    /// development CA (`dev-ca.pem` in its data directory). Required for those transports.
+    #[arg(long, value_name = "PATH")]
+    pub ca: Option<PathBuf>,
     /// SASL mechanism.
     #[arg(long, value_enum, default_value_t = Sasl::Anonymous)]
     pub sasl: Sasl,
@@ -72,6 +107,20 @@ pub struct ConnectOptions {
     /// Broker name printed in the result line.
     #[arg(long, default_value = "broker")]
     pub target: String,
+}
+
+impl ConnectOptions {
+    /// The transport's name for the result line: `--transport`, else the URL's scheme.
+    pub fn transport_name(&self) -> &str {
+        match self.transport {
+            Some(transport) => transport.name(),
+            None => match self.url.split_once("://") {
+                Some(("amqps", _)) => "tls",
+                Some((scheme, _)) => scheme,
+                None => "amqp",
+            },
+        }
+    }
 }
 
 /// Options of `run`.

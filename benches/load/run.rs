@@ -223,7 +223,7 @@ async fn run(options: Arc<RunOptions>) -> ExitCode {
     let latency = &summary.latency;
     let micros = |nanos: u64| nanos as f64 / 1000.0;
     println!(
-        "result scenario={} target={} size={} credit={} senders={} receivers={} addresses={} \
+        "result scenario={} target={} transport={} size={} credit={} senders={} receivers={} addresses={} \
          settle={:?} sent={} refused={} received={} sent_per_s={:.0} received_per_s={:.0} \
          p50_us={:.1} p99_us={:.1} p999_us={:.1} max_us={:.1} lost={} duplicates={} \
          abandoned={} dead_lettered={} dead_letter_received={} dead_letter_missing={} \
@@ -233,6 +233,7 @@ async fn run(options: Arc<RunOptions>) -> ExitCode {
          elapsed_s={:.2} errors={}",
         options.connect.scenario,
         options.connect.target,
+        options.connect.transport_name(),
         options.size,
         options.credit,
         options.senders,

@@ -247,6 +247,8 @@ fn first_delivery(
     let runtime = crate::run::build_runtime(1).map_err(|error| error.to_string())?;
     let connect = ConnectOptions {
         url: format!("amqp://{address}"),
+        transport: None,
+        ca: None,
         sasl: Sasl::Anonymous,
         user: String::new(),
         password: String::new(),
