@@ -111,14 +111,37 @@ async fn pump_websocket(socket: axum::extract::ws::WebSocket, pump: tokio::net::
     let (mut to_peer, mut from_peer) = socket.split();
     let (mut from_engine, mut to_engine) = pump.into_split();
     let inbound = async {
-        while let Some(Ok(message)) = from_peer.next().await {
-            let written = match message {
-                Message::Binary(bytes) => to_engine.write_all(&bytes).await,
-                Message::Close(_) => break,
-                // Pings are answered by the WebSocket layer; text has no meaning here.
-                _ => Ok(()),
+        use futures_util::FutureExt;
+        // Clients often send each AMQP frame as a message of its own: what has already
+        // arrived is gathered into one write, so the engine wakes once per batch rather
+        // than once per frame.
+        let mut gathered = bytes::BytesMut::new();
+        let mut ended = false;
+        while !ended {
+            let Some(Ok(first)) = from_peer.next().await else {
+                break;
             };
-            if written.is_err() {
+            let mut next = Some(first);
+            while let Some(message) = next.take() {
+                match message {
+                    Message::Binary(bytes) => gathered.extend_from_slice(&bytes),
+                    Message::Close(_) => {
+                        ended = true;
+                        break;
+                    }
+                    // Pings are answered by the WebSocket layer; text has no meaning here.
+                    _ => {}
+                }
+                if gathered.len() >= 256 * 1024 {
+                    break;
+                }
+                match from_peer.next().now_or_never() {
+                    Some(Some(Ok(message))) => next = Some(message),
+                    Some(_) => ended = true,
+                    None => {}
+                }
+            }
+            if !gathered.is_empty() && to_engine.write_all(&gathered.split()).await.is_err() {
                 break;
             }
         }
