@@ -45,7 +45,7 @@ fn now_seconds() -> i64 {
 }
 
 /// A SAS token for `audience` (a path on the namespace) signed with `key`.
-fn token(audience: &str, key_name: &str, key: &str, expires_at: i64) -> String {
+pub(crate) fn token(audience: &str, key_name: &str, key: &str, expires_at: i64) -> String {
     let encode = |text: &str| {
         text.replace('%', "%25")
             .replace('+', "%2B")

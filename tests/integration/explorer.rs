@@ -15,7 +15,7 @@ use crate::harness::{Broker, property, receive};
 use crate::process::BrokerProcess;
 
 /// One HTTP/1.1 request (connection closed after it); returns the status and the body.
-async fn http(
+pub(crate) async fn http(
     address: SocketAddr,
     method: &str,
     target: &str,

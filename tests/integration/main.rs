@@ -1,6 +1,7 @@
 //! The one integration-test binary: starts the real broker on `127.0.0.1:0` and drives it
 //! over TCP with the fe2o3-amqp client, an independent AMQP 1.0 implementation.
 
+mod admin_http;
 mod auth;
 mod cli;
 mod crash;

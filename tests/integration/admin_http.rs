@@ -1,0 +1,377 @@
+//! The administration API over plain HTTP in the shape the .NET `ServiceBusAdministrationClient`
+//! uses against the emulator (`http://host:5300`, issue 12): raw requests, the service's status
+//! codes and bodies, paging links, /health and /metrics, the same answers on the AMQP port
+//! (protocol sniffing), and the real binary's HTTP listener chosen by `EMULATOR_HTTP_PORT`
+//! with the emulator's ready line on stdout.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use fe2o3_amqp::Sender;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::harness::Broker;
+
+/// One HTTP/1.1 request with `Connection: close`; returns status, head and body.
+async fn request(
+    address: SocketAddr,
+    method: &str,
+    target: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String, String) {
+    let mut stream = tokio::net::TcpStream::connect(address)
+        .await
+        .expect("connects");
+    let mut text = format!(
+        "{method} {target} HTTP/1.1\r\nHost: localhost:5300\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        text.push_str(&format!("{name}: {value}\r\n"));
+    }
+    text.push_str("\r\n");
+    text.push_str(body);
+    stream.write_all(text.as_bytes()).await.expect("written");
+    let mut response = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut response))
+        .await
+        .expect("answered within 10 s")
+        .expect("read");
+    let response = String::from_utf8_lossy(&response).into_owned();
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .map(|(head, body)| (head.to_string(), body.to_string()))
+        .unwrap_or((response.clone(), String::new()));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .expect("status line");
+    (status, head, body)
+}
+
+const ATOM: (&str, &str) = (
+    "Content-Type",
+    "application/atom+xml;type=entry;charset=utf-8",
+);
+
+fn queue_entry(lock: &str, max_delivery_count: u32) -> String {
+    format!(
+        r#"<?xml version="1.0" encoding="utf-8"?><entry xmlns="http://www.w3.org/2005/Atom"><content type="application/xml"><QueueDescription xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect" xmlns:i="http://www.w3.org/2001/XMLSchema-instance"><LockDuration>{lock}</LockDuration><MaxDeliveryCount>{max_delivery_count}</MaxDeliveryCount></QueueDescription></content></entry>"#
+    )
+}
+
+#[tokio::test]
+async fn queues_are_created_read_updated_and_deleted_with_the_services_status_codes() {
+    let broker = Broker::start("[[queues]]\nname = \"existing\"\n").await;
+    let address = broker.address;
+    let path = "/orders?api-version=2021-05";
+    let (status, _, body) = request(address, "PUT", path, &[ATOM], &queue_entry("PT45S", 3)).await;
+    assert_eq!(status, 201, "{body}");
+    assert!(
+        body.contains("<LockDuration>PT45S</LockDuration>"),
+        "{body}"
+    );
+    assert!(
+        body.contains("<MaxDeliveryCount>3</MaxDeliveryCount>"),
+        "{body}"
+    );
+    let (status, head, body) = request(address, "GET", path, &[], "").await;
+    assert_eq!(status, 200);
+    assert!(
+        head.to_ascii_lowercase().contains("application/atom+xml"),
+        "{head}"
+    );
+    assert!(
+        body.contains("<title type=\"text\">orders</title>") || body.contains(">orders<"),
+        "{body}"
+    );
+    // Creating it again is a conflict; with If-Match: * it is an update.
+    let (status, _, body) = request(address, "PUT", path, &[ATOM], &queue_entry("PT45S", 3)).await;
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("<Code>409</Code>"), "{body}");
+    let (status, _, body) = request(
+        address,
+        "PUT",
+        path,
+        &[ATOM, ("If-Match", "*")],
+        &queue_entry("PT1M", 7),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains("<MaxDeliveryCount>7</MaxDeliveryCount>"),
+        "{body}"
+    );
+    let (status, _, _) = request(address, "DELETE", path, &[], "").await;
+    assert_eq!(status, 200);
+    let (status, _, body) = request(address, "GET", path, &[], "").await;
+    assert_eq!(status, 404);
+    assert!(body.contains("<Code>404</Code>"), "{body}");
+    let (status, _, _) = request(address, "DELETE", path, &[], "").await;
+    assert_eq!(status, 404);
+    // Bad input is named: a body that is no description, and a broken one.
+    let (status, _, body) = request(address, "PUT", "/other", &[ATOM], "<entry/>").await;
+    assert_eq!(status, 400, "{body}");
+    let (status, _, body) = request(
+        address,
+        "PUT",
+        "/other",
+        &[ATOM],
+        &queue_entry("forever", 3),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.contains("LockDuration") || body.contains("forever"),
+        "{body}"
+    );
+    let oversized = "x".repeat(2 * 1024 * 1024);
+    let (status, _, _) = request(address, "PUT", "/other", &[ATOM], &oversized).await;
+    assert_eq!(status, 413);
+}
+
+#[tokio::test]
+async fn topics_subscriptions_and_rules_and_paged_lists() {
+    let broker = Broker::start(
+        "[[queues]]\nname = \"a\"\n[[queues]]\nname = \"b\"\n[[queues]]\nname = \"c\"\n",
+    )
+    .await;
+    let address = broker.address;
+    let topic = r#"<entry xmlns="http://www.w3.org/2005/Atom"><content type="application/xml"><TopicDescription xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"/></content></entry>"#;
+    let (status, _, body) = request(
+        address,
+        "PUT",
+        "/events?api-version=2021-05",
+        &[ATOM],
+        topic,
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let subscription = r#"<entry xmlns="http://www.w3.org/2005/Atom"><content type="application/xml"><SubscriptionDescription xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"/></content></entry>"#;
+    let (status, _, body) = request(
+        address,
+        "PUT",
+        "/events/Subscriptions/red?api-version=2021-05",
+        &[ATOM],
+        subscription,
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let rule = r#"<entry xmlns="http://www.w3.org/2005/Atom"><content type="application/xml"><RuleDescription xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect" xmlns:i="http://www.w3.org/2001/XMLSchema-instance"><Filter i:type="SqlFilter"><SqlExpression>colour = 'red'</SqlExpression></Filter><Action i:type="EmptyRuleAction"/><Name>red</Name></RuleDescription></content></entry>"#;
+    let (status, _, body) = request(
+        address,
+        "PUT",
+        "/events/Subscriptions/red/Rules/red?api-version=2021-05",
+        &[ATOM],
+        rule,
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let (status, _, body) = request(
+        address,
+        "GET",
+        "/events/Subscriptions/red/Rules?api-version=2021-05",
+        &[],
+        "",
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(
+        body.contains("colour = &apos;red&apos;") || body.contains("colour = 'red'"),
+        "{body}"
+    );
+    assert!(body.contains("$Default"), "{body}");
+    // Three queues, two per page: a next link with $skip, and the rest behind it.
+    let (status, _, first) = request(
+        address,
+        "GET",
+        "/$Resources/Queues?api-version=2021-05&$top=2",
+        &[],
+        "",
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(first.matches("<entry").count(), 2, "{first}");
+    let next = first
+        .split("rel=\"next\"")
+        .next()
+        .and_then(|before| before.rsplit("href=\"").next())
+        .map(|href| href.trim_end_matches(['"', ' ']).to_string())
+        .filter(|href| href.contains("skip=2"))
+        .or_else(|| {
+            first
+                .split("<link")
+                .find(|link| link.contains("next"))
+                .and_then(|link| {
+                    link.split("href=\"")
+                        .nth(1)
+                        .map(|rest| rest.split('"').next().unwrap_or("").to_string())
+                })
+        })
+        .expect("a next link");
+    assert!(next.contains("skip=2"), "{next}");
+    let target = next
+        .split_once("://")
+        .and_then(|(_, rest)| rest.split_once('/'))
+        .map(|(_, path)| format!("/{path}"))
+        .expect("a path in the link")
+        .replace("&amp;", "&");
+    let (status, _, rest) = request(address, "GET", &target, &[], "").await;
+    assert_eq!(status, 200);
+    assert_eq!(rest.matches("<entry").count(), 1, "{rest}");
+}
+
+#[tokio::test]
+async fn runtime_counts_health_and_metrics_follow_amqp_traffic() {
+    let broker = Broker::start("[[queues]]\nname = \"counted\"\n").await;
+    let (mut connection, mut session) = broker.connect().await;
+    let mut sender = Sender::attach(&mut session, "s", "counted")
+        .await
+        .expect("sender");
+    sender.send("one").await.expect("accepted");
+    sender.send("two").await.expect("accepted");
+    let (status, _, body) = request(
+        broker.address,
+        "GET",
+        "/counted?enrich=true&api-version=2021-05",
+        &[],
+        "",
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(
+        body.contains("<d2p1:ActiveMessageCount>2</d2p1:ActiveMessageCount>")
+            || body.contains("ActiveMessageCount>2<"),
+        "{body}"
+    );
+    let (status, head, body) = request(broker.address, "GET", "/health", &[], "").await;
+    assert_eq!(status, 200);
+    assert!(head.to_ascii_lowercase().contains("application/json"));
+    assert_eq!(
+        body,
+        r#"{"status":"healthy","message":"Service is healthy."}"#
+    );
+    let (status, _, body) = request(broker.address, "GET", "/metrics", &[], "").await;
+    assert_eq!(status, 200);
+    let sent = body
+        .lines()
+        .find(|line| {
+            line.starts_with("ferrobus_entity_messages_total")
+                && line.contains("entity=\"counted\"")
+                && line.contains("\"sent\"")
+        })
+        .unwrap_or_else(|| panic!("a sent counter for the queue: {body}"));
+    assert!(sent.ends_with(" 2"), "{sent}");
+    sender.close().await.ok();
+    session.end().await.ok();
+    connection.close().await.ok();
+}
+
+#[tokio::test]
+async fn with_keys_the_api_needs_a_manage_token() {
+    let broker = Broker::start(
+        "[[auth.keys]]\nname = \"root\"\nkey = \"root-secret\"\nrights = [\"Manage\"]\n[[auth.keys]]\nname = \"sender\"\nkey = \"send-secret\"\nrights = [\"Send\"]\n[[queues]]\nname = \"q\"\n",
+    )
+    .await;
+    let (status, _, body) = request(broker.address, "GET", "/q?api-version=2021-05", &[], "").await;
+    assert_eq!(status, 401, "{body}");
+    let expires = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs() as i64
+        + 600;
+    let token = crate::auth::token("q", "root", "root-secret", expires);
+    let (status, _, body) = request(
+        broker.address,
+        "GET",
+        "/q?api-version=2021-05",
+        &[("Authorization", &token)],
+        "",
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let token = crate::auth::token("q", "sender", "send-secret", expires);
+    let (status, _, body) = request(
+        broker.address,
+        "GET",
+        "/q?api-version=2021-05",
+        &[("Authorization", &token)],
+        "",
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("Manage"), "{body}");
+    // Health stays open, like the emulator's.
+    let (status, _, _) = request(broker.address, "GET", "/health", &[], "").await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn the_binary_serves_http_on_emulator_http_port_and_prints_the_ready_line() {
+    let free = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let http_port = free.local_addr().expect("address").port();
+    drop(free);
+    let directory =
+        std::env::temp_dir().join(format!("ferrobus-admin-http-{}", std::process::id()));
+    std::fs::create_dir_all(&directory).expect("scratch");
+    let config = directory.join("broker.toml");
+    std::fs::write(&config, "[[queues]]\nname = \"q\"\n").expect("config");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ferrobus"))
+        .args([
+            "--config",
+            &config.display().to_string(),
+            "--listen",
+            "127.0.0.1:0",
+            "--memory",
+        ])
+        .env("EMULATOR_HTTP_PORT", http_port.to_string())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("starts");
+    let stdout = child.stdout.take().expect("stdout");
+    let ready = std::thread::spawn(move || {
+        BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .any(|line| line == "Emulator Service is Successfully Up!")
+    });
+    let ready_seen = tokio::task::spawn_blocking(move || ready.join().unwrap_or(false));
+    // The ready line comes once AMQP and HTTP serve; then /health answers on that port.
+    let address: SocketAddr = format!("127.0.0.1:{http_port}").parse().expect("address");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if tokio::net::TcpStream::connect(address).await.is_ok() {
+            break request(address, "GET", "/health", &[], "").await.0;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "nothing listens on EMULATOR_HTTP_PORT"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(status, 200);
+    let (status, _, body) = request(
+        address,
+        "GET",
+        "/$Resources/Queues?api-version=2021-05",
+        &[],
+        "",
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(body.contains(">q<"), "{body}");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        tokio::time::timeout(Duration::from_secs(5), ready_seen)
+            .await
+            .expect("stdout ends with the process")
+            .unwrap_or(false),
+        "the ready line on stdout"
+    );
+    let _ = std::fs::remove_dir_all(&directory);
+}
