@@ -17,7 +17,7 @@ use super::entity::{Command, EntityHandle, Notification, ReplyTo, RequestId};
 use super::message::Message;
 use super::registry::{Entity, Registry};
 use super::topic::TopicCommand;
-use super::types::EntityError;
+use super::types::{EntityError, OutboxTarget};
 
 /// A message to forward.
 #[derive(Debug)]
@@ -26,8 +26,8 @@ pub struct Forward {
     pub message: Arc<Message>,
     /// Its number in the source's outbox.
     pub sequence_number: super::types::SequenceNumber,
-    /// From the dead-letter queue (`forward_dead_lettered_messages_to`).
-    pub dead_letter: bool,
+    /// Where it goes.
+    pub target: super::types::OutboxTarget,
 }
 
 /// Where forwarded messages go.
@@ -63,13 +63,10 @@ pub fn spawn(
                 () = crate::broker::lifecycle::stopped(&mut stopping) => None,
             };
             let Some(forward) = forward else { break };
-            let target = {
-                let targets = targets.borrow();
-                if forward.dead_letter {
-                    targets.dead_letters.clone()
-                } else {
-                    targets.messages.clone()
-                }
+            let target = match &forward.target {
+                OutboxTarget::Forward => targets.borrow().messages.clone(),
+                OutboxTarget::DeadLetters => targets.borrow().dead_letters.clone(),
+                OutboxTarget::Via(destination) => Some(destination.to_string()),
             };
             let Some(target) = target.as_deref() else {
                 continue;

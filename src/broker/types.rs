@@ -121,6 +121,17 @@ impl Settlement {
     }
 }
 
+/// Where a message in an entity's outbox goes (rules FWD-1, TXN-3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OutboxTarget {
+    /// The entity's `forward_to`.
+    Forward,
+    /// The entity's `forward_dead_lettered_messages_to`.
+    DeadLetters,
+    /// A named entity: a message sent through this one in a transaction (send-via).
+    Via(std::sync::Arc<str>),
+}
+
 /// Why an entity refused an operation. The AMQP adapter maps each to a condition.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EntityError {

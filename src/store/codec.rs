@@ -14,7 +14,7 @@ use crate::broker::entity::state::{Change, Record};
 use crate::broker::message::{HeaderFields, Message, SystemProperties};
 use crate::broker::rules::{FilterDefinition, RuleDefinition};
 use crate::broker::types::{
-    MessageState, PropertyChanges, PropertyValue, SequenceNumber, SubQueue, Timestamp,
+    MessageState, OutboxTarget, PropertyChanges, PropertyValue, SequenceNumber, SubQueue, Timestamp,
 };
 
 /// One record of the log.
@@ -346,12 +346,16 @@ impl Out {
                         None => self.u8(0),
                     }
                 }
-                Change::Outbox {
-                    record,
-                    dead_letter,
-                } => {
+                Change::Outbox { record, target } => {
                     self.u8(CHANGE_OUTBOX);
-                    self.u8(u8::from(*dead_letter));
+                    match target {
+                        OutboxTarget::Forward => self.u8(0),
+                        OutboxTarget::DeadLetters => self.u8(1),
+                        OutboxTarget::Via(destination) => {
+                            self.u8(2);
+                            self.str(destination);
+                        }
+                    }
                     self.record(record);
                 }
                 Change::Forwarded { sequence_number } => {
@@ -633,9 +637,16 @@ impl In<'_> {
                     Change::SessionState { session_id, state }
                 }
                 CHANGE_OUTBOX => {
-                    let dead_letter = self.u8()? != 0;
+                    let target = match self.u8()? {
+                        0 => OutboxTarget::Forward,
+                        1 => OutboxTarget::DeadLetters,
+                        2 => OutboxTarget::Via(self.string()?.into()),
+                        other => {
+                            return Err(DecodeError(format!("unknown outbox target {other}")));
+                        }
+                    };
                     Change::Outbox {
-                        dead_letter,
+                        target,
                         record: Box::new(self.record()?),
                     }
                 }
@@ -764,11 +775,15 @@ mod tests {
             },
             Change::Outbox {
                 record: Box::new(sample_record(3)),
-                dead_letter: true,
+                target: OutboxTarget::DeadLetters,
             },
             Change::Outbox {
                 record: Box::new(sample_record(4)),
-                dead_letter: false,
+                target: OutboxTarget::Forward,
+            },
+            Change::Outbox {
+                record: Box::new(sample_record(5)),
+                target: OutboxTarget::Via("queue-b".into()),
             },
             Change::Forwarded {
                 sequence_number: SequenceNumber(4),

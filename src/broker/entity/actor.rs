@@ -343,6 +343,41 @@ impl Actor {
         }
     }
 
+    /// What the shell checks before a transaction's sends reach the core: the entity's
+    /// status, the disk and the broker's memory budget.
+    fn admit_transaction(&mut self, work: &super::TransactionWork) -> Result<(), EntityError> {
+        let sends = !work.sends.is_empty() || !work.via.is_empty();
+        if !sends {
+            return Ok(());
+        }
+        let settings = self.state.settings();
+        if !settings.status.allows_send() {
+            return Err(EntityError::Disabled(format!(
+                "Messaging entity '{}' is currently disabled for sending ({}).",
+                settings.path,
+                settings.status.as_str()
+            )));
+        }
+        if let Some((storage, _)) = &self.storage
+            && !storage.has_room()
+        {
+            return Err(EntityError::StorageFull(storage.full_error()));
+        }
+        let incoming: u64 = work
+            .sends
+            .iter()
+            .chain(work.via.iter().map(|(_, message)| message))
+            .map(|message| message.size() as u64)
+            .sum();
+        self.budget
+            .admit(incoming)
+            .map_err(|used| EntityError::QuotaExceeded {
+                entity: "the broker's memory budget (server.memory_budget)".into(),
+                size: used,
+                limit: self.budget.limit(),
+            })
+    }
+
     fn handle(&mut self, command: Command) {
         let now = self.clock.now();
         match command {
@@ -387,6 +422,11 @@ impl Actor {
                 if let Some(reply) = reply {
                     self.answer(reply, result.map(Reply::SequenceNumbers));
                 }
+            }
+            Command::Commit { work, reply } => {
+                let result = self.admit_transaction(&work);
+                let result = result.and_then(|()| self.state.commit_transaction(now, *work));
+                self.answer(reply, result.map(Reply::SequenceNumbers));
             }
             Command::Forwarded { sequence_number } => self.state.forwarded(now, sequence_number),
             Command::ForwardFailed {
@@ -570,6 +610,7 @@ impl Actor {
             | Command::Settle {
                 reply: Some(reply), ..
             }
+            | Command::Commit { reply, .. }
             | Command::RenewLocks { reply, .. }
             | Command::Peek { reply, .. }
             | Command::ReceiveDeferred { reply, .. }
@@ -667,13 +708,13 @@ impl Actor {
                 Effect::Forward {
                     message,
                     sequence_number,
-                    dead_letter,
+                    target,
                 } => {
                     if let Some(forwarder) = &self.forwarder {
                         let _ = forwarder.send(Forward {
                             message,
                             sequence_number,
-                            dead_letter,
+                            target,
                         });
                     }
                 }

@@ -28,7 +28,7 @@ use super::types::{
     Timestamp,
 };
 use settings::EntitySettings;
-pub use state::{Delivery, EntityCounts, EntityTotals, Record};
+pub use state::{Delivery, EntityCounts, EntityTotals, Record, TransactionWork};
 
 /// Identifies a request a connection is waiting on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -162,6 +162,13 @@ impl ReplyTo {
 /// Requests to an entity actor.
 #[derive(Debug)]
 pub enum Command {
+    /// Commit a transaction's work on this entity, all or nothing (rule TXN-1).
+    Commit {
+        /// The work.
+        work: Box<state::TransactionWork>,
+        /// Who waits: the sequence numbers of the messages sent, or why nothing changed.
+        reply: ReplyTo,
+    },
     /// Enqueue messages (one transfer, possibly a batch).
     Send {
         /// The messages, in order.

@@ -7,7 +7,9 @@ use super::{
     Effect, EntityState, MAX_TRANSFER_HOP_COUNT_EXCEEDED, MAX_TRANSFER_HOPS, MessageState, Record,
 };
 use crate::broker::message::Message;
-use crate::broker::types::{PropertyChanges, PropertyValue, SequenceNumber, SubQueue, Timestamp};
+use crate::broker::types::{
+    OutboxTarget, PropertyChanges, PropertyValue, SequenceNumber, SubQueue, Timestamp,
+};
 
 impl EntityState {
     /// Hands an arriving message to `forward_to` (rule FWD-1), or dead-letters it here
@@ -35,13 +37,13 @@ impl EntityState {
         forwarded.original_sequence_number = Some(sequence_number.0);
         forwarded.extra_properties.extend(property_changes);
         let record = self.arrival_record(Arc::new(forwarded), sequence_number, now, Vec::new());
-        self.send_through_outbox(record, false);
+        self.send_through_outbox(record, OutboxTarget::Forward);
     }
 
     /// Keeps a stamped message in the outbox (durably, with durable storage) and hands it to
     /// the forwarder; it leaves the source only when the target has it ([`Self::forwarded`])
     /// or moves to the transfer dead-letter queue when the target refuses it.
-    fn send_through_outbox(&mut self, mut record: Record, dead_letter: bool) {
+    pub(super) fn send_through_outbox(&mut self, mut record: Record, target: OutboxTarget) {
         if record.message.topic_sequence.is_some() {
             // The target numbers it: a topic's number belongs to the topic's entities.
             let mut message = Arc::unwrap_or_clone(record.message);
@@ -50,11 +52,11 @@ impl EntityState {
         }
         let message = record.message.clone();
         let sequence_number = record.sequence_number;
-        self.log.add_to_outbox(record, dead_letter);
+        self.log.add_to_outbox(record, target.clone());
         self.effects.push(Effect::Forward {
             message,
             sequence_number,
-            dead_letter,
+            target,
         });
     }
 
@@ -88,15 +90,19 @@ impl EntityState {
             .log
             .outbox()
             .values()
-            .map(|(record, dead_letter)| {
-                (record.message.clone(), record.sequence_number, *dead_letter)
+            .map(|(record, target)| {
+                (
+                    record.message.clone(),
+                    record.sequence_number,
+                    target.clone(),
+                )
             })
             .collect();
-        for (message, sequence_number, dead_letter) in pending {
+        for (message, sequence_number, target) in pending {
             self.effects.push(Effect::Forward {
                 message,
                 sequence_number,
-                dead_letter,
+                target,
             });
         }
     }
@@ -168,7 +174,7 @@ impl EntityState {
             property_changes: Vec::new(),
             ..record
         };
-        self.send_through_outbox(outgoing, true);
+        self.send_through_outbox(outgoing, OutboxTarget::DeadLetters);
     }
 
     /// Stores an arriving message directly in the dead-letter sub-queue with a reason

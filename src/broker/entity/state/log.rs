@@ -14,7 +14,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::Record;
 use crate::broker::entity::duplicates::DuplicateDetector;
 use crate::broker::rules::RuleDefinition;
-use crate::broker::types::{MessageState, PropertyChanges, SequenceNumber, SubQueue, Timestamp};
+use crate::broker::types::{
+    MessageState, OutboxTarget, PropertyChanges, SequenceNumber, SubQueue, Timestamp,
+};
 
 /// One durable change to an entity's state, in the order the core made it.
 #[derive(Debug, Clone)]
@@ -76,8 +78,8 @@ pub enum Change {
     Outbox {
         /// The outgoing message under the source's sequence number.
         record: Box<Record>,
-        /// For `forward_dead_lettered_messages_to` rather than `forward_to`.
-        dead_letter: bool,
+        /// Where it goes.
+        target: OutboxTarget,
     },
     /// The target stored an outbox message: it leaves the source.
     Forwarded {
@@ -185,7 +187,7 @@ pub struct MessageLog {
     session_states: BTreeMap<String, Vec<u8>>,
     /// Messages on their way to a forwarding target, by source sequence number, with
     /// whether they are dead letters.
-    outbox: BTreeMap<SequenceNumber, (Record, bool)>,
+    outbox: BTreeMap<SequenceNumber, (Record, OutboxTarget)>,
     /// Changes not yet taken by the shell, when journaling is on.
     journal: Option<Vec<Change>>,
 }
@@ -384,22 +386,21 @@ impl MessageLog {
     }
 
     /// Puts a stamped message into the forwarding outbox.
-    pub(super) fn add_to_outbox(&mut self, record: Record, dead_letter: bool) {
+    pub(super) fn add_to_outbox(&mut self, record: Record, target: OutboxTarget) {
         if let Some(journal) = &mut self.journal {
             journal.push(Change::Outbox {
                 record: Box::new(record.clone()),
-                dead_letter,
+                target: target.clone(),
             });
         }
-        self.outbox
-            .insert(record.sequence_number, (record, dead_letter));
+        self.outbox.insert(record.sequence_number, (record, target));
     }
 
     /// Takes a message out of the outbox (its target has it, or it failed).
     pub(super) fn take_from_outbox(
         &mut self,
         sequence_number: SequenceNumber,
-    ) -> Option<(Record, bool)> {
+    ) -> Option<(Record, OutboxTarget)> {
         let entry = self.outbox.remove(&sequence_number)?;
         if let Some(journal) = &mut self.journal {
             journal.push(Change::Forwarded { sequence_number });
@@ -408,7 +409,7 @@ impl MessageLog {
     }
 
     /// The forwarding outbox.
-    pub fn outbox(&self) -> &BTreeMap<SequenceNumber, (Record, bool)> {
+    pub fn outbox(&self) -> &BTreeMap<SequenceNumber, (Record, OutboxTarget)> {
         &self.outbox
     }
 
@@ -493,13 +494,10 @@ impl MessageLog {
                     self.session_states.remove(&session_id);
                 }
             },
-            Change::Outbox {
-                record,
-                dead_letter,
-            } => {
+            Change::Outbox { record, target } => {
                 let sequence_number = record.sequence_number;
                 self.next_sequence_number = self.next_sequence_number.max(sequence_number.0 + 1);
-                self.outbox.insert(sequence_number, (*record, dead_letter));
+                self.outbox.insert(sequence_number, (*record, target));
             }
             Change::Forwarded { sequence_number } => {
                 self.outbox.remove(&sequence_number);
@@ -527,7 +525,7 @@ impl MessageLog {
         }
         text.push_str(&format!("{:?}\n", self.session_states));
         for (record, dead_letter) in self.outbox.values() {
-            text.push_str(&format!("outbox {dead_letter} {record:?}\n"));
+            text.push_str(&format!("outbox {dead_letter:?} {record:?}\n"));
         }
         text
     }
@@ -595,10 +593,10 @@ impl MessageLog {
                 state: Some(state.clone()),
             });
         }
-        for (record, dead_letter) in self.outbox.values() {
+        for (record, target) in self.outbox.values() {
             changes.push(Change::Outbox {
                 record: Box::new(record.clone()),
-                dead_letter: *dead_letter,
+                target: target.clone(),
             });
         }
         changes

@@ -23,16 +23,18 @@ mod locks;
 pub mod log;
 mod recovery;
 mod sessions;
+mod transactions;
 
 use log::Store;
 pub use log::{Change, MessageLog};
+pub use transactions::TransactionWork;
 
 use super::duplicates::DuplicateDetector;
 use super::settings::EntitySettings;
 use crate::broker::message::Message;
 use crate::broker::types::{
-    EntityError, LockToken, MessageState, PropertyChanges, ReceiveMode, ReceiverId, SequenceNumber,
-    Settlement, SubQueue, Timestamp,
+    EntityError, LockToken, MessageState, OutboxTarget, PropertyChanges, ReceiveMode, ReceiverId,
+    SequenceNumber, Settlement, SubQueue, Timestamp,
 };
 
 /// Reason recorded when the delivery count reaches the maximum (rule LCK-2).
@@ -141,8 +143,8 @@ pub enum Effect {
         message: Arc<Message>,
         /// Its number in the source's outbox.
         sequence_number: SequenceNumber,
-        /// True for `forward_dead_lettered_messages_to`, false for `forward_to`.
-        dead_letter: bool,
+        /// Where it goes.
+        target: OutboxTarget,
     },
     /// A message entered the dead-letter sub-queue.
     DeadLettered {
@@ -571,24 +573,7 @@ impl EntityState {
         // Activity first: a command arriving at the idle deadline keeps the entity.
         self.touch(now);
         self.advance(now);
-        let incoming: u64 = messages.iter().map(|message| message.size() as u64).sum();
-        if self.stored_bytes + incoming > self.settings.max_size_bytes {
-            return Err(EntityError::QuotaExceeded {
-                entity: self.settings.path.clone(),
-                size: self.stored_bytes,
-                limit: self.settings.max_size_bytes,
-            });
-        }
-        if self.settings.requires_session
-            && messages
-                .iter()
-                .any(|message| message.system.session_id.is_none() && message.hop_count == 0)
-        {
-            return Err(EntityError::NotAllowed(format!(
-                "The SessionId was not set on a message, and it cannot be sent to the entity '{}'. Entities that have session support enabled can only receive messages that have the SessionId set to a valid value.",
-                self.settings.path
-            )));
-        }
+        self.admit(&messages, 0)?;
         let mut sequence_numbers = Vec::with_capacity(messages.len());
         for message in messages {
             if let (Some(detector), Some(id)) = (&mut self.duplicates, &message.system.message_id)
@@ -631,6 +616,34 @@ impl EntityState {
         }
         self.dispatch(now);
         Ok(sequence_numbers)
+    }
+
+    /// Whether `messages` (plus `also` bytes more) may be stored: the entity's size quota
+    /// and, for session entities, a session id on every message sent by a client.
+    fn admit(&self, messages: &[Arc<Message>], also: u64) -> Result<(), EntityError> {
+        let incoming: u64 = also
+            + messages
+                .iter()
+                .map(|message| message.size() as u64)
+                .sum::<u64>();
+        if self.stored_bytes + incoming > self.settings.max_size_bytes {
+            return Err(EntityError::QuotaExceeded {
+                entity: self.settings.path.clone(),
+                size: self.stored_bytes,
+                limit: self.settings.max_size_bytes,
+            });
+        }
+        if self.settings.requires_session
+            && messages
+                .iter()
+                .any(|message| message.system.session_id.is_none() && message.hop_count == 0)
+        {
+            return Err(EntityError::NotAllowed(format!(
+                "The SessionId was not set on a message, and it cannot be sent to the entity '{}'. Entities that have session support enabled can only receive messages that have the SessionId set to a valid value.",
+                self.settings.path
+            )));
+        }
+        Ok(())
     }
 
     fn allocate_sequence_number(&mut self) -> SequenceNumber {
