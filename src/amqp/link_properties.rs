@@ -48,3 +48,18 @@ pub fn session_wait(attach: &Attach) -> Option<Duration> {
     };
     Some(Duration::from_millis(millis))
 }
+
+/// The `com.microsoft:transfer-destination-address` attach property of a send-via sender:
+/// the entity its messages go to (the link's target is the entity they go through).
+pub fn transfer_destination(attach: &Attach) -> Option<String> {
+    let (_, value) = attach
+        .properties
+        .as_ref()?
+        .iter()
+        .find(|(key, _)| key.0 == "com.microsoft:transfer-destination-address")?;
+    match value {
+        Value::String(text) => Some(text.clone()),
+        Value::Symbol(symbol) => Some(symbol.0.clone()),
+        _ => None,
+    }
+}

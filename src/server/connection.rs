@@ -85,6 +85,17 @@ pub enum Pending {
     },
     /// A `$management` request waiting for its entity.
     Management(crate::amqp::management::PendingResponse),
+    /// A transaction's commit waiting for its entity.
+    Discharge {
+        /// Session (remote channel).
+        channel: u16,
+        /// The discharge's delivery id.
+        delivery_id: u32,
+        /// Whether the controller settled it (then nothing is answered).
+        settled: bool,
+        /// Our deliveries the transaction settles: settled for good once it commits.
+        deliveries: Vec<(u16, u32)>,
+    },
 }
 
 /// Per-connection state.
@@ -122,6 +133,8 @@ pub struct Connection {
     pub(super) receivers_blocked: bool,
     /// Attach replies of session receivers waiting for the entity to lock a session.
     pub(super) deferred_attaches: HashMap<ReceiverId, fe2o3_amqp_types::performatives::Attach>,
+    /// Open transactions (see `transactions.rs`).
+    pub(super) transactions: super::transactions::Transactions,
 }
 
 impl Connection {
@@ -370,6 +383,7 @@ pub async fn run<S: RawStream>(
         grants: Vec::new(),
         container_id: open.container_id.clone(),
         deferred_attaches: HashMap::new(),
+        transactions: Default::default(),
         detached_receivers: HashMap::new(),
         receivers_blocked: false,
         draining: false,
@@ -682,6 +696,12 @@ impl Connection {
                     settled: transfer.settled,
                     more: transfer.more,
                     aborted: transfer.aborted,
+                    txn_id: match transfer.state {
+                        Some(fe2o3_amqp_types::messaging::DeliveryState::TransactionalState(
+                            state,
+                        )) => Some(bytes::Bytes::from(state.txn_id.into_vec())),
+                        _ => None,
+                    },
                 };
                 self.transfer(channel, transfer, payload).await?
             }

@@ -3,7 +3,7 @@
 //! the client's transfers and settlements once the entity replied.
 
 use fe2o3_amqp_types::definitions::Role;
-use fe2o3_amqp_types::messaging::{Accepted, DeliveryState, Rejected};
+use fe2o3_amqp_types::messaging::{Accepted, DeliveryState, Outcome, Rejected};
 use fe2o3_amqp_types::performatives::{Disposition, Performative};
 
 use super::connection::{Connection, ConnectionError, Pending};
@@ -96,6 +96,31 @@ impl Connection {
             Some(LinkKind::EntityReceiver { entity, .. }) => entity.clone(),
             _ => return Ok(()),
         };
+        if let Some(DeliveryState::TransactionalState(state)) = &disposition_frame.state {
+            // Held by the transaction until its discharge (rule TXN-1).
+            let txn_id = bytes::Bytes::from(state.txn_id.to_vec());
+            let outcome = state.outcome.clone().map(|outcome| match outcome {
+                Outcome::Accepted(accepted) => DeliveryState::Accepted(accepted),
+                Outcome::Rejected(rejected) => DeliveryState::Rejected(rejected),
+                Outcome::Released(released) => DeliveryState::Released(released),
+                Outcome::Modified(modified) => DeliveryState::Modified(modified),
+                Outcome::Declared(declared) => DeliveryState::Declared(declared),
+            });
+            let (settlement, echo) = crate::amqp::outcome::settlement_for(outcome.as_ref());
+            let answer = self.transactional_settle(
+                &txn_id,
+                channel,
+                delivery_id,
+                unsettled,
+                entity,
+                settlement,
+                echo,
+            );
+            if disposition_frame.settled {
+                return Ok(());
+            }
+            return self.write(channel, disposition(Role::Sender, delivery_id, answer));
+        }
         let (settlement, echo) =
             crate::amqp::outcome::settlement_for(disposition_frame.state.as_ref());
         let reply = if disposition_frame.settled {
@@ -168,6 +193,18 @@ impl Connection {
                 };
                 self.write(channel, disposition(Role::Sender, delivery_id, state))
             }
+            Pending::Discharge {
+                channel,
+                delivery_id,
+                settled,
+                deliveries,
+            } => self.discharged(
+                channel,
+                delivery_id,
+                settled,
+                deliveries,
+                result.map(|_| ()),
+            ),
             Pending::Management(pending) => {
                 let response = management::reply_response(&pending, result);
                 let path = pending.path.clone();

@@ -6,6 +6,7 @@
 //! `write` system call. Transfers larger than the peer's max-frame-size are split.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use fe2o3_amqp_types::messaging::DeliveryState;
 use fe2o3_amqp_types::performatives::Performative;
 use serde::Serialize;
 
@@ -187,7 +188,7 @@ pub fn write_heartbeat(output: &mut BytesMut) {
 }
 
 /// The fields of an incoming transfer the broker uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IncomingTransfer {
     /// Link handle.
     pub handle: u32,
@@ -201,6 +202,8 @@ pub struct IncomingTransfer {
     pub more: bool,
     /// The sender aborted the delivery.
     pub aborted: bool,
+    /// The transaction the delivery belongs to (a `transactional-state` in its state).
+    pub txn_id: Option<Bytes>,
 }
 
 fn read_uint(bytes: &[u8]) -> Option<Option<u32>> {
@@ -254,6 +257,14 @@ pub fn decode_transfer(body: &Bytes) -> Option<(IncomingTransfer, Bytes)> {
         Some(bytes) => read_bool(bytes)?.unwrap_or(false),
         None => false,
     };
+    // Only a transactional state matters on an incoming transfer (AMQP 1.0 §4.4.1).
+    let txn_id = match field(7) {
+        None | Some([0x40]) => None,
+        Some(bytes) => match serde_amqp::from_slice::<DeliveryState>(bytes).ok()? {
+            DeliveryState::TransactionalState(state) => Some(Bytes::from(state.txn_id.into_vec())),
+            _ => None,
+        },
+    };
     Some((
         IncomingTransfer {
             handle,
@@ -262,6 +273,7 @@ pub fn decode_transfer(body: &Bytes) -> Option<(IncomingTransfer, Bytes)> {
             settled,
             more,
             aborted,
+            txn_id,
         },
         body.slice(end..),
     ))

@@ -51,6 +51,7 @@ impl Connection {
                 settled: transfer.settled.unwrap_or(false),
                 message_format: transfer.message_format.unwrap_or(0),
                 payload: BytesMut::from(&payload[..]),
+                txn_id: transfer.txn_id.clone(),
             },
         };
         // What this connection holds in unfinished deliveries, across all its links.
@@ -92,11 +93,17 @@ impl Connection {
         let payload = partial.payload.freeze();
         let delivery_id = partial.delivery_id;
         let settled = partial.settled;
+        let txn_id = partial.txn_id;
         let kind = match &link.kind {
             LinkKind::EntitySender {
                 target,
                 max_message_size,
-            } => Some((target.clone(), *max_message_size)),
+                via,
+            } => Some((target.clone(), *max_message_size, via.clone())),
+            _ => None,
+        };
+        let coordinator = match link.kind {
+            LinkKind::Coordinator { id } => Some(id),
             _ => None,
         };
         let link_kind_is_cbs = matches!(link.kind, LinkKind::CbsRequest);
@@ -107,17 +114,26 @@ impl Connection {
         if top_up {
             self.grant_sender_credit(channel, handle)?;
         }
-        if let Some((target, max_message_size)) = kind {
+        if let Some((target, max_message_size, via)) = kind {
             return self
                 .enqueue(
                     channel,
-                    delivery_id,
-                    settled,
-                    partial.message_format,
-                    payload,
+                    Incoming {
+                        delivery_id,
+                        settled,
+                        message_format: partial.message_format,
+                        payload,
+                        txn_id,
+                    },
                     target,
                     max_message_size,
+                    via,
                 )
+                .await;
+        }
+        if let Some(coordinator) = coordinator {
+            return self
+                .coordinator_transfer(channel, coordinator, delivery_id, settled, &payload)
                 .await;
         }
         if link_kind_is_cbs {
@@ -125,23 +141,35 @@ impl Connection {
         }
         if let Some((path, sub_queue)) = management {
             return self
-                .management_request(channel, delivery_id, settled, &payload, path, sub_queue)
+                .management_request(
+                    channel,
+                    delivery_id,
+                    settled,
+                    &payload,
+                    path,
+                    sub_queue,
+                    txn_id,
+                )
                 .await;
         }
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn enqueue(
         &mut self,
         channel: u16,
-        delivery_id: u32,
-        settled: bool,
-        message_format: u32,
-        payload: Bytes,
+        incoming: Incoming,
         target: SendTarget,
         max_message_size: u64,
+        via: Option<Arc<str>>,
     ) -> Result<(), ConnectionError> {
+        let Incoming {
+            delivery_id,
+            settled,
+            message_format,
+            payload,
+            txn_id,
+        } = incoming;
         let refuse = |connection: &mut Connection, failure: Failure| {
             tracing::info!(condition = failure.condition, description = %LogText(&failure.description), "transfer refused");
             if settled {
@@ -176,6 +204,11 @@ impl Connection {
             }
         };
         let messages: Vec<_> = messages.into_iter().map(Arc::new).collect();
+        if txn_id.is_some() || via.is_some() {
+            return self
+                .transactional_send(channel, delivery_id, settled, txn_id, messages, target, via)
+                .await;
+        }
         let reply = if settled {
             None
         } else {
@@ -212,6 +245,15 @@ impl Connection {
         }
         Ok(())
     }
+}
+
+/// A complete client delivery.
+struct Incoming {
+    delivery_id: u32,
+    settled: bool,
+    message_format: u32,
+    payload: Bytes,
+    txn_id: Option<Bytes>,
 }
 
 fn size_exceeded(size: u64, limit: u64) -> Failure {

@@ -8,6 +8,7 @@ use fe2o3_amqp_types::definitions::{
 };
 use fe2o3_amqp_types::messaging::TargetArchetype;
 use fe2o3_amqp_types::performatives::{Attach, Detach, Flow, Performative};
+use std::sync::Arc;
 
 use super::connection::{Connection, ConnectionError};
 use super::log_text::LogText;
@@ -57,6 +58,9 @@ pub enum LinkKind {
         target: SendTarget,
         /// Largest message accepted, in bytes.
         max_message_size: u64,
+        /// Send-via: the destination named by `com.microsoft:transfer-destination-address`
+        /// (the target is the entity the messages go through).
+        via: Option<Arc<str>>,
     },
     /// Client receives messages from an entity.
     EntityReceiver {
@@ -81,6 +85,11 @@ pub enum LinkKind {
         /// Entity path.
         path: String,
     },
+    /// Client sends `declare` / `discharge` to the transaction coordinator.
+    Coordinator {
+        /// Tells this link's transactions apart from other coordinator links'.
+        id: u64,
+    },
     /// Attach refused; waiting for the client's detach.
     Refused,
 }
@@ -96,6 +105,8 @@ pub struct PartialTransfer {
     pub message_format: u32,
     /// Payload so far.
     pub payload: BytesMut,
+    /// The transaction it belongs to (from the first frame's state).
+    pub txn_id: Option<bytes::Bytes>,
 }
 
 /// One attached link.
@@ -137,6 +148,7 @@ impl LinkMetrics {
             LinkKind::EntitySender { .. } => "sender",
             LinkKind::EntityReceiver { .. } => "receiver",
             LinkKind::CbsRequest | LinkKind::CbsResponse => "cbs",
+            LinkKind::Coordinator { .. } => "coordinator",
             LinkKind::ManagementRequest { .. } | LinkKind::ManagementResponse { .. } => {
                 "management"
             }
@@ -229,27 +241,27 @@ impl Connection {
         }
         let client_sends = attach.role == Role::Sender;
         self.steal_link_name(channel, &attach).await?;
-        if client_sends
-            && matches!(
-                attach.target.as_deref(),
-                Some(TargetArchetype::Coordinator(_))
-            )
-        {
-            let failure = Failure::new(
-                errors::NOT_IMPLEMENTED,
-                "Transactions (a link to the amqp:coordinator) are not supported by this broker yet.",
-                501,
-            );
-            return self.refuse_attach(channel, attach, failure);
-        }
+        let coordinator = matches!(
+            attach.target.as_deref(),
+            Some(TargetArchetype::Coordinator(_))
+        );
         let address = if client_sends {
             target_address(&attach)
         } else {
             source_address(&attach)
         };
-        let resolved = self
-            .resolve(&attach, client_sends, address.as_deref().unwrap_or(""))
-            .await;
+        let resolved = if coordinator && client_sends {
+            Ok((
+                LinkKind::Coordinator {
+                    id: super::transactions::next_coordinator(),
+                },
+                DEFAULT_MAX_MESSAGE_SIZE,
+                None,
+            ))
+        } else {
+            self.resolve(&attach, client_sends, address.as_deref().unwrap_or(""))
+                .await
+        };
         let (kind, max_message_size, authorization) = match resolved {
             Ok(resolved) => resolved,
             Err(failure) => return self.refuse_attach(channel, attach, failure),
@@ -338,6 +350,7 @@ impl Connection {
                 let same_direction = match &link.kind {
                     LinkKind::EntitySender { .. }
                     | LinkKind::CbsRequest
+                    | LinkKind::Coordinator { .. }
                     | LinkKind::ManagementRequest { .. } => client_sends,
                     LinkKind::EntityReceiver { .. }
                     | LinkKind::CbsResponse
@@ -452,9 +465,20 @@ impl Connection {
                 ));
             }
             let max_message_size = self.context.max_message_size(&path);
+            let via = self.via_destination(attach, &path)?;
             let target = match entity {
                 Entity::Queue(handle) => SendTarget::Queue(handle),
+                Entity::Topic(_) if via.is_some() => {
+                    return Err(Failure::new(
+                        errors::NOT_ALLOWED,
+                        format!(
+                            "'{path}' is a topic; a send-via goes through the queue or subscription the transaction receives from."
+                        ),
+                        400,
+                    ));
+                }
                 Entity::Topic(handle) => SendTarget::Topic(handle),
+                Entity::Subscription(handle) if via.is_some() => SendTarget::Queue(handle),
                 Entity::Subscription(_) => {
                     return Err(Failure::new(
                         errors::NOT_ALLOWED,
@@ -467,6 +491,7 @@ impl Connection {
                 LinkKind::EntitySender {
                     target,
                     max_message_size,
+                    via,
                 },
                 max_message_size,
             ));
@@ -545,6 +570,46 @@ impl Connection {
             },
             0,
         ))
+    }
+
+    /// The destination of a send-via sender (`com.microsoft:transfer-destination-address`):
+    /// it must exist and the client must hold Send on it as well as on the link's target.
+    fn via_destination(
+        &mut self,
+        attach: &Attach,
+        path: &str,
+    ) -> Result<Option<std::sync::Arc<str>>, Failure> {
+        let Some(address) = link_properties::transfer_destination(attach) else {
+            return Ok(None);
+        };
+        let Some(Node::Entity {
+            path: destination,
+            sub_queue: SubQueue::Main,
+        }) = address::parse(&address)
+        else {
+            return Err(Failure::new(
+                errors::NOT_ALLOWED,
+                format!(
+                    "The transfer destination '{address}' is not a queue or topic a message can be sent to."
+                ),
+                400,
+            ));
+        };
+        if destination == path {
+            return Ok(None);
+        }
+        if let Access::Denied = self.access(&destination, Right::Send) {
+            return Err(unauthorized(Right::Send, &destination));
+        }
+        match self.context.registry.lookup(&destination) {
+            Some(Entity::Queue(_)) | Some(Entity::Topic(_)) => Ok(Some(destination.into())),
+            Some(Entity::Subscription(_)) => Err(Failure::new(
+                errors::NOT_ALLOWED,
+                format!("Cannot send to subscription '{destination}': send to its topic."),
+                400,
+            )),
+            None => Err(errors::entity_not_found(&destination)),
+        }
     }
 
     fn refuse_attach(
@@ -638,6 +703,10 @@ impl Connection {
                     self.forget_receiver(receiver, entity).await;
                     LinkKind::Refused
                 }
+                LinkKind::Coordinator { id } => {
+                    self.coordinator_closed(id);
+                    LinkKind::Refused
+                }
                 _ => LinkKind::Refused,
             };
             self.session(channel)?.links.insert(handle, link);
@@ -657,8 +726,12 @@ impl Connection {
         if let Some(partial) = &link.partial {
             self.partial_bytes -= partial.payload.len();
         }
-        if let LinkKind::EntityReceiver { receiver, entity } = link.kind {
-            self.forget_receiver(receiver, entity).await;
+        match link.kind {
+            LinkKind::EntityReceiver { receiver, entity } => {
+                self.forget_receiver(receiver, entity).await;
+            }
+            LinkKind::Coordinator { id } => self.coordinator_closed(id),
+            _ => {}
         }
     }
 

@@ -14,6 +14,7 @@ mod outgoing;
 mod requests;
 mod sasl;
 mod session;
+mod transactions;
 pub mod transport;
 
 use std::sync::Arc;

@@ -67,6 +67,7 @@ impl Connection {
         self.send_response(channel, request.reply_to.as_deref(), None, outcome.response)
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn management_request(
         &mut self,
         channel: u16,
@@ -75,6 +76,7 @@ impl Connection {
         payload: &Bytes,
         path: String,
         sub_queue: SubQueue,
+        txn_id: Option<Bytes>,
     ) -> Result<(), ConnectionError> {
         let Some(request) = self.accept_request(channel, delivery_id, settled, payload)? else {
             return Ok(());
@@ -101,6 +103,14 @@ impl Connection {
             tracing::info!(path = %LogText(&node), ?right, "management operation refused");
             return self.respond_failure(&pending, &unauthorized(right, &node));
         }
+        if txn_id.is_some() && !matches!(plan, Plan::Settle(..)) {
+            let failure = Failure::new(
+                errors::NOT_IMPLEMENTED,
+                "Only update-disposition can be part of a transaction on this broker; send this request outside the transaction.",
+                501,
+            );
+            return self.respond_failure(&pending, &failure);
+        }
         if let Plan::Rules(operation) = plan {
             return self.manage_rules(pending, operation).await;
         }
@@ -123,6 +133,25 @@ impl Connection {
                 return self.respond_failure(&pending, &failure);
             }
         };
+        if let (Some(txn_id), Plan::Settle(tokens, settlement)) = (&txn_id, &plan) {
+            // Settlements by lock token join the transaction.
+            let result = self.transactional_management_settle(
+                txn_id,
+                entity,
+                tokens.clone(),
+                settlement.clone(),
+            );
+            return match result {
+                Ok(()) => {
+                    let response = management::reply_response(
+                        &pending,
+                        Ok(crate::broker::entity::Reply::Done),
+                    );
+                    self.send_response(channel, pending.reply_to.as_deref(), Some(&path), response)
+                }
+                Err(failure) => self.respond_failure(&pending, &failure),
+            };
+        }
         let reply = self.await_management(pending);
         let request = reply.request;
         let sent = match plan {

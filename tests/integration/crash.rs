@@ -265,7 +265,7 @@ const SENDERS: u64 = 4;
 /// Link credit of the receive-and-delete consumer: what may be in flight at a kill.
 const RAD_CREDIT: u32 = 5;
 
-async fn connect_to(
+pub(crate) async fn connect_to(
     address: BrokerProcessAddress,
 ) -> Option<(ConnectionHandle<()>, SessionHandle<()>)> {
     let url = format!("amqp://{address}");

@@ -78,7 +78,7 @@ pub(crate) async fn api(
     (status, value)
 }
 
-fn counts(entities: &Json, path: &str) -> Json {
+pub(crate) fn counts(entities: &Json, path: &str) -> Json {
     entities["entities"]
         .as_array()
         .expect("entities")

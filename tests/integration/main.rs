@@ -22,5 +22,6 @@ mod queues;
 mod raw;
 mod raw_client;
 mod topics;
+mod transactions;
 mod transports;
 mod wire;

@@ -377,26 +377,3 @@ async fn strict_mode_holds_run_time_entities_to_the_clouds_rules() {
     .await;
     assert_eq!(status, 201, "{answer}");
 }
-
-#[tokio::test]
-async fn a_transaction_coordinator_link_is_refused_by_name_and_the_connection_lives_on() {
-    let broker = Broker::start(CONFIG).await;
-    let (mut connection, mut session) = broker.connect().await;
-    let refused = fe2o3_amqp::transaction::Controller::attach(&mut session, "txn-controller").await;
-    let error = match refused {
-        Ok(_) => panic!("the coordinator link is refused"),
-        Err(error) => format!("{error:?}"),
-    };
-    assert!(
-        error.contains("not-implemented") || error.contains("NotImplemented"),
-        "{error}"
-    );
-    // The session and connection are fine: a plain sender works afterwards.
-    let mut sender = Sender::attach(&mut session, "s", "orders")
-        .await
-        .expect("sender after the refusal");
-    sender.send("after").await.expect("accepted");
-    sender.close().await.ok();
-    session.end().await.ok();
-    connection.close().await.ok();
-}
