@@ -98,6 +98,12 @@ SHARED_QUEUES: Dict[str, Dict[str, object]] = {
     "amqp-settle-second-accepted": {},
     "amqp-settle-second-modified": {},
     "amqp-settle-second-rejected": {},
+    # test_transactions.py
+    "txn-commit-in": {},
+    "txn-commit-out": {},
+    "txn-abort-in": {"lock_duration": "1s"},
+    "txn-abort-out": {},
+    "txn-plain": {},
 }
 
 
