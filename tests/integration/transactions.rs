@@ -29,6 +29,10 @@ name = "output"
 
 [[queues]]
 name = "other"
+
+[[queues]]
+name = "closed"
+status = "SendDisabled"
 "#;
 
 /// A count of the explorer's entity list, now.
@@ -445,4 +449,36 @@ async fn a_committed_transaction_survives_kill_9_whole_and_an_open_one_vanishes(
     wait_for_count(broker.address, "input", "transfer", 0).await;
     drop(broker);
     let _ = std::fs::remove_dir_all(&data);
+}
+
+#[tokio::test]
+async fn a_committed_send_via_the_destination_refuses_goes_to_the_transfer_dead_letter_queue() {
+    // rule TXN-3 with FWD-3: the via entity keeps what its destination refuses
+    let broker = Broker::start(CONFIG).await;
+    let (mut connection, mut session) = broker.connect().await;
+    let controller = Controller::attach(&mut session, "controller")
+        .await
+        .expect("coordinator");
+    let mut via = via_sender(&mut session, "input", "closed")
+        .await
+        .expect("attaches: the destination exists");
+    let txn = Transaction::declare(&controller, None)
+        .await
+        .expect("declared");
+    assert!(accepted(&txn.post(&mut via, "refused later").await.expect("posted")));
+    txn.commit().await.expect("committed: the via entity has it");
+    wait_for_count(broker.address, "input", "transfer_dead_letter", 1).await;
+    let mut dead = Receiver::attach(
+        &mut session,
+        "tdlq",
+        "input/$Transfer/$DeadLetterQueue",
+    )
+    .await
+    .expect("receiver");
+    let delivery = receive(&mut dead).await;
+    assert_eq!(text(&delivery), "refused later");
+    let reason = crate::harness::property(&delivery, "DeadLetterReason");
+    assert!(format!("{reason:?}").contains("TransferFailed"), "{reason:?}");
+    dead.accept(&delivery).await.expect("completed");
+    connection.close().await.ok();
 }
