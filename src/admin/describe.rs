@@ -2,8 +2,9 @@
 //! (the configuration types): what a PUT body asks for, and what a GET shows.
 //!
 //! Absent elements take the configuration's defaults (which are Service Bus's). Settings
-//! ferrobus does not act on (batched operations, partitioning, express, ordering, user
-//! metadata) are accepted and not kept; `MaxSizeInMegabytes` and the message size are.
+//! ferrobus does not act on (batched operations, express, ordering, user metadata) are
+//! accepted and not kept; `EnablePartitioning` (fixed at creation), `MaxSizeInMegabytes`
+//! and the message size are.
 
 use std::time::Duration;
 
@@ -66,6 +67,9 @@ pub fn queue_config(name: &str, description: &QueueDescription) -> QueueConfig {
     if let Some(value) = description.requires_session {
         queue.requires_session = value;
     }
+    if let Some(value) = description.enable_partitioning {
+        queue.enable_partitioning = value;
+    }
     if let Some(value) = limited(description.default_message_time_to_live) {
         queue.default_message_time_to_live = value;
     }
@@ -110,7 +114,7 @@ pub fn queue_description(queue: &QueueConfig) -> QueueDescription {
         status: atom_status(queue.status),
         forward_to: queue.forward_to.clone(),
         auto_delete_on_idle: queue.auto_delete_on_idle,
-        enable_partitioning: Some(false),
+        enable_partitioning: Some(queue.enable_partitioning),
         forward_dead_lettered_messages_to: queue.forward_dead_lettered_messages_to.clone(),
         enable_express: Some(false),
         max_message_size_in_kilobytes: Some(queue.max_message_size_in_kilobytes),
@@ -132,6 +136,9 @@ pub fn topic_config(name: &str, description: &TopicDescription) -> TopicConfig {
     }
     if let Some(value) = description.duplicate_detection_history_time_window {
         topic.duplicate_detection_history_time_window = value;
+    }
+    if let Some(value) = description.enable_partitioning {
+        topic.enable_partitioning = value;
     }
     if let Some(value) = limited(description.auto_delete_on_idle) {
         topic.auto_delete_on_idle = value;
@@ -158,7 +165,7 @@ pub fn topic_description(topic: &TopicConfig) -> TopicDescription {
         status: atom_status(topic.status),
         support_ordering: Some(true),
         auto_delete_on_idle: topic.auto_delete_on_idle,
-        enable_partitioning: Some(false),
+        enable_partitioning: Some(topic.enable_partitioning),
         enable_express: Some(false),
         max_message_size_in_kilobytes: Some(topic.max_message_size_in_kilobytes),
         ..Default::default()

@@ -72,6 +72,16 @@ pub enum MessageError {
         "message-format {0} is not supported: send standard AMQP messages (0) or Service Bus batches (0x80013700)"
     )]
     UnsupportedFormat(u32),
+    /// `x-opt-partition-key` and the session id disagree (rule PRT-3).
+    #[error(
+        "The PartitionKey '{partition_key}' does not match the SessionId '{session_id}'; when both are set they must be identical."
+    )]
+    PartitionKeyMismatch {
+        /// The partition key.
+        partition_key: String,
+        /// The session id.
+        session_id: String,
+    },
 }
 
 fn section_error(section: &'static str, error: impl std::fmt::Display) -> MessageError {
@@ -229,6 +239,15 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
             .as_ref()
             .map(|symbol| symbol.0.clone()),
     };
+    if let (Some(partition_key), Some(session_id)) =
+        (&message.partition_key, &message.system.session_id)
+        && **partition_key != **session_id
+    {
+        return Err(MessageError::PartitionKeyMismatch {
+            partition_key: partition_key.to_string(),
+            session_id: session_id.clone(),
+        });
+    }
     Ok(message)
 }
 
@@ -300,6 +319,9 @@ fn parse_annotations(bytes: &Bytes, at: usize, message: &mut Message) -> Result<
         let name = codec::read_text(bytes, key.clone()).unwrap_or("");
         if name == "x-opt-scheduled-enqueue-time" {
             message.scheduled_enqueue_time = read_timestamp(bytes, value.clone()).map(Timestamp);
+        }
+        if name == "x-opt-partition-key" {
+            message.partition_key = codec::read_text(bytes, value.clone()).map(Into::into);
         }
         if name == "x-opt-enqueue-sequence-number" {
             message.original_sequence_number = read_timestamp(bytes, value.clone());

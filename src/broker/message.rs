@@ -76,6 +76,9 @@ pub struct Message {
     /// the topic's: every subscription's copy carries the same). In transit from a topic
     /// to its subscriptions only: not stored, dropped when the message is forwarded.
     pub topic_sequence: Option<(super::types::SequenceNumber, super::types::Timestamp)>,
+    /// The `x-opt-partition-key` annotation: chooses the partition of a partitioned entity
+    /// when there is no session id (rule PRT-2). The annotation itself stays in the message.
+    pub partition_key: Option<std::sync::Arc<str>>,
 }
 
 /// Memory one stored message costs beyond its encoded bytes: the `Message` and `Record`

@@ -7,6 +7,7 @@ pub mod forwarder;
 pub mod lifecycle;
 pub mod message;
 pub mod namespace;
+pub mod partitions;
 pub mod registry;
 pub mod rules;
 pub mod topic;

@@ -250,6 +250,8 @@ impl Registry {
         let description = match (&current.description, description) {
             (Description::Queue(old), Description::Queue(mut new)) => {
                 new.name = old.name.clone();
+                // Fixed at creation, as in Service Bus.
+                new.enable_partitioning = old.enable_partitioning;
                 if new.requires_session != old.requires_session {
                     return Err(NamespaceError::Invalid(format!(
                         "queue '{}': requires_session cannot be changed on an existing queue",
@@ -260,6 +262,7 @@ impl Registry {
             }
             (Description::Topic(old), Description::Topic(mut new)) => {
                 new.name = old.name.clone();
+                new.enable_partitioning = old.enable_partitioning;
                 new.subscriptions.clear();
                 Description::Topic(new)
             }

@@ -118,6 +118,15 @@ pub(super) struct Spawner {
     pub storage: Option<Storage>,
 }
 
+/// Partitions of an entity with or without `enable_partitioning`.
+pub fn partitions(enable_partitioning: bool) -> u16 {
+    if enable_partitioning {
+        super::partitions::PARTITIONS
+    } else {
+        1
+    }
+}
+
 fn queue_settings(queue: &QueueConfig) -> EntitySettings {
     EntitySettings {
         path: queue.name.clone(),
@@ -135,6 +144,7 @@ fn queue_settings(queue: &QueueConfig) -> EntitySettings {
         forward_to: queue.forward_to.clone(),
         forward_dead_lettered_messages_to: queue.forward_dead_lettered_messages_to.clone(),
         status: queue.status,
+        partitions: partitions(queue.enable_partitioning),
     }
 }
 
@@ -167,6 +177,7 @@ fn subscription_settings(topic: &TopicConfig, subscription: &SubscriptionConfig)
         } else {
             crate::config::EntityStatus::ReceiveDisabled
         },
+        partitions: partitions(topic.enable_partitioning),
     }
 }
 

@@ -224,6 +224,10 @@ pub fn spawn(
         })
         .unzip();
     let mut state = TopicState::new(config.name.clone(), rules, None, codec);
+    state.set_partitions(
+        super::registry::partitions(config.enable_partitioning),
+        config.requires_duplicate_detection,
+    );
     state.set_duplicate_detection(
         config
             .requires_duplicate_detection
@@ -471,18 +475,32 @@ impl Topic {
                 waiting += 1;
             }
         }
-        let mut next = 1;
+        let mut next: Vec<i64> = Vec::new();
         for _ in 0..waiting {
             match replies.recv().await {
                 Some(Notification::Reply {
                     result: Ok(Reply::Counts(counts)),
                     ..
-                }) => next = next.max(counts.next_sequence_number),
+                }) => {
+                    // Per partition when partitioned (rule PRT-1).
+                    let used = counts
+                        .next_sequence_numbers
+                        .iter()
+                        .filter(|next| **next > 0);
+                    for (index, number) in used.enumerate() {
+                        match next.get_mut(index) {
+                            Some(slot) => *slot = (*slot).max(*number),
+                            None => next.push(*number),
+                        }
+                    }
+                }
                 Some(_) => {}
                 None => break,
             }
         }
-        self.state.raise_sequence_number(next);
+        for number in next {
+            self.state.raise_sequence_number(number);
+        }
         if let Err(error) = self.commit().await {
             tracing::warn!(topic = %self.path, %error, "the topic's sequence counter is not durable");
         }

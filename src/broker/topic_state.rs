@@ -62,6 +62,8 @@ pub struct TopicState {
     changed_rules: BTreeSet<String>,
     /// The duplicate-detection window in force (`None`: off).
     duplicate_window: Option<std::time::Duration>,
+    /// Picks published messages' partitions (rule PRT-2).
+    partitioner: crate::broker::partitions::Partitioner,
 }
 
 impl TopicState {
@@ -81,7 +83,15 @@ impl TopicState {
             scheduled: BTreeMap::new(),
             changed_rules: BTreeSet::new(),
             duplicate_window: None,
+            partitioner: crate::broker::partitions::Partitioner::new(1, false),
         }
+    }
+
+    /// Spreads the topic's messages over `partitions` (rule PRT-1); set before anything is
+    /// numbered or restored.
+    pub fn set_partitions(&mut self, partitions: u16, by_message_id: bool) {
+        self.log.set_partitions(partitions);
+        self.partitioner = crate::broker::partitions::Partitioner::new(partitions, by_message_id);
     }
 
     /// Replays recovered change records (scheduled messages, counter, duplicate history)
@@ -296,7 +306,8 @@ impl TopicState {
         let messages: Vec<Arc<Message>> = messages
             .into_iter()
             .map(|message| {
-                let number = self.log.allocate();
+                let partition = self.partitioner.partition(&message);
+                let number = self.log.allocate_in(partition);
                 let mut numbered = Arc::unwrap_or_clone(message);
                 numbered.topic_sequence = Some((number, now));
                 Arc::new(numbered)
@@ -315,7 +326,10 @@ impl TopicState {
                     // More copies of one message in one subscription (several rules with
                     // actions matched): each is a message of its own, with a number of
                     // its own from the topic.
-                    let number = self.log.allocate();
+                    let partition = copy.topic_sequence.map_or(0, |(number, _)| {
+                        crate::broker::partitions::partition_of_number(number.0)
+                    });
+                    let number = self.log.allocate_in(partition);
                     let mut extra = Arc::unwrap_or_clone(copy);
                     extra.topic_sequence = Some((number, now));
                     all.accepted.push(Arc::new(extra));
@@ -343,7 +357,8 @@ impl TopicState {
         messages
             .into_iter()
             .map(|message| {
-                let sequence_number = self.log.allocate();
+                let partition = self.partitioner.partition(&message);
+                let sequence_number = self.log.allocate_in(partition);
                 let at = message.scheduled_enqueue_time.unwrap_or(now);
                 self.log.insert(
                     SubQueue::Main,

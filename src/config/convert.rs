@@ -343,6 +343,7 @@ pub(super) fn convert_queue(index: usize, raw: RawQueue) -> Result<QueueConfig, 
             .max_message_size_in_kilobytes
             .unwrap_or(defaults.max_message_size_in_kilobytes),
         status: status(&context, raw.status)?,
+        enable_partitioning: raw.enable_partitioning.unwrap_or(false),
         ..defaults
     })
 }
@@ -381,6 +382,7 @@ pub(super) fn convert_topic(index: usize, raw: RawTopic) -> Result<TopicConfig, 
             .max_message_size_in_kilobytes
             .unwrap_or(defaults.max_message_size_in_kilobytes),
         status: status(&context, raw.status)?,
+        enable_partitioning: raw.enable_partitioning.unwrap_or(false),
         subscriptions,
         ..defaults
     })

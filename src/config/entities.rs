@@ -104,6 +104,9 @@ pub struct QueueConfig {
     pub max_message_size_in_kilobytes: u64,
     /// Whether the queue takes sends and gives out messages.
     pub status: EntityStatus,
+    /// Whether messages are spread over 16 partitions (sequence numbers carry the
+    /// partition in their top 16 bits; order holds per partition). Fixed at creation.
+    pub enable_partitioning: bool,
 }
 
 impl QueueConfig {
@@ -124,6 +127,7 @@ impl QueueConfig {
             max_size_in_megabytes: DEFAULT_MAX_SIZE_IN_MEGABYTES,
             max_message_size_in_kilobytes: DEFAULT_MAX_MESSAGE_SIZE_IN_KILOBYTES,
             status: EntityStatus::Active,
+            enable_partitioning: false,
         }
     }
 }
@@ -149,6 +153,9 @@ pub struct TopicConfig {
     pub subscriptions: Vec<SubscriptionConfig>,
     /// Whether the topic takes sends (`ReceiveDisabled` and `Active` do).
     pub status: EntityStatus,
+    /// Whether messages are spread over 16 partitions (its subscriptions are partitioned
+    /// alike). Fixed at creation.
+    pub enable_partitioning: bool,
 }
 
 impl TopicConfig {
@@ -164,6 +171,7 @@ impl TopicConfig {
             max_message_size_in_kilobytes: DEFAULT_MAX_MESSAGE_SIZE_IN_KILOBYTES,
             subscriptions: Vec::new(),
             status: EntityStatus::Active,
+            enable_partitioning: false,
         }
     }
 }

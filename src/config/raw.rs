@@ -137,6 +137,7 @@ pub(super) struct RawQueue {
     pub max_size_in_megabytes: Option<u64>,
     pub max_message_size_in_kilobytes: Option<u64>,
     pub status: Option<String>,
+    pub enable_partitioning: Option<bool>,
 }
 
 /// `[[topics]]`.
@@ -151,6 +152,7 @@ pub(super) struct RawTopic {
     pub max_size_in_megabytes: Option<u64>,
     pub max_message_size_in_kilobytes: Option<u64>,
     pub status: Option<String>,
+    pub enable_partitioning: Option<bool>,
     #[serde(default)]
     pub subscriptions: Vec<RawSubscription>,
 }

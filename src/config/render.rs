@@ -62,6 +62,9 @@ pub fn queue(queue: &QueueConfig) -> String {
         queue.dead_lettering_on_message_expiration,
     );
     line(&mut out, "requires_session", queue.requires_session);
+    if queue.enable_partitioning {
+        line(&mut out, "enable_partitioning", true);
+    }
     line(
         &mut out,
         "requires_duplicate_detection",
@@ -104,6 +107,9 @@ fn status_line(out: &mut String, status: super::EntityStatus) {
 pub fn topic(header: &str, topic: &TopicConfig) -> String {
     let mut out = format!("[[{header}]]\n");
     line(&mut out, "name", text(&topic.name));
+    if topic.enable_partitioning {
+        line(&mut out, "enable_partitioning", true);
+    }
     duration_line(
         &mut out,
         "default_message_time_to_live",

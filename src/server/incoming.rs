@@ -197,7 +197,8 @@ impl Connection {
             Ok(messages) => messages,
             Err(error) => {
                 let condition = match error {
-                    message::MessageError::TooLong { .. } => errors::ARGUMENT_ERROR,
+                    message::MessageError::TooLong { .. }
+                    | message::MessageError::PartitionKeyMismatch { .. } => errors::ARGUMENT_ERROR,
                     _ => errors::DECODE_ERROR,
                 };
                 return refuse(self, Failure::new(condition, error.to_string(), 400));

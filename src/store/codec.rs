@@ -561,6 +561,8 @@ impl In<'_> {
             extra_properties: self.properties()?,
             // In transit only: the record's own sequence number is what is stored.
             topic_sequence: None,
+            // Used on arrival only: a stored message's partition is in its sequence number.
+            partition_key: None,
         })
     }
     fn record(&mut self) -> Result<Record, DecodeError> {
@@ -716,6 +718,7 @@ mod tests {
             dead_letter_source: Some("q".into()),
             extra_properties: vec![("x".into(), PropertyValue::Uuid([3; 16]))],
             topic_sequence: None,
+            partition_key: None,
         };
         Record {
             message: Arc::new(message),

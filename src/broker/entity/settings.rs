@@ -31,6 +31,8 @@ pub struct EntitySettings {
     pub forward_dead_lettered_messages_to: Option<String>,
     /// Whether sends are taken and messages given out (admin API `Status`).
     pub status: crate::config::EntityStatus,
+    /// Partitions its messages are spread over (1: not partitioned; rule PRT-1).
+    pub partitions: u16,
 }
 
 impl EntitySettings {
@@ -50,6 +52,7 @@ impl EntitySettings {
             forward_to: None,
             forward_dead_lettered_messages_to: None,
             status: crate::config::EntityStatus::Active,
+            partitions: 1,
         }
     }
 }

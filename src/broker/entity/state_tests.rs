@@ -890,3 +890,101 @@ fn a_transaction_settling_one_lock_twice_is_refused_whole() {
     );
     assert_eq!(state.message_count(SubQueue::Main), 2);
 }
+
+fn keyed(body: &str, key: &str) -> Arc<Message> {
+    Arc::new(Message {
+        body: Bytes::from(body.as_bytes().to_vec()),
+        partition_key: Some(key.into()),
+        ..Message::default()
+    })
+}
+
+#[test]
+fn a_partitioned_entity_numbers_per_partition_and_interleaves_partitions() {
+    // rule PRT-1, PRT-2
+    use crate::broker::partitions::{PARTITIONS, partition_of_key, partition_of_number};
+    let mut state = entity(|settings| settings.partitions = PARTITIONS);
+    state.set_journaling(true);
+    // Two keys in two different partitions.
+    let (a, b) = (0..100)
+        .map(|index| format!("key-{index}"))
+        .find_map(|candidate| {
+            (partition_of_key(&candidate, PARTITIONS) != partition_of_key("key-a", PARTITIONS))
+                .then(|| ("key-a".to_string(), candidate))
+        })
+        .expect("another partition");
+    let (pa, pb) = (
+        partition_of_key(&a, PARTITIONS),
+        partition_of_key(&b, PARTITIONS),
+    );
+    let numbers = state
+        .enqueue(
+            START,
+            vec![
+                keyed("a1", &a),
+                keyed("a2", &a),
+                keyed("a3", &a),
+                keyed("b1", &b),
+                keyed("b2", &b),
+            ],
+        )
+        .expect("accepted");
+    let low = |number: &SequenceNumber| number.0 & ((1 << 48) - 1);
+    assert_eq!(
+        numbers
+            .iter()
+            .map(|n| partition_of_number(n.0))
+            .collect::<Vec<_>>(),
+        vec![pa, pa, pa, pb, pb]
+    );
+    assert_eq!(
+        numbers.iter().map(low).collect::<Vec<_>>(),
+        vec![1, 2, 3, 1, 2],
+        "gapless from 1 within each partition"
+    );
+    // Receivers get both partitions interleaved by their counts, each in order.
+    state.attach_receiver(
+        START,
+        RECEIVER,
+        SubQueue::Main,
+        ReceiveMode::ReceiveAndDelete,
+    );
+    state.set_credit(START, RECEIVER, 5, false);
+    let order: Vec<String> = deliveries(&mut state)
+        .iter()
+        .map(|delivery| String::from_utf8_lossy(&delivery.record.message.body).to_string())
+        .collect();
+    let first_two: std::collections::BTreeSet<_> = order[..2].iter().cloned().collect();
+    assert_eq!(
+        first_two,
+        ["a1".to_string(), "b1".to_string()].into_iter().collect(),
+        "{order:?}"
+    );
+    let of = |prefix: char| {
+        order
+            .iter()
+            .filter(|body| body.starts_with(prefix))
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(of('a'), ["a1", "a2", "a3"]);
+    assert_eq!(of('b'), ["b1", "b2"]);
+    // The counters survive a restore from the change records and from a checkpoint.
+    let changes = state.take_changes();
+    let mut restored = EntityState::restore(state.settings().clone(), 9, START, changes);
+    let next = restored
+        .enqueue(START, vec![keyed("a4", &a)])
+        .expect("accepted");
+    assert_eq!(low(&next[0]), 4);
+    assert_eq!(partition_of_number(next[0].0), pa);
+    let checkpoint = restored.checkpoint();
+    let mut again = EntityState::restore(state.settings().clone(), 9, START, checkpoint);
+    let next = again
+        .enqueue(START, vec![keyed("b3", &b)])
+        .expect("accepted");
+    assert_eq!(
+        low(&next[0]),
+        3,
+        "partition b's counter came through the checkpoint"
+    );
+}

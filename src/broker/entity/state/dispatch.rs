@@ -221,7 +221,7 @@ impl EntityState {
         let Some(sequence_number) = self
             .sessions
             .get(session_id)
-            .and_then(|entry| entry.available.first().copied())
+            .and_then(|entry| entry.available.first())
         else {
             return false;
         };

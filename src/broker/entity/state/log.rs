@@ -118,13 +118,71 @@ pub enum Change {
     },
 }
 
+/// The delivery order of a sequence number: within a partition by number, across
+/// partitions interleaved by their counts (the partition moves from the top 16 bits to the
+/// bottom), so that no partition waits for another to empty (rule PRT-1). For an
+/// unpartitioned entity it is the sequence number order.
+pub fn delivery_order(sequence_number: SequenceNumber) -> u64 {
+    (sequence_number.0 as u64).rotate_left(16)
+}
+
+/// Active, unlocked messages in delivery order ([`delivery_order`]).
+#[derive(Debug, Default, Clone)]
+pub struct Available(BTreeSet<u64>);
+
+impl Available {
+    /// Adds a number; false if it was there.
+    pub fn insert(&mut self, sequence_number: SequenceNumber) -> bool {
+        self.0.insert(delivery_order(sequence_number))
+    }
+
+    /// Removes a number; false if it was not there.
+    pub fn remove(&mut self, sequence_number: &SequenceNumber) -> bool {
+        self.0.remove(&delivery_order(*sequence_number))
+    }
+
+    /// Whether a number is there.
+    pub fn contains(&self, sequence_number: &SequenceNumber) -> bool {
+        self.0.contains(&delivery_order(*sequence_number))
+    }
+
+    /// The next in delivery order.
+    pub fn first(&self) -> Option<SequenceNumber> {
+        self.0.first().map(|order| number_of(*order))
+    }
+
+    /// Takes the next in delivery order.
+    pub fn pop_first(&mut self) -> Option<SequenceNumber> {
+        self.0.pop_first().map(number_of)
+    }
+
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// How many.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// In delivery order.
+    pub fn iter(&self) -> impl Iterator<Item = SequenceNumber> + '_ {
+        self.0.iter().map(|order| number_of(*order))
+    }
+}
+
+fn number_of(order: u64) -> SequenceNumber {
+    SequenceNumber(order.rotate_right(16) as i64)
+}
+
 /// Messages of one sub-queue.
 #[derive(Debug, Default)]
 pub(super) struct Store {
     /// Every record of this sub-queue by sequence number.
     pub(super) records: BTreeMap<SequenceNumber, Record>,
     /// Active, unlocked records in delivery order (an index the core maintains).
-    pub(super) available: BTreeSet<SequenceNumber>,
+    pub(super) available: Available,
     /// Records in the deferred state (kept with every change, so counts need no scan).
     deferred: usize,
 }
@@ -175,14 +233,21 @@ impl Store {
     }
 }
 
+/// Sequence numbers of a partitioned entity carry the partition above this bit.
+pub const PARTITION_SHIFT: u32 = 48;
+/// The bits of a sequence number counted within a partition.
+const LOW_BITS: i64 = (1 << PARTITION_SHIFT) - 1;
+
 /// The durable state of one entity; see the module documentation.
 #[derive(Debug)]
 pub struct MessageLog {
     main: Store,
     dead_letter: Store,
     transfer_dead_letter: Store,
-    /// The next sequence number to assign (rule SEQ-1: from 1, never reused).
-    next_sequence_number: i64,
+    /// The next sequence number to assign (rule SEQ-1: from 1, never reused), one counter
+    /// per partition (rule PRT-1: a partitioned entity's numbers carry the partition in
+    /// their top 16 bits; each partition counts from 1 in the low 48).
+    counters: Vec<i64>,
     /// Session states (`set-session-state`), kept even without messages.
     session_states: BTreeMap<String, Vec<u8>>,
     /// Messages on their way to a forwarding target, by source sequence number, with
@@ -205,11 +270,40 @@ impl MessageLog {
             main: Store::default(),
             dead_letter: Store::default(),
             transfer_dead_letter: Store::default(),
-            next_sequence_number: 1,
+            counters: vec![1],
             session_states: BTreeMap::new(),
             outbox: BTreeMap::new(),
             journal: journal.then(Vec::new),
         }
+    }
+
+    /// Numbers sequence numbers in `partitions` partitions (1: not partitioned). Set before
+    /// anything is assigned or replayed.
+    pub fn set_partitions(&mut self, partitions: u16) {
+        let partitions = i64::from(partitions.max(1));
+        self.counters = (0..partitions)
+            .map(|partition| (partition << PARTITION_SHIFT) | 1)
+            .collect();
+    }
+
+    /// How many partitions the numbers are spread over (1: not partitioned).
+    pub fn partitions(&self) -> u16 {
+        self.counters.len() as u16
+    }
+
+    /// The counter a number belongs to.
+    fn counter_index(&self, number: i64) -> usize {
+        if self.counters.len() == 1 {
+            return 0;
+        }
+        ((number >> PARTITION_SHIFT) as usize).min(self.counters.len() - 1)
+    }
+
+    /// Keeps the counter of `number`'s partition past it.
+    fn count_past(&mut self, number: i64) {
+        let index = self.counter_index(number);
+        let counter = &mut self.counters[index];
+        *counter = (*counter).max(number + 1);
     }
 
     /// Whether changes are recorded.
@@ -264,14 +358,25 @@ impl MessageLog {
     }
 
     /// The available index of a sub-queue, to change.
-    pub(super) fn available_mut(&mut self, sub_queue: SubQueue) -> &mut BTreeSet<SequenceNumber> {
+    pub(super) fn available_mut(&mut self, sub_queue: SubQueue) -> &mut Available {
         &mut self.store_mut(sub_queue).available
     }
 
-    /// Assigns the next sequence number.
+    /// Assigns the next sequence number (of partition 0 when partitioned).
     pub(crate) fn allocate(&mut self) -> SequenceNumber {
-        let sequence_number = SequenceNumber(self.next_sequence_number);
-        self.next_sequence_number += 1;
+        self.allocate_in(0)
+    }
+
+    /// Assigns the next sequence number of `partition` (rule PRT-1); within a partition the
+    /// low 48 bits roll over to 1.
+    pub(crate) fn allocate_in(&mut self, partition: u16) -> SequenceNumber {
+        let index = (partition as usize).min(self.counters.len() - 1);
+        let counter = &mut self.counters[index];
+        let sequence_number = SequenceNumber(*counter);
+        *counter += 1;
+        if *counter & LOW_BITS == 0 {
+            *counter = ((index as i64) << PARTITION_SHIFT) | 1;
+        }
         sequence_number
     }
 
@@ -281,25 +386,32 @@ impl MessageLog {
         &mut self,
         sequence_number: SequenceNumber,
     ) -> Option<SequenceNumber> {
-        if sequence_number.0 < self.next_sequence_number {
+        let index = self.counter_index(sequence_number.0);
+        if sequence_number.0 < self.counters[index] {
             return None;
         }
-        self.next_sequence_number = sequence_number.0 + 1;
+        self.counters[index] = sequence_number.0 + 1;
         Some(sequence_number)
     }
 
     /// Raises the counter to at least `next` (a topic starting after its subscriptions),
     /// noting it for the log.
     pub(crate) fn raise_next_sequence_number(&mut self, next: i64) {
-        if next > self.next_sequence_number {
-            self.next_sequence_number = next;
+        let index = self.counter_index(next);
+        if next > self.counters[index] {
+            self.counters[index] = next;
             self.note(|| Change::NextSequence(next));
         }
     }
 
-    /// The next number to assign.
+    /// The next number to assign (of partition 0 when partitioned).
     pub fn next_sequence_number(&self) -> i64 {
-        self.next_sequence_number
+        self.counters[0]
+    }
+
+    /// The next number of every partition.
+    pub fn next_sequence_numbers(&self) -> &[i64] {
+        &self.counters
     }
 
     /// Adds a record.
@@ -448,7 +560,7 @@ impl MessageLog {
         match change {
             Change::Put { sub_queue, record } => {
                 let sequence_number = record.sequence_number;
-                self.next_sequence_number = self.next_sequence_number.max(sequence_number.0 + 1);
+                self.count_past(sequence_number.0);
                 self.store_mut(sub_queue).put(sequence_number, *record);
             }
             Change::Update {
@@ -484,7 +596,8 @@ impl MessageLog {
                 self.store_mut(sub_queue).take(sequence_number);
             }
             Change::NextSequence(next) => {
-                self.next_sequence_number = self.next_sequence_number.max(next);
+                let index = self.counter_index(next);
+                self.counters[index] = self.counters[index].max(next);
             }
             Change::SessionState { session_id, state } => match state {
                 Some(state) => {
@@ -496,7 +609,7 @@ impl MessageLog {
             },
             Change::Outbox { record, target } => {
                 let sequence_number = record.sequence_number;
-                self.next_sequence_number = self.next_sequence_number.max(sequence_number.0 + 1);
+                self.count_past(sequence_number.0);
                 self.outbox.insert(sequence_number, (*record, target));
             }
             Change::Forwarded { sequence_number } => {
@@ -513,7 +626,7 @@ impl MessageLog {
     /// A canonical text of the durable state (records without locks, counter, session
     /// states): equal fingerprints mean equal logs. For tests.
     pub fn fingerprint(&self) -> String {
-        let mut text = format!("next {}\n", self.next_sequence_number);
+        let mut text = format!("next {:?}\n", self.counters);
         for sub_queue in [
             SubQueue::Main,
             SubQueue::DeadLetter,
@@ -574,7 +687,11 @@ impl MessageLog {
     /// The whole durable state as change records: what a checkpoint writes so that older
     /// log segments can be dropped. Replaying it into an empty log rebuilds this one.
     pub fn checkpoint(&self) -> Vec<Change> {
-        let mut changes = vec![Change::NextSequence(self.next_sequence_number)];
+        let mut changes: Vec<Change> = self
+            .counters
+            .iter()
+            .map(|next| Change::NextSequence(*next))
+            .collect();
         for sub_queue in [
             SubQueue::Main,
             SubQueue::DeadLetter,

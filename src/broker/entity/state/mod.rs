@@ -234,6 +234,8 @@ pub struct EntityState {
     effects: Vec<Effect>,
     /// Message ids seen recently, when duplicate detection is on.
     duplicates: Option<DuplicateDetector>,
+    /// Picks arriving messages' partitions (rule PRT-2).
+    partitioner: crate::broker::partitions::Partitioner,
     /// Cumulative event counts (metrics).
     totals: EntityTotals,
     /// Last send, receive, settlement, peek or schedule (rule IDL-2).
@@ -245,7 +247,7 @@ pub struct EntityState {
     /// Sessions by id (session entities).
     sessions: HashMap<String, sessions::SessionEntry>,
     /// Unlocked sessions with available messages, by their oldest available message.
-    ready: BTreeSet<(SequenceNumber, String)>,
+    ready: BTreeSet<(u64, String)>,
     /// Next-available receivers waiting for a session, oldest first.
     waiters: VecDeque<ReceiverId>,
     /// Locked sessions to serve at the next dispatch (new messages or holder credit).
@@ -293,6 +295,9 @@ pub struct EntityCounts {
     /// The next sequence number it would assign (a topic starts numbering past its
     /// subscriptions').
     pub next_sequence_number: i64,
+    /// The next number of each partition (only the first entry when not partitioned; 0
+    /// marks an unused entry).
+    pub next_sequence_numbers: [i64; crate::broker::partitions::PARTITIONS as usize],
 }
 
 /// Cumulative event counts of an entity since its actor started (metrics). Not durable:
@@ -389,7 +394,13 @@ impl EntityTotals {
 impl EntityState {
     /// An empty entity. `token_seed` should differ per entity and per process start.
     pub fn new(settings: EntitySettings, token_seed: u64, now: Timestamp) -> EntityState {
+        let mut log = MessageLog::default();
+        log.set_partitions(settings.partitions);
         EntityState {
+            partitioner: crate::broker::partitions::Partitioner::new(
+                settings.partitions,
+                settings.duplicate_detection_window.is_some(),
+            ),
             duplicates: settings
                 .duplicate_detection_window
                 .map(DuplicateDetector::new),
@@ -403,7 +414,7 @@ impl EntityState {
             dirty_sessions: HashSet::new(),
             draining: Vec::new(),
             settings,
-            log: MessageLog::default(),
+            log,
             locks: HashMap::new(),
             held: HashMap::new(),
             deadlines: BTreeSet::new(),
@@ -462,6 +473,13 @@ impl EntityState {
             size_in_bytes: self.stored_bytes,
             totals: self.totals,
             next_sequence_number: self.log.next_sequence_number(),
+            next_sequence_numbers: {
+                let mut numbers = [0; crate::broker::partitions::PARTITIONS as usize];
+                for (slot, next) in numbers.iter_mut().zip(self.log.next_sequence_numbers()) {
+                    *slot = *next;
+                }
+                numbers
+            },
         }
     }
 
@@ -659,7 +677,8 @@ impl EntityState {
         {
             return (number, at);
         }
-        (self.allocate_sequence_number(), now)
+        let partition = self.partitioner.partition(message);
+        (self.log.allocate_in(partition), now)
     }
 
     fn effective_time_to_live(&self, message: &Message) -> Option<Duration> {

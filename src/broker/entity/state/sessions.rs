@@ -17,7 +17,7 @@ const LAST_UPDATED_ANY: i64 = 253_402_300_800_000;
 #[derive(Debug, Default)]
 pub struct SessionEntry {
     /// Active, unlocked messages of this session, in order.
-    pub(super) available: BTreeSet<SequenceNumber>,
+    pub(super) available: super::log::Available,
     /// The receiver holding the session lock.
     pub(super) holder: Option<ReceiverId>,
     /// When the session lock lapses.
@@ -25,7 +25,7 @@ pub struct SessionEntry {
     /// Last state change or lock, for `get-message-sessions`.
     pub(super) last_updated: Timestamp,
     /// The key under which the session sits in `ready`, if it does.
-    pub(super) ready_key: Option<SequenceNumber>,
+    pub(super) ready_key: Option<u64>,
 }
 
 impl EntityState {
@@ -48,10 +48,11 @@ impl EntityState {
             self.ready.remove(&(key, session_id.to_string()));
         }
         if entry.holder.is_none()
-            && let Some(first) = entry.available.first().copied()
+            && let Some(first) = entry.available.first()
         {
-            entry.ready_key = Some(first);
-            self.ready.insert((first, session_id.to_string()));
+            let key = super::log::delivery_order(first);
+            entry.ready_key = Some(key);
+            self.ready.insert((key, session_id.to_string()));
         }
     }
 
@@ -381,7 +382,7 @@ impl EntityState {
         let members: Vec<SequenceNumber> = self
             .sessions
             .get(session_id)
-            .map(|entry| entry.available.iter().copied().collect())
+            .map(|entry| entry.available.iter().collect())
             .unwrap_or_default();
         for sequence_number in members {
             self.session_remove_available(sequence_number);
