@@ -452,7 +452,7 @@ impl Registry {
             _ => 0,
         };
         Ok(Runtime {
-            counts,
+            counts: *counts,
             subscription_count,
         })
     }

@@ -327,6 +327,11 @@ impl Topic {
                     continue;
                 }
                 () = idle => {
+                    // Its subscriptions' activity counts too (rule IDL-1).
+                    if let Some(active) = self.subscription_activity(&sink, &mut replies).await {
+                        last_activity = last_activity.max(active);
+                        continue;
+                    }
                     let _ = on_idle.send(self.path.clone());
                     if let Some((storage, key)) = &self.storage
                         && let Err(error) = storage.drop_entity(key).await
@@ -424,10 +429,10 @@ impl Topic {
                     reply.send(Ok(Reply::Done));
                 }
                 TopicCommand::Describe { reply } => {
-                    reply.send(Ok(Reply::Counts(super::entity::EntityCounts {
+                    reply.send(Ok(Reply::Counts(Box::new(super::entity::EntityCounts {
                         scheduled: self.state.scheduled_count() as u64,
                         ..Default::default()
-                    })));
+                    }))));
                 }
                 TopicCommand::Delete { reply } => {
                     inbox.close();
@@ -460,6 +465,47 @@ impl Topic {
     /// ever held: their logs keep their counters): the topic does not write its counter
     /// per publish, and data from a version that numbered per subscription is carried on,
     /// so a number is never given twice to messages anyone saw.
+    /// When its subscriptions were last active, if that keeps the topic alive: a
+    /// subscription with a receiver attached, forwarding or scheduled messages keeps it
+    /// alive now; otherwise their latest activity counts as the topic's (rule IDL-1).
+    async fn subscription_activity(
+        &self,
+        sink: &mpsc::UnboundedSender<Notification>,
+        replies: &mut mpsc::UnboundedReceiver<Notification>,
+    ) -> Option<tokio::time::Instant> {
+        let after = self.auto_delete_on_idle?;
+        let mut waiting = 0usize;
+        for (index, handle) in self.handles.iter().enumerate() {
+            let reply = ReplyTo {
+                sink: sink.clone(),
+                request: RequestId(index as u64),
+            };
+            if handle.send(Command::Describe { reply }).await.is_ok() {
+                waiting += 1;
+            }
+        }
+        let now = tokio::time::Instant::now();
+        let mut latest: Option<tokio::time::Instant> = None;
+        for _ in 0..waiting {
+            match replies.recv().await {
+                Some(Notification::Reply {
+                    result: Ok(Reply::Counts(counts)),
+                    ..
+                }) => {
+                    let at = if counts.kept_alive {
+                        now
+                    } else {
+                        self.clock.instant_at(counts.last_activity)
+                    };
+                    latest = Some(latest.map_or(at, |latest| latest.max(at)));
+                }
+                Some(_) => {}
+                None => break,
+            }
+        }
+        latest.filter(|at| *at + after > now)
+    }
+
     async fn number_past_subscriptions(
         &mut self,
         sink: &mpsc::UnboundedSender<Notification>,

@@ -25,6 +25,12 @@ name = "ephemeral"
 auto_delete_on_idle = "300ms"
 [[topics.subscriptions]]
 name = "s"
+
+[[topics]]
+name = "watched"
+auto_delete_on_idle = "300ms"
+[[topics.subscriptions]]
+name = "s"
 "#;
 
 fn with_id(id: &str, body: &str) -> Message<AmqpValue<String>> {
@@ -101,6 +107,44 @@ async fn an_idle_topic_and_its_subscriptions_are_deleted() {
     );
     let receiver = Receiver::attach(&mut session, "sub", "ephemeral/Subscriptions/s").await;
     assert!(receiver.is_err(), "its subscriptions are gone with it");
+}
+
+#[tokio::test]
+async fn a_receiver_on_a_subscription_keeps_its_idle_topic_alive() {
+    // rule IDL-1/IDL-2 for a topic: its subscriptions' receivers and activity count
+    let broker = Broker::start(CONFIG).await;
+    let (_connection, mut session) = broker.connect().await;
+    let mut receiver = Receiver::attach(&mut session, "watcher", "watched/Subscriptions/s")
+        .await
+        .expect("attach");
+    // Three idle periods with nothing sent to the topic.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    let mut sender = Sender::attach(&mut session, "still", "watched")
+        .await
+        .expect("the topic is still there while its subscription has a receiver");
+    sender.send("kept").await.expect("accepted");
+    let delivery = receiver
+        .recv::<fe2o3_amqp::types::messaging::Body<fe2o3_amqp::types::primitives::Value>>()
+        .await
+        .expect("delivered");
+    receiver.accept(&delivery).await.expect("completed");
+    sender.close().await.ok();
+    receiver.close().await.ok();
+    // Once nothing keeps it, it goes.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        match Sender::attach(&mut session, "late", "watched").await {
+            Err(_) => break,
+            Ok(sender) => {
+                sender.close().await.ok();
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the idle topic should be deleted"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
 }
 
 #[tokio::test]

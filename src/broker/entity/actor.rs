@@ -594,7 +594,7 @@ impl Actor {
             }
             Command::Describe { reply } => {
                 let counts = self.state.counts();
-                self.answer(reply, Ok(Reply::Counts(counts)));
+                self.answer(reply, Ok(Reply::Counts(Box::new(counts))));
             }
             Command::Delete { reply } => self.deleting = Some(reply),
         }

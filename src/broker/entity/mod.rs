@@ -105,7 +105,7 @@ pub enum Reply {
     /// A subscription's rules (enumerate-rules).
     Rules(Vec<crate::broker::rules::Rule>),
     /// An entity's message counts (admin API runtime properties).
-    Counts(state::EntityCounts),
+    Counts(Box<state::EntityCounts>),
     /// How many messages an operation touched (purge).
     Count(usize),
 }

@@ -295,6 +295,11 @@ pub struct EntityCounts {
     /// The next sequence number it would assign (a topic starts numbering past its
     /// subscriptions').
     pub next_sequence_number: i64,
+    /// The last activity that keeps the entity alive (rule IDL-1).
+    pub last_activity: Timestamp,
+    /// Whether something keeps it alive however long it is idle: an attached receiver,
+    /// auto-forwarding or a pending scheduled message (rules IDL-2, FWD-4).
+    pub kept_alive: bool,
     /// The next number of each partition (only the first entry when not partitioned; 0
     /// marks an unused entry).
     pub next_sequence_numbers: [i64; crate::broker::partitions::PARTITIONS as usize],
@@ -473,6 +478,10 @@ impl EntityState {
             size_in_bytes: self.stored_bytes,
             totals: self.totals,
             next_sequence_number: self.log.next_sequence_number(),
+            last_activity: self.last_activity,
+            kept_alive: self.settings.forwards
+                || !self.receivers.is_empty()
+                || self.scheduled_count > 0,
             next_sequence_numbers: {
                 let mut numbers = [0; crate::broker::partitions::PARTITIONS as usize];
                 for (slot, next) in numbers.iter_mut().zip(self.log.next_sequence_numbers()) {
