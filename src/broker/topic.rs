@@ -191,6 +191,28 @@ struct Topic {
     storage: Option<(Storage, String)>,
     /// Whether sends are taken (admin API `Status`).
     status: crate::config::EntityStatus,
+    /// Publishes whose copies are on their way to the subscriptions, by request id.
+    in_flight: std::collections::HashMap<u64, InFlight>,
+    /// The request id of the next publish.
+    next_publish: u64,
+}
+
+/// Publishes in flight at most: beyond, the topic stops reading its inbox until replies
+/// come back, so a slow subscription holds senders back instead of growing memory.
+const MAX_IN_FLIGHT: usize = 256;
+
+/// A publish whose copies the subscriptions have not all stored yet (issue 16: fan-out
+/// without a round trip per publish; the next publish goes out before this one's replies).
+struct InFlight {
+    /// Subscriptions that have not answered.
+    remaining: usize,
+    /// Done, or the first refusal.
+    outcome: Result<Reply, EntityError>,
+    /// The sender, answered when every copy is stored.
+    reply: Option<ReplyTo>,
+    /// The core's changes of this publish (remembered message ids), made durable only
+    /// once its copies are: a crash in between lets a resend through, never drops it.
+    changes: Vec<Change>,
 }
 
 /// Starts a topic's task. With `durability` (storage, key, recovered changes) the topic
@@ -241,6 +263,8 @@ pub fn spawn(
         clock,
         storage: None,
         status: config.status,
+        in_flight: std::collections::HashMap::new(),
+        next_publish: 0,
     };
     if let Some((storage, key, recovered)) = durability {
         topic.state.restore(clock.now(), recovered);
@@ -299,6 +323,9 @@ impl Topic {
             if let Some(epochs) = &mut epochs {
                 let epoch = *epochs.borrow_and_update();
                 if epoch > checkpointed {
+                    if self.settle_in_flight(&mut replies, &mut stopping).await {
+                        break;
+                    }
                     self.checkpoint(epoch).await;
                     checkpointed = epoch;
                 }
@@ -320,13 +347,23 @@ impl Topic {
                 }
             };
             let command = tokio::select! {
-                command = inbox.recv() => command,
+                Some(notification) = replies.recv(), if !self.in_flight.is_empty() => {
+                    self.copies_stored(notification).await;
+                    continue;
+                }
+                command = inbox.recv(), if self.in_flight.len() < MAX_IN_FLIGHT => command,
                 () = crate::broker::lifecycle::stopped(&mut stopping) => break,
                 () = activation => {
+                    if self.settle_in_flight(&mut replies, &mut stopping).await {
+                        break;
+                    }
                     self.activate_due(&sink, &mut replies).await;
                     continue;
                 }
                 () = idle => {
+                    if self.settle_in_flight(&mut replies, &mut stopping).await {
+                        break;
+                    }
                     // Its subscriptions' activity counts too (rule IDL-1).
                     if let Some(active) = self.subscription_activity(&sink, &mut replies).await {
                         last_activity = last_activity.max(active);
@@ -350,6 +387,13 @@ impl Topic {
             let Some(command) = command else { break };
             last_activity = tokio::time::Instant::now();
             let now = self.clock.now();
+            // Everything but a publish waits until the publishes before it are stored.
+            if !matches!(command, TopicCommand::Publish { .. })
+                && self.settle_in_flight(&mut replies, &mut stopping).await
+            {
+                refuse(&self.path, command);
+                break;
+            }
             match command {
                 TopicCommand::Publish { messages, reply } if !self.status.allows_send() => {
                     drop(messages);
@@ -363,11 +407,8 @@ impl Topic {
                 }
                 TopicCommand::Publish { messages, reply } => {
                     let copies = self.state.publish(now, messages);
-                    let outcome = self.deliver(copies, &sink, &mut replies).await;
-                    let committed = self.commit().await;
-                    if let Some(reply) = reply {
-                        reply.send(committed.and(outcome));
-                    }
+                    let changes = self.state.take_changes();
+                    self.start_publish(copies, reply, changes, &sink).await;
                 }
                 TopicCommand::Schedule { messages, reply } => {
                     let numbers = self.state.schedule(now, messages);
@@ -465,6 +506,112 @@ impl Topic {
     /// ever held: their logs keep their counters): the topic does not write its counter
     /// per publish, and data from a version that numbered per subscription is carried on,
     /// so a number is never given twice to messages anyone saw.
+    /// Hands each subscription its copies of one publish and goes on; the sender is
+    /// answered by [`Self::copies_stored`] once every subscription has stored them.
+    async fn start_publish(
+        &mut self,
+        copies: Vec<Copies>,
+        reply: Option<ReplyTo>,
+        changes: Vec<Change>,
+        sink: &mpsc::UnboundedSender<Notification>,
+    ) {
+        let id = self.next_publish;
+        self.next_publish = self.next_publish.wrapping_add(1);
+        let mut publish = InFlight {
+            remaining: 0,
+            outcome: Ok(Reply::Done),
+            reply,
+            changes,
+        };
+        for (handle, copies) in self.handles.iter().zip(copies) {
+            if !copies.dead_lettered.is_empty() {
+                let _ = handle
+                    .send(Command::DeadLetterOnArrival {
+                        messages: copies.dead_lettered,
+                    })
+                    .await;
+            }
+            if copies.accepted.is_empty() {
+                continue;
+            }
+            let command = Command::Send {
+                messages: copies.accepted,
+                reply: Some(ReplyTo {
+                    sink: sink.clone(),
+                    request: RequestId(id),
+                }),
+            };
+            match handle.send(command).await {
+                Ok(()) => publish.remaining += 1,
+                Err(error) => publish.outcome = Err(error),
+            }
+        }
+        if publish.remaining == 0 {
+            self.finish_publish(publish).await;
+        } else {
+            self.in_flight.insert(id, publish);
+        }
+    }
+
+    /// A subscription's answer to a publish in flight.
+    async fn copies_stored(&mut self, notification: Notification) {
+        let Notification::Reply { request, result } = notification else {
+            return;
+        };
+        let Some(publish) = self.in_flight.get_mut(&request.0) else {
+            return;
+        };
+        if let Err(error) = result {
+            publish.outcome = Err(error);
+        }
+        publish.remaining -= 1;
+        if publish.remaining == 0
+            && let Some(publish) = self.in_flight.remove(&request.0)
+        {
+            self.finish_publish(publish).await;
+        }
+    }
+
+    /// Every copy is stored: the publish's own changes become durable, then the sender
+    /// hears the outcome.
+    async fn finish_publish(&mut self, publish: InFlight) {
+        let committed = match &self.storage {
+            Some((storage, key)) if !publish.changes.is_empty() => {
+                storage.append(key, publish.changes).await.map_err(|error| {
+                    tracing::error!(topic = %key, %error, "cannot make a topic change durable");
+                    EntityError::StorageFailed(format!(
+                        "The broker could not store the operation durably: {error}"
+                    ))
+                })
+            }
+            _ => Ok(()),
+        };
+        if let Some(reply) = publish.reply {
+            reply.send(committed.and(publish.outcome));
+        }
+    }
+
+    /// Waits until every publish in flight is answered (before anything that reads the
+    /// reply channel itself or must follow the publishes). True when the broker stops
+    /// meanwhile.
+    async fn settle_in_flight(
+        &mut self,
+        replies: &mut mpsc::UnboundedReceiver<Notification>,
+        stopping: &mut tokio::sync::watch::Receiver<bool>,
+    ) -> bool {
+        while !self.in_flight.is_empty() {
+            let notification = tokio::select! {
+                notification = replies.recv() => notification,
+                () = crate::broker::lifecycle::stopped(stopping) => return true,
+            };
+            match notification {
+                Some(notification) => self.copies_stored(notification).await,
+                None => return true,
+            }
+        }
+        false
+    }
+
     /// When its subscriptions were last active, if that keeps the topic alive: a
     /// subscription with a receiver attached, forwarding or scheduled messages keeps it
     /// alive now; otherwise their latest activity counts as the topic's (rule IDL-1).

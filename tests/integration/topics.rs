@@ -27,6 +27,18 @@ auto_delete_on_idle = "300ms"
 name = "s"
 
 [[topics]]
+name = "fanout"
+[[topics.subscriptions]]
+name = "a"
+[[topics.subscriptions]]
+name = "b"
+[[topics.subscriptions]]
+name = "even"
+[[topics.subscriptions.rules]]
+name = "even"
+sql_filter = "n % 2 = 0"
+
+[[topics]]
 name = "watched"
 auto_delete_on_idle = "300ms"
 [[topics.subscriptions]]
@@ -191,4 +203,67 @@ async fn a_subscription_holds_at_most_two_thousand_rules() {
         status, 403,
         "the 2,001st rule is refused with a quota error"
     );
+}
+
+#[tokio::test]
+async fn pipelined_publishes_are_all_answered_and_every_subscription_keeps_their_order() {
+    // issue 16: the topic takes the next publish before the last one's copies are stored;
+    // rule SEQ-1 (topics) and per-subscription order must hold, every sender hears back
+    use fe2o3_amqp::types::messaging::ApplicationProperties;
+    let broker = Broker::start(CONFIG).await;
+    let (_connection, mut session) = broker.connect().await;
+    let mut sender = Sender::attach(&mut session, "many", "fanout")
+        .await
+        .expect("attach");
+    let mut outcomes = Vec::new();
+    for n in 0..400i64 {
+        let message = Message::builder()
+            .application_properties(ApplicationProperties::builder().insert("n", n).build())
+            .value(format!("m{n}"))
+            .build();
+        outcomes.push(sender.send_batchable(message).await.expect("sent"));
+    }
+    for outcome in outcomes {
+        let outcome = outcome.await.expect("settled");
+        assert!(outcome.is_accepted(), "{outcome:?}");
+    }
+    for (subscription, expected) in [
+        ("a", (0..400).collect::<Vec<i64>>()),
+        ("b", (0..400).collect()),
+        ("even", (0..400).step_by(2).collect()),
+    ] {
+        let mut receiver = Receiver::attach(
+            &mut session,
+            format!("r-{subscription}"),
+            format!("fanout/Subscriptions/{subscription}"),
+        )
+        .await
+        .expect("attach");
+        let mut numbers = Vec::new();
+        let mut sequence_numbers = Vec::new();
+        for _ in 0..expected.len() {
+            let delivery = receive(&mut receiver).await;
+            let Body::Value(AmqpValue(Value::String(text))) = delivery.body() else {
+                panic!("a string body");
+            };
+            numbers.push(text[1..].parse::<i64>().expect("a number"));
+            if let Some(Value::Long(number)) =
+                crate::harness::annotation(&delivery, "x-opt-sequence-number")
+            {
+                sequence_numbers.push(number);
+            }
+            receiver.accept(&delivery).await.expect("completed");
+        }
+        assert_eq!(numbers, expected, "{subscription} in order");
+        assert_eq!(
+            sequence_numbers.len(),
+            expected.len(),
+            "every copy numbered"
+        );
+        assert!(
+            sequence_numbers.windows(2).all(|pair| pair[0] < pair[1]),
+            "{subscription}: the topic's numbers rise"
+        );
+        receiver.close().await.ok();
+    }
 }
