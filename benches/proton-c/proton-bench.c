@@ -1,0 +1,347 @@
+/*
+ * proton-bench: a small AMQP 1.0 throughput client on Qpid Proton-C's proactor API, used by
+ * scripts/bench/independent as a client independent of ferrobus's own AMQP stack (and of the
+ * fe2o3-amqp load generator). One process is one role on one connection and one link:
+ *
+ *   proton-bench send    --host H --port P --address A --count N --size B [--timeout S]
+ *   proton-bench receive --host H --port P --address A --count N --size B --credit C [--timeout S]
+ *   proton-bench receive --listen --host 127.0.0.1 --port 0 ...   (peer-to-peer: a sender
+ *                                  connects to this receiver directly, no broker in between)
+ *
+ * At-least-once: the sender sends unsettled transfers and settles each one when its outcome
+ * arrives; the receiver accepts and settles every delivery, keeping its credit topped up to
+ * --credit (re-granted when it falls below half). The message (binary body of --size bytes,
+ * no properties) is encoded once; each send writes its 1-based sequence number into the first
+ * 8 bytes of the body, which the receiver reads back from the end of the delivery (the body
+ * is the last section) to count duplicates and out-of-range numbers.
+ *
+ * Each process stops by itself: after N messages, or after --timeout seconds (exit 3). When it
+ * stops it prints one line:
+ *
+ *   result role=receive count=N received=N duplicates=0 unknown=0 elapsed_s=… per_s=… cpu_s=…
+ *   result role=send count=N sent=N accepted=N other_outcomes=0 elapsed_s=… per_s=… cpu_s=…
+ *
+ * elapsed_s is first → last delivery (receiver) or first send → last outcome (sender); per_s is
+ * the messages counted over it; cpu_s is this process's own user + system CPU (getrusage), to
+ * tell when the client itself is the bottleneck. Before it, a connecting process prints
+ * "attached ADDRESS" once its link is attached; a listening one "listening on PORT".
+ *
+ * Build: gcc -O2 -o proton-bench proton-bench.c $(pkg-config --cflags --libs libqpid-proton)
+ */
+#include <proton/condition.h>
+#include <proton/connection.h>
+#include <proton/delivery.h>
+#include <proton/link.h>
+#include <proton/listener.h>
+#include <proton/message.h>
+#include <proton/netaddr.h>
+#include <proton/proactor.h>
+#include <proton/sasl.h>
+#include <proton/session.h>
+#include <proton/transport.h>
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+typedef struct {
+  int sender;                /* role: 1 = send, 0 = receive */
+  int listen;                /* receiver only: listen for a sender instead of connecting */
+  const char *host, *port, *address;
+  long count;
+  int size, credit;
+  double timeout_s;
+
+  pn_proactor_t *proactor;
+  pn_listener_t *listener;
+  char *message;             /* the encoded message (sender) or a receive buffer */
+  size_t message_len, capacity;
+  long sent, accepted, other_outcomes;           /* sender */
+  long received, duplicates, unknown, granted;   /* receiver; granted = credit issued so far */
+  unsigned char *seen;       /* receiver: one byte per sequence number */
+  double first, last;        /* monotonic seconds */
+  int finished, exit_code;
+} app_t;
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+static double cpu_seconds(void) {
+  struct rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_utime.tv_usec / 1e6 + u.ru_stime.tv_sec + u.ru_stime.tv_usec / 1e6;
+}
+
+static void print_result(app_t *app) {
+  double elapsed = app->last > app->first ? app->last - app->first : 0;
+  long done = app->sender ? app->accepted + app->other_outcomes : app->received;
+  if (app->sender)
+    printf("result role=send count=%ld sent=%ld accepted=%ld other_outcomes=%ld", app->count,
+           app->sent, app->accepted, app->other_outcomes);
+  else
+    printf("result role=receive count=%ld received=%ld duplicates=%ld unknown=%ld", app->count,
+           app->received, app->duplicates, app->unknown);
+  printf(" elapsed_s=%.6f per_s=%.0f cpu_s=%.3f size=%d credit=%d\n", elapsed,
+         elapsed > 0 ? done / elapsed : 0, cpu_seconds(), app->size, app->credit);
+  fflush(stdout);
+}
+
+static void check_condition(app_t *app, pn_event_t *e, pn_condition_t *cond) {
+  if (pn_condition_is_set(cond)) {
+    fprintf(stderr, "%s: %s: %s\n", pn_event_type_name(pn_event_type(e)),
+            pn_condition_get_name(cond), pn_condition_get_description(cond));
+    if (pn_event_connection(e)) pn_connection_close(pn_event_connection(e));
+    if (!app->finished) app->exit_code = 1;
+  }
+}
+
+/* Encodes the message once: a binary body of app->size bytes, nothing else. */
+static void encode_message(app_t *app) {
+  pn_message_t *m = pn_message();
+  char *body = calloc(1, app->size);
+  pn_data_put_binary(pn_message_body(m), pn_bytes(app->size, body));
+  app->capacity = app->size + 256;
+  for (;;) {
+    app->message = realloc(app->message, app->capacity);
+    app->message_len = app->capacity;
+    int err = pn_message_encode(m, app->message, &app->message_len);
+    if (err == 0) break;
+    if (err != PN_OVERFLOW) { fprintf(stderr, "encode: %s\n", pn_code(err)); exit(1); }
+    app->capacity *= 2;
+  }
+  free(body);
+  pn_message_free(m);
+}
+
+/* Sends while there is credit; the body's first 8 bytes carry the sequence number. */
+static void send_available(app_t *app, pn_link_t *l) {
+  size_t offset = app->message_len - app->size;   /* the body's bytes end the encoding */
+  while (pn_link_credit(l) > 0 && app->sent < app->count) {
+    uint64_t sequence = (uint64_t)++app->sent;
+    if (app->sent == 1) app->first = now();
+    pn_delivery(l, pn_dtag((const char *)&sequence, sizeof sequence));
+    if (app->size >= 8) memcpy(app->message + offset, &sequence, 8);
+    pn_link_send(l, app->message, app->message_len);
+    pn_link_advance(l);
+  }
+}
+
+/* Tops the receiver's credit up to --credit when it fell below half, never past --count. */
+static void grant_credit(app_t *app, pn_link_t *l) {
+  int credit = pn_link_credit(l);
+  if (credit >= app->credit / 2) return;
+  long want = app->credit - credit;
+  if (want > app->count - app->granted) want = app->count - app->granted;
+  if (want > 0) {
+    pn_link_flow(l, (int)want);
+    app->granted += want;
+  }
+}
+
+static void finish(app_t *app, pn_connection_t *c) {
+  app->finished = 1;
+  app->last = now();
+  pn_connection_close(c);
+  if (app->listener) pn_listener_close(app->listener);
+}
+
+static void on_delivery(app_t *app, pn_event_t *e) {
+  pn_delivery_t *d = pn_event_delivery(e);
+  pn_link_t *l = pn_delivery_link(d);
+  if (app->sender) {
+    if (!pn_delivery_updated(d)) return;
+    if (pn_delivery_remote_state(d) == PN_ACCEPTED) app->accepted++;
+    else app->other_outcomes++;
+    pn_delivery_settle(d);
+    if (app->accepted + app->other_outcomes == app->count && !app->finished)
+      finish(app, pn_event_connection(e));
+    return;
+  }
+  if (!pn_delivery_readable(d) || pn_delivery_partial(d)) return;
+  size_t pending = pn_delivery_pending(d);
+  if (pending > app->capacity) {
+    app->capacity = pending;
+    app->message = realloc(app->message, app->capacity);
+  }
+  ssize_t n = pn_link_recv(l, app->message, pending);
+  pn_link_advance(l);
+  if (n >= app->size && app->size >= 8) {
+    uint64_t sequence;
+    memcpy(&sequence, app->message + n - app->size, 8);
+    if (sequence >= 1 && sequence <= (uint64_t)app->count) {
+      if (app->seen[sequence - 1]++) app->duplicates++;
+    } else {
+      app->unknown++;
+    }
+  }
+  if (!pn_delivery_settled(d)) pn_delivery_update(d, PN_ACCEPTED);  /* unless pre-settled */
+  pn_delivery_settle(d);
+  if (++app->received == 1) app->first = now();
+  if (app->received >= app->count) {
+    if (!app->finished) finish(app, pn_event_connection(e));
+  } else {
+    grant_credit(app, l);
+  }
+}
+
+/* Returns 0 when the proactor has nothing left to do. */
+static int handle(app_t *app, pn_event_t *e) {
+  switch (pn_event_type(e)) {
+  case PN_LISTENER_OPEN: {
+    char port[PN_MAX_ADDR];
+    pn_netaddr_host_port(pn_listener_addr(pn_event_listener(e)), NULL, 0, port, sizeof port);
+    printf("listening on %s\n", port);
+    fflush(stdout);
+    break;
+  }
+  case PN_LISTENER_ACCEPT: {
+    pn_transport_t *t = pn_transport();
+    pn_transport_set_server(t);   /* before pn_sasl() */
+    pn_sasl_allowed_mechs(pn_sasl(t), "ANONYMOUS");
+    pn_listener_accept2(pn_event_listener(e), NULL, t);
+    break;
+  }
+  case PN_LISTENER_CLOSE:
+    app->listener = NULL;
+    check_condition(app, e, pn_listener_condition(pn_event_listener(e)));
+    break;
+  case PN_CONNECTION_INIT: {
+    pn_connection_t *c = pn_event_connection(e);
+    pn_connection_set_container(c, app->sender ? "proton-bench-send" : "proton-bench-receive");
+    if (app->listen) break;          /* the connecting sender opens; answered below */
+    pn_connection_open(c);
+    pn_session_t *s = pn_session(c);
+    pn_session_open(s);
+    pn_link_t *l = app->sender ? pn_sender(s, "proton-bench-sender")
+                               : pn_receiver(s, "proton-bench-receiver");
+    pn_terminus_set_address(app->sender ? pn_link_target(l) : pn_link_source(l), app->address);
+    pn_link_open(l);
+    if (!app->sender) grant_credit(app, l);
+    break;
+  }
+  /* Listening receiver: answer the sender's open, begin and attach. */
+  case PN_CONNECTION_REMOTE_OPEN:
+    if (pn_connection_state(pn_event_connection(e)) & PN_LOCAL_UNINIT)
+      pn_connection_open(pn_event_connection(e));
+    break;
+  case PN_SESSION_REMOTE_OPEN:
+    if (pn_session_state(pn_event_session(e)) & PN_LOCAL_UNINIT)
+      pn_session_open(pn_event_session(e));
+    break;
+  case PN_LINK_REMOTE_OPEN: {
+    pn_link_t *l = pn_event_link(e);
+    if (!app->listen) {              /* our own attach answered: say so (the script waits) */
+      printf("attached %s\n", app->address);
+      fflush(stdout);
+    }
+    if (pn_link_state(l) & PN_LOCAL_UNINIT) {
+      pn_terminus_copy(pn_link_target(l), pn_link_remote_target(l));
+      pn_terminus_copy(pn_link_source(l), pn_link_remote_source(l));
+      pn_link_open(l);
+      if (pn_link_is_receiver(l)) grant_credit(app, l);
+    }
+    break;
+  }
+  case PN_LINK_FLOW:
+    if (app->sender) send_available(app, pn_event_link(e));
+    break;
+  case PN_DELIVERY:
+    on_delivery(app, e);
+    break;
+  case PN_TRANSPORT_CLOSED:
+    check_condition(app, e, pn_transport_condition(pn_event_transport(e)));
+    if (app->finished) return 0;     /* the pending timeout would keep the proactor active */
+    break;
+  case PN_CONNECTION_REMOTE_CLOSE:
+    check_condition(app, e, pn_connection_remote_condition(pn_event_connection(e)));
+    pn_connection_close(pn_event_connection(e));
+    break;
+  case PN_SESSION_REMOTE_CLOSE:
+    check_condition(app, e, pn_session_remote_condition(pn_event_session(e)));
+    pn_connection_close(pn_event_connection(e));
+    break;
+  case PN_LINK_REMOTE_CLOSE:
+  case PN_LINK_REMOTE_DETACH:
+    check_condition(app, e, pn_link_remote_condition(pn_event_link(e)));
+    pn_connection_close(pn_event_connection(e));
+    break;
+  case PN_PROACTOR_TIMEOUT:
+    if (app->finished) return 0;     /* finished, but the close handshake never completed */
+    fprintf(stderr, "proton-bench: timed out after %.0f s\n", app->timeout_s);
+    if (!app->last) app->last = now();
+    print_result(app);
+    exit(3);
+  case PN_PROACTOR_INACTIVE:
+    return 0;
+  default:
+    break;
+  }
+  return 1;
+}
+
+static void usage(void) {
+  fprintf(stderr, "usage: proton-bench send|receive [--listen] --host H --port P --address A "
+                  "--count N --size B --credit C --timeout S\n");
+  exit(2);
+}
+
+int main(int argc, char **argv) {
+  app_t app = {0};
+  char addr[PN_MAX_ADDR];
+  app.host = "127.0.0.1";
+  app.port = "5672";
+  app.address = "bench";
+  app.count = 100000;
+  app.size = 1024;
+  app.credit = 1000;
+  app.timeout_s = 300;
+  if (argc < 2) usage();
+  if (!strcmp(argv[1], "send")) app.sender = 1;
+  else if (strcmp(argv[1], "receive")) usage();
+  for (int i = 2; i < argc; i++) {
+    const char *option = argv[i], *value = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(option, "--listen")) { app.listen = 1; continue; }
+    if (!value) usage();
+    i++;
+    if (!strcmp(option, "--host")) app.host = value;
+    else if (!strcmp(option, "--port")) app.port = value;
+    else if (!strcmp(option, "--address")) app.address = value;
+    else if (!strcmp(option, "--count")) app.count = atol(value);
+    else if (!strcmp(option, "--size")) app.size = atoi(value);
+    else if (!strcmp(option, "--credit")) app.credit = atoi(value);
+    else if (!strcmp(option, "--timeout")) app.timeout_s = atof(value);
+    else usage();
+  }
+  if (app.count < 1 || app.size < 0 || app.credit < 1 || (app.listen && app.sender)) usage();
+  if (app.sender) encode_message(&app);
+  else app.seen = calloc(app.count, 1);
+
+  app.proactor = pn_proactor();
+  pn_proactor_set_timeout(app.proactor, (pn_millis_t)(app.timeout_s * 1000));
+  pn_proactor_addr(addr, sizeof addr, app.host, app.port);
+  if (app.listen) {
+    app.listener = pn_listener();
+    pn_proactor_listen(app.proactor, app.listener, addr, 16);
+  } else {
+    pn_transport_t *t = pn_transport();
+    pn_sasl_allowed_mechs(pn_sasl(t), "ANONYMOUS");
+    pn_proactor_connect2(app.proactor, NULL, t, addr);
+  }
+  for (int running = 1; running;) {
+    pn_event_batch_t *events = pn_proactor_wait(app.proactor);
+    for (pn_event_t *e; running && (e = pn_event_batch_next(events));)
+      running = handle(&app, e);
+    pn_proactor_done(app.proactor, events);
+  }
+  print_result(&app);
+  pn_proactor_free(app.proactor);
+  long done = app.sender ? app.accepted : app.received;
+  if (!app.exit_code && (done != app.count || app.duplicates || app.unknown)) app.exit_code = 1;
+  return app.exit_code;
+}
