@@ -4,6 +4,7 @@
 //! Frames are processed in arrival order (clients pipeline `open`, `begin` and `attach`).
 //! Everything written during one turn of the loop is flushed with one `write`.
 
+use crate::broker::entity::state::FastMap;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -107,13 +108,13 @@ pub struct Connection {
     /// The peer's max-frame-size.
     pub(super) peer_max_frame_size: u32,
     /// Sessions by the peer's channel (our channel is the same number).
-    pub(super) sessions: HashMap<u16, Session>,
+    pub(super) sessions: FastMap<u16, Session>,
     /// Where entities send this connection's notifications.
     pub(super) notifications: NotificationSender,
     /// Receiver id → (channel, handle) of the link it belongs to.
-    pub(super) receivers: HashMap<ReceiverId, (u16, u32)>,
+    pub(super) receivers: FastMap<ReceiverId, (u16, u32)>,
     /// Requests waiting for entity replies.
-    pub(super) pending: HashMap<RequestId, Pending>,
+    pub(super) pending: FastMap<RequestId, Pending>,
     /// Next request id.
     pub(super) next_request_id: u64,
     /// Rights from SASL PLAIN, covering every entity.
@@ -374,10 +375,10 @@ pub async fn run<S: RawStream>(
         context: context.clone(),
         output,
         peer_max_frame_size: open.max_frame_size.0.max(frame::MIN_MAX_FRAME_SIZE),
-        sessions: HashMap::new(),
+        sessions: FastMap::default(),
         notifications,
-        receivers: HashMap::new(),
-        pending: HashMap::new(),
+        receivers: FastMap::default(),
+        pending: FastMap::default(),
         next_request_id: 0,
         sasl_rights,
         grants: Vec::new(),

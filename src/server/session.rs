@@ -1,7 +1,8 @@
 //! AMQP sessions: `begin`/`end`, session flow control (transfer windows), and the
 //! per-session delivery bookkeeping (outgoing delivery ids and their locks).
 
-use std::collections::{HashMap, VecDeque};
+use crate::broker::entity::state::FastMap;
+use std::collections::VecDeque;
 
 use fe2o3_amqp_types::definitions::Handle;
 use fe2o3_amqp_types::performatives::{Begin, End, Flow, Performative};
@@ -40,7 +41,7 @@ pub struct QueuedTransfer {
 #[derive(Debug)]
 pub struct Session {
     /// Links by the peer's handle (ours is the same number).
-    pub links: HashMap<u32, Link>,
+    pub links: FastMap<u32, Link>,
     /// Our next outgoing transfer id.
     pub next_outgoing_id: u32,
     /// The next transfer id we expect from the peer.
@@ -52,7 +53,7 @@ pub struct Session {
     /// Next delivery id for our outgoing transfers.
     pub next_delivery_id: u32,
     /// Our unsettled outgoing deliveries by delivery id.
-    pub unsettled: HashMap<u32, Unsettled>,
+    pub unsettled: FastMap<u32, Unsettled>,
     /// Transfers held back by the peer's window.
     pub queued: VecDeque<QueuedTransfer>,
 }
@@ -75,13 +76,13 @@ impl Connection {
             ));
         }
         let session = Session {
-            links: HashMap::new(),
+            links: FastMap::default(),
             next_outgoing_id: 1,
             next_incoming_id: begin.next_outgoing_id,
             remote_incoming_window: begin.incoming_window as i64,
             incoming_window: INCOMING_WINDOW,
             next_delivery_id: 0,
-            unsettled: HashMap::new(),
+            unsettled: FastMap::default(),
             queued: VecDeque::new(),
         };
         self.sessions.insert(channel, session);

@@ -465,20 +465,23 @@ async fn a_committed_send_via_the_destination_refuses_goes_to_the_transfer_dead_
     let txn = Transaction::declare(&controller, None)
         .await
         .expect("declared");
-    assert!(accepted(&txn.post(&mut via, "refused later").await.expect("posted")));
-    txn.commit().await.expect("committed: the via entity has it");
+    assert!(accepted(
+        &txn.post(&mut via, "refused later").await.expect("posted")
+    ));
+    txn.commit()
+        .await
+        .expect("committed: the via entity has it");
     wait_for_count(broker.address, "input", "transfer_dead_letter", 1).await;
-    let mut dead = Receiver::attach(
-        &mut session,
-        "tdlq",
-        "input/$Transfer/$DeadLetterQueue",
-    )
-    .await
-    .expect("receiver");
+    let mut dead = Receiver::attach(&mut session, "tdlq", "input/$Transfer/$DeadLetterQueue")
+        .await
+        .expect("receiver");
     let delivery = receive(&mut dead).await;
     assert_eq!(text(&delivery), "refused later");
     let reason = crate::harness::property(&delivery, "DeadLetterReason");
-    assert!(format!("{reason:?}").contains("TransferFailed"), "{reason:?}");
+    assert!(
+        format!("{reason:?}").contains("TransferFailed"),
+        "{reason:?}"
+    );
     dead.accept(&delivery).await.expect("completed");
     connection.close().await.ok();
 }

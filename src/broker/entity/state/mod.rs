@@ -29,6 +29,11 @@ use log::Store;
 pub use log::{Change, MessageLog};
 pub use transactions::TransactionWork;
 
+/// A hash map for keys the broker makes itself (lock tokens, sequence numbers, receiver
+/// ids): foldhash instead of SipHash on the per-message path (issue 16); maps keyed by what
+/// a client chooses keep the keyed SipHash.
+pub type FastMap<K, V> = foldhash::HashMap<K, V>;
+
 use super::duplicates::DuplicateDetector;
 use super::settings::EntitySettings;
 use crate::broker::message::Message;
@@ -210,13 +215,13 @@ pub struct EntityState {
     log: MessageLog,
     /// Lock token → where the locked record is. Locks are volatile: they live here, beside
     /// the log, and a restart releases them.
-    locks: HashMap<LockToken, (SubQueue, SequenceNumber)>,
+    locks: FastMap<LockToken, (SubQueue, SequenceNumber)>,
     /// The lock held on each locked record.
-    held: HashMap<(SubQueue, SequenceNumber), Lock>,
+    held: FastMap<(SubQueue, SequenceNumber), Lock>,
     /// Pending deadlines, earliest first. Entries may be stale; they are checked on firing.
     deadlines: BTreeSet<(Timestamp, Deadline)>,
     /// Attached receivers.
-    receivers: HashMap<ReceiverId, ReceiverState>,
+    receivers: FastMap<ReceiverId, ReceiverState>,
     /// Round-robin order of the receivers that have credit, per sub-queue (main, DLQ,
     /// transfer DLQ): dispatch touches only receivers that can take a message, so idle
     /// receivers cost nothing per send. Entries of detached receivers are dropped lazily.
@@ -420,10 +425,10 @@ impl EntityState {
             draining: Vec::new(),
             settings,
             log,
-            locks: HashMap::new(),
-            held: HashMap::new(),
+            locks: FastMap::default(),
+            held: FastMap::default(),
             deadlines: BTreeSet::new(),
-            receivers: HashMap::new(),
+            receivers: FastMap::default(),
             ready_receivers: Default::default(),
             dispatch_visits: 0,
             stored_bytes: 0,
