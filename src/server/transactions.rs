@@ -571,3 +571,41 @@ fn rollback(error: &EntityError) -> Failure {
         400,
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fe2o3_amqp_types::messaging::Message;
+    use serde_amqp::ser::to_vec;
+
+    fn encoded<T: serde::Serialize>(body: T) -> Bytes {
+        let message = Message::builder().value(body).build();
+        Bytes::from(
+            to_vec(&fe2o3_amqp_types::messaging::message::__private::Serializable(message))
+                .expect("encodes"),
+        )
+    }
+
+    #[test]
+    fn control_messages_are_declare_or_discharge_and_nothing_else() {
+        // hostile peers: anything else on a coordinator link is a decode error
+        assert!(matches!(
+            parse_control(&encoded(Declare { global_id: None })),
+            Ok(Control::Declare)
+        ));
+        let discharge = Discharge {
+            txn_id: Binary::from(b"txn:7".to_vec()),
+            fail: Some(true),
+        };
+        match parse_control(&encoded(discharge)) {
+            Ok(Control::Discharge { txn_id, fail }) => {
+                assert_eq!(&txn_id[..], b"txn:7");
+                assert!(fail);
+            }
+            _ => panic!("a discharge"),
+        }
+        assert!(parse_control(&encoded("declare me, please".to_string())).is_err());
+        assert!(parse_control(&Bytes::from_static(&[0x00, 0x53, 0x77, 0xff])).is_err());
+        assert!(parse_control(&Bytes::new()).is_err());
+    }
+}

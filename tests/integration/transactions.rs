@@ -485,3 +485,47 @@ async fn a_committed_send_via_the_destination_refuses_goes_to_the_transfer_dead_
     dead.accept(&delivery).await.expect("completed");
     connection.close().await.ok();
 }
+
+#[tokio::test]
+async fn a_dead_letter_resubmitted_in_a_transaction_leaves_the_dlq_and_returns_at_commit() {
+    // rule TXN-1 on the dead-letter queue (the DLQ supports transactions): receive from
+    // `input/$DeadLetterQueue`, complete it and send it back to `input` in one transaction
+    let broker = Broker::start(CONFIG).await;
+    let (mut connection, mut session) = broker.connect().await;
+    send(&mut session, "input", &["poisoned"]).await;
+    let mut receiver = Receiver::attach(&mut session, "r", "input")
+        .await
+        .expect("receiver");
+    let delivery = receive(&mut receiver).await;
+    receiver
+        .reject(&delivery, None)
+        .await
+        .expect("dead-lettered");
+    wait_for_count(broker.address, "input", "dead_letter", 1).await;
+    let controller = Controller::attach(&mut session, "controller")
+        .await
+        .expect("coordinator");
+    let mut dead = Receiver::attach(&mut session, "dlq", "input/$DeadLetterQueue")
+        .await
+        .expect("receiver");
+    let letter = receive(&mut dead).await;
+    let mut sender = Sender::attach(&mut session, "back", "input")
+        .await
+        .expect("sender");
+    let txn = Transaction::declare(&controller, None)
+        .await
+        .expect("declared");
+    txn.accept(&mut dead, &letter)
+        .await
+        .expect("settled in the transaction");
+    assert!(accepted(
+        &txn.post(&mut sender, text(&letter)).await.expect("posted")
+    ));
+    assert_eq!(count(broker.address, "input", "dead_letter").await, 1);
+    txn.commit().await.expect("committed");
+    assert_eq!(count(broker.address, "input", "dead_letter").await, 0);
+    let again = receive(&mut receiver).await;
+    assert_eq!(text(&again), "poisoned");
+    receiver.accept(&again).await.expect("completed");
+    connection.close().await.ok();
+}
