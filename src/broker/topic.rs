@@ -517,35 +517,13 @@ impl Topic {
     ) {
         let id = self.next_publish;
         self.next_publish = self.next_publish.wrapping_add(1);
-        let mut publish = InFlight {
-            remaining: 0,
-            outcome: Ok(Reply::Done),
+        let (remaining, outcome) = self.send_copies(copies, sink, RequestId(id)).await;
+        let publish = InFlight {
+            remaining,
+            outcome,
             reply,
             changes,
         };
-        for (handle, copies) in self.handles.iter().zip(copies) {
-            if !copies.dead_lettered.is_empty() {
-                let _ = handle
-                    .send(Command::DeadLetterOnArrival {
-                        messages: copies.dead_lettered,
-                    })
-                    .await;
-            }
-            if copies.accepted.is_empty() {
-                continue;
-            }
-            let command = Command::Send {
-                messages: copies.accepted,
-                reply: Some(ReplyTo {
-                    sink: sink.clone(),
-                    request: RequestId(id),
-                }),
-            };
-            match handle.send(command).await {
-                Ok(()) => publish.remaining += 1,
-                Err(error) => publish.outcome = Err(error),
-            }
-        }
         if publish.remaining == 0 {
             self.finish_publish(publish).await;
         } else {
@@ -612,6 +590,36 @@ impl Topic {
         false
     }
 
+    /// Every subscription's counts (those that answer).
+    async fn subscription_counts(
+        &self,
+        sink: &mpsc::UnboundedSender<Notification>,
+        replies: &mut mpsc::UnboundedReceiver<Notification>,
+    ) -> Vec<super::entity::EntityCounts> {
+        let mut waiting = 0usize;
+        for (index, handle) in self.handles.iter().enumerate() {
+            let reply = ReplyTo {
+                sink: sink.clone(),
+                request: RequestId(index as u64),
+            };
+            if handle.send(Command::Describe { reply }).await.is_ok() {
+                waiting += 1;
+            }
+        }
+        let mut all = Vec::with_capacity(waiting);
+        for _ in 0..waiting {
+            match replies.recv().await {
+                Some(Notification::Reply {
+                    result: Ok(Reply::Counts(counts)),
+                    ..
+                }) => all.push(*counts),
+                Some(_) => {}
+                None => break,
+            }
+        }
+        all
+    }
+
     /// When its subscriptions were last active, if that keeps the topic alive: a
     /// subscription with a receiver attached, forwarding or scheduled messages keeps it
     /// alive now; otherwise their latest activity counts as the topic's (rule IDL-1).
@@ -621,35 +629,18 @@ impl Topic {
         replies: &mut mpsc::UnboundedReceiver<Notification>,
     ) -> Option<tokio::time::Instant> {
         let after = self.auto_delete_on_idle?;
-        let mut waiting = 0usize;
-        for (index, handle) in self.handles.iter().enumerate() {
-            let reply = ReplyTo {
-                sink: sink.clone(),
-                request: RequestId(index as u64),
-            };
-            if handle.send(Command::Describe { reply }).await.is_ok() {
-                waiting += 1;
-            }
-        }
+        let counts = self.subscription_counts(sink, replies).await;
         let now = tokio::time::Instant::now();
-        let mut latest: Option<tokio::time::Instant> = None;
-        for _ in 0..waiting {
-            match replies.recv().await {
-                Some(Notification::Reply {
-                    result: Ok(Reply::Counts(counts)),
-                    ..
-                }) => {
-                    let at = if counts.kept_alive {
-                        now
-                    } else {
-                        self.clock.instant_at(counts.last_activity)
-                    };
-                    latest = Some(latest.map_or(at, |latest| latest.max(at)));
+        let latest = counts
+            .iter()
+            .map(|counts| {
+                if counts.kept_alive {
+                    now
+                } else {
+                    self.clock.instant_at(counts.last_activity)
                 }
-                Some(_) => {}
-                None => break,
-            }
-        }
+            })
+            .max();
         latest.filter(|at| *at + after > now)
     }
 
@@ -658,37 +649,18 @@ impl Topic {
         sink: &mpsc::UnboundedSender<Notification>,
         replies: &mut mpsc::UnboundedReceiver<Notification>,
     ) {
-        let mut waiting = 0usize;
-        for (index, handle) in self.handles.iter().enumerate() {
-            let reply = ReplyTo {
-                sink: sink.clone(),
-                request: RequestId(index as u64),
-            };
-            if handle.send(Command::Describe { reply }).await.is_ok() {
-                waiting += 1;
-            }
-        }
         let mut next: Vec<i64> = Vec::new();
-        for _ in 0..waiting {
-            match replies.recv().await {
-                Some(Notification::Reply {
-                    result: Ok(Reply::Counts(counts)),
-                    ..
-                }) => {
-                    // Per partition when partitioned (rule PRT-1).
-                    let used = counts
-                        .next_sequence_numbers
-                        .iter()
-                        .filter(|next| **next > 0);
-                    for (index, number) in used.enumerate() {
-                        match next.get_mut(index) {
-                            Some(slot) => *slot = (*slot).max(*number),
-                            None => next.push(*number),
-                        }
-                    }
+        for counts in self.subscription_counts(sink, replies).await {
+            // Per partition when partitioned (rule PRT-1).
+            let used = counts
+                .next_sequence_numbers
+                .iter()
+                .filter(|next| **next > 0);
+            for (index, number) in used.enumerate() {
+                match next.get_mut(index) {
+                    Some(slot) => *slot = (*slot).max(*number),
+                    None => next.push(*number),
                 }
-                Some(_) => {}
-                None => break,
             }
         }
         for number in next {
@@ -719,17 +691,18 @@ impl Topic {
         }
     }
 
-    /// Hands each subscription its copies at once (with durable storage their syncs are
-    /// shared) and waits until all have stored them.
-    async fn deliver(
+    /// Sends each subscription its copies of one publish (dead letters straight to its
+    /// dead-letter queue), every reply under `request`. Returns how many subscriptions
+    /// will answer, and Done or the first refusal of a send.
+    async fn send_copies(
         &self,
         copies: Vec<Copies>,
         sink: &mpsc::UnboundedSender<Notification>,
-        replies: &mut mpsc::UnboundedReceiver<Notification>,
-    ) -> Result<Reply, EntityError> {
-        let mut outcome: Result<Reply, EntityError> = Ok(Reply::Done);
-        let mut waiting = 0usize;
-        for (index, (handle, copies)) in self.handles.iter().zip(copies).enumerate() {
+        request: RequestId,
+    ) -> (usize, Result<Reply, EntityError>) {
+        let mut outcome = Ok(Reply::Done);
+        let mut waiting = 0;
+        for (handle, copies) in self.handles.iter().zip(copies) {
             if !copies.dead_lettered.is_empty() {
                 let _ = handle
                     .send(Command::DeadLetterOnArrival {
@@ -744,15 +717,26 @@ impl Topic {
                 messages: copies.accepted,
                 reply: Some(ReplyTo {
                     sink: sink.clone(),
-                    request: RequestId(index as u64),
+                    request,
                 }),
             };
-            if let Err(error) = handle.send(command).await {
-                outcome = Err(error);
-                continue;
+            match handle.send(command).await {
+                Ok(()) => waiting += 1,
+                Err(error) => outcome = Err(error),
             }
-            waiting += 1;
         }
+        (waiting, outcome)
+    }
+
+    /// Hands each subscription its copies at once (with durable storage their syncs are
+    /// shared) and waits until all have stored them.
+    async fn deliver(
+        &self,
+        copies: Vec<Copies>,
+        sink: &mpsc::UnboundedSender<Notification>,
+        replies: &mut mpsc::UnboundedReceiver<Notification>,
+    ) -> Result<Reply, EntityError> {
+        let (waiting, mut outcome) = self.send_copies(copies, sink, RequestId(u64::MAX)).await;
         for _ in 0..waiting {
             match replies.recv().await {
                 Some(Notification::Reply {

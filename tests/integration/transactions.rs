@@ -80,6 +80,37 @@ async fn via_sender(
         .await
 }
 
+/// A connection with a transaction controller and a receiver on `input` holding the one
+/// message `work` it was sent.
+struct Work {
+    connection: fe2o3_amqp::connection::ConnectionHandle<()>,
+    session: fe2o3_amqp::session::SessionHandle<()>,
+    controller: Controller,
+    receiver: Receiver,
+    delivery: fe2o3_amqp::Delivery<Body<Value>>,
+}
+
+impl Work {
+    async fn start(broker: &Broker) -> Work {
+        let (connection, mut session) = broker.connect().await;
+        send(&mut session, "input", &["work"]).await;
+        let controller = Controller::attach(&mut session, "controller")
+            .await
+            .expect("coordinator");
+        let mut receiver = Receiver::attach(&mut session, "r", "input")
+            .await
+            .expect("receiver");
+        let delivery = receive(&mut receiver).await;
+        Work {
+            connection,
+            session,
+            controller,
+            receiver,
+            delivery,
+        }
+    }
+}
+
 fn accepted(outcome: &Outcome) -> bool {
     matches!(outcome, Outcome::Accepted(_))
 }
@@ -135,15 +166,13 @@ async fn a_rolled_back_transaction_leaves_no_trace() {
     // rule TXN-1: roll-back drops the sends; the completed message comes back after its
     // lock expires, counted as a delivery attempt (the lock was never settled)
     let broker = Broker::start(CONFIG).await;
-    let (mut connection, mut session) = broker.connect().await;
-    send(&mut session, "input", &["work"]).await;
-    let controller = Controller::attach(&mut session, "controller")
-        .await
-        .expect("coordinator");
-    let mut receiver = Receiver::attach(&mut session, "r", "input")
-        .await
-        .expect("receiver");
-    let delivery = receive(&mut receiver).await;
+    let Work {
+        mut connection,
+        mut session,
+        controller,
+        mut receiver,
+        delivery,
+    } = Work::start(&broker).await;
     let mut sender = Sender::attach(&mut session, "s", "output")
         .await
         .expect("sender");
@@ -180,15 +209,13 @@ async fn a_rolled_back_transaction_leaves_no_trace() {
 async fn a_lost_lock_rolls_back_the_whole_transaction_at_commit() {
     // rule TXN-2
     let broker = Broker::start(CONFIG).await;
-    let (mut connection, mut session) = broker.connect().await;
-    send(&mut session, "input", &["work"]).await;
-    let controller = Controller::attach(&mut session, "controller")
-        .await
-        .expect("coordinator");
-    let mut receiver = Receiver::attach(&mut session, "r", "input")
-        .await
-        .expect("receiver");
-    let delivery = receive(&mut receiver).await;
+    let Work {
+        mut connection,
+        mut session,
+        controller,
+        mut receiver,
+        delivery,
+    } = Work::start(&broker).await;
     let mut sender = Sender::attach(&mut session, "s", "input")
         .await
         .expect("sender");
@@ -219,15 +246,13 @@ async fn a_transaction_stays_on_one_entity_unless_it_sends_via() {
     // rule TXN-3: a send to a second entity is refused and the transaction can only roll
     // back; with a via sender the same send goes through and lands at commit
     let broker = Broker::start(CONFIG).await;
-    let (mut connection, mut session) = broker.connect().await;
-    send(&mut session, "input", &["work"]).await;
-    let controller = Controller::attach(&mut session, "controller")
-        .await
-        .expect("coordinator");
-    let mut receiver = Receiver::attach(&mut session, "r", "input")
-        .await
-        .expect("receiver");
-    let delivery = receive(&mut receiver).await;
+    let Work {
+        mut connection,
+        mut session,
+        controller,
+        mut receiver,
+        delivery,
+    } = Work::start(&broker).await;
     let mut direct = Sender::attach(&mut session, "direct", "output")
         .await
         .expect("sender");
