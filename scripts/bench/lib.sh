@@ -50,8 +50,11 @@ pin_to() {
 # Builds target/release/ferrobus and the load generator; sets FERROBUS_BIN and LOAD_BIN.
 bench_build() {
   local target_dir
-  bench_log "cargo build --release"
-  (cd "$BENCH_ROOT" && cargo build --release --locked --quiet)
+  # --benches: the broker and the load generator share one build (the dev-dependencies'
+  # features apply to both), so the `cargo bench --no-run` below and scripts/test's build
+  # reuse it instead of compiling every dependency a second time.
+  bench_log "cargo build --release --bins --benches"
+  (cd "$BENCH_ROOT" && cargo build --release --locked --quiet --bins --benches)
   target_dir=$(cd "$BENCH_ROOT" && cargo metadata --locked --format-version 1 --no-deps 2>/dev/null |
     sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p' | head -n 1)
   FERROBUS_BIN=${target_dir:-$(bench_target_dir)}/release/ferrobus

@@ -690,9 +690,9 @@ impl Api<'_> {
         let mut response = (StatusCode::OK, view.raw).into_response();
         let content_type = delivery
             .message
-            .system
-            .content_type
-            .clone()
+            .system()
+            .content_type()
+            .map(str::to_string)
             .unwrap_or_else(|| "application/octet-stream".to_string());
         let headers = response.headers_mut();
         headers.insert(
@@ -1009,7 +1009,7 @@ impl Api<'_> {
         }
         let scheduled = messages
             .first()
-            .is_some_and(|message| message.scheduled_enqueue_time.is_some());
+            .is_some_and(|message| message.extras().scheduled_enqueue_time.is_some());
         let reply = match (&slot.entity, scheduled) {
             (Entity::Topic(handle), true) => {
                 let (reply, answer) = ReplyTo::oneshot();
@@ -1064,12 +1064,12 @@ async fn send_to(
 /// broker added (dead-letter reason, source, forwarding hops, scheduling).
 fn resubmitted_copy(message: &Message) -> Message {
     let mut copy = message.clone();
-    copy.dead_letter_source = None;
-    copy.extra_properties = Vec::new();
-    copy.original_sequence_number = None;
+    copy.extras_mut().dead_letter_source = None;
+    copy.extras_mut().extra_properties = Vec::new();
+    copy.extras_mut().original_sequence_number = None;
     copy.hop_count = 0;
-    copy.scheduled_enqueue_time = None;
-    copy.topic_sequence = None;
+    copy.extras_mut().scheduled_enqueue_time = None;
+    copy.extras_mut().topic_sequence = None;
     copy
 }
 
@@ -1269,7 +1269,7 @@ fn broker_property(delivery: &Delivery, name: &str) -> Option<String> {
         .property_changes
         .iter()
         .rev()
-        .chain(delivery.message.extra_properties.iter().rev())
+        .chain(delivery.message.extras().extra_properties.iter().rev())
         .find(|(key, _)| key == name)
         .and_then(|(_, value)| match value {
             PropertyValue::String(text) => Some(text.clone()),
@@ -1293,9 +1293,9 @@ fn summary(delivery: &Delivery) -> Json {
     let message = &delivery.message;
     let mut value = json!({
         "sequence_number": delivery.sequence_number.0,
-        "message_id": message.system.message_id,
-        "session_id": message.system.session_id,
-        "subject": message.system.subject,
+        "message_id": message.system().message_id(),
+        "session_id": message.system().session_id(),
+        "subject": message.system().subject(),
         "state": state_name(delivery.state),
         "locked": delivery.lock.is_some(),
         "enqueued_time": timestamp_text(delivery.enqueued_time),
@@ -1303,7 +1303,7 @@ fn summary(delivery: &Delivery) -> Json {
         "size": message.encoded_size(),
     });
     if delivery.state == MessageState::Scheduled
-        && let Some(at) = message.scheduled_enqueue_time
+        && let Some(at) = message.extras().scheduled_enqueue_time
     {
         value["scheduled_enqueue_time"] = Json::String(timestamp_text(at));
     }
@@ -1315,16 +1315,16 @@ fn summary(delivery: &Delivery) -> Json {
 
 fn detail(delivery: &Delivery) -> Json {
     let message = &delivery.message;
-    let system = &message.system;
+    let system = message.system();
     let mut fields: Vec<(&str, Json)> = vec![
-        ("MessageId", json!(system.message_id)),
-        ("CorrelationId", json!(system.correlation_id)),
-        ("To", json!(system.to)),
-        ("ReplyTo", json!(system.reply_to)),
-        ("Subject", json!(system.subject)),
-        ("SessionId", json!(system.session_id)),
-        ("ReplyToSessionId", json!(system.reply_to_session_id)),
-        ("ContentType", json!(system.content_type)),
+        ("MessageId", json!(system.message_id())),
+        ("CorrelationId", json!(system.correlation_id())),
+        ("To", json!(system.to())),
+        ("ReplyTo", json!(system.reply_to())),
+        ("Subject", json!(system.subject())),
+        ("SessionId", json!(system.session_id())),
+        ("ReplyToSessionId", json!(system.reply_to_session_id())),
+        ("ContentType", json!(system.content_type())),
         ("SequenceNumber", json!(delivery.sequence_number.0)),
         (
             "EnqueuedTime",
@@ -1343,13 +1343,16 @@ fn detail(delivery: &Delivery) -> Json {
         ),
         (
             "ScheduledEnqueueTime",
-            json!(message.scheduled_enqueue_time.map(timestamp_text)),
+            json!(message.extras().scheduled_enqueue_time.map(timestamp_text)),
         ),
         (
             "EnqueuedSequenceNumber",
-            json!(message.original_sequence_number),
+            json!(message.extras().original_sequence_number),
         ),
-        ("DeadLetterSource", json!(message.dead_letter_source)),
+        (
+            "DeadLetterSource",
+            json!(message.extras().dead_letter_source),
+        ),
         (
             "DeadLetterReason",
             json!(broker_property(delivery, "DeadLetterReason")),
@@ -1477,7 +1480,7 @@ struct BodyView {
 }
 
 fn body_view(message: &Message) -> BodyView {
-    let bytes = &message.body;
+    let bytes = message.body();
     let mut data = BytesMut::new();
     let mut values = Vec::new();
     let mut at = 0;
@@ -1507,18 +1510,18 @@ fn body_view(message: &Message) -> BodyView {
         at += length;
     }
     if values.is_empty() {
-        return text_view(data.freeze(), message.system.content_type.as_deref());
+        return text_view(data.freeze(), message.system().content_type());
     }
     if let [serde_amqp::Value::String(text)] = values.as_slice() {
         return text_view(
             Bytes::from(text.clone().into_bytes()),
-            message.system.content_type.as_deref(),
+            message.system().content_type(),
         );
     }
     if let [serde_amqp::Value::Binary(binary)] = values.as_slice() {
         return text_view(
             Bytes::from(binary.to_vec()),
-            message.system.content_type.as_deref(),
+            message.system().content_type(),
         );
     }
     let shown = if values.len() == 1 {
@@ -1749,18 +1752,15 @@ mod tests {
         });
         let bytes = build_message(&request).expect("encodes");
         let message = amqp_message::parse_message(bytes).expect("parses");
-        assert_eq!(message.system.message_id.as_deref(), Some("m-1"));
-        assert_eq!(message.system.session_id.as_deref(), Some("s1"));
-        assert_eq!(
-            message.system.content_type.as_deref(),
-            Some("application/json")
-        );
+        assert_eq!(message.system().message_id(), Some("m-1"));
+        assert_eq!(message.system().session_id(), Some("s1"));
+        assert_eq!(message.system().content_type(), Some("application/json"));
         assert_eq!(
             message.header.time_to_live,
             Some(std::time::Duration::from_secs(60))
         );
         assert_eq!(
-            message.scheduled_enqueue_time,
+            message.extras().scheduled_enqueue_time,
             Some(Timestamp(1_893_456_000_000))
         );
         assert_eq!(

@@ -9,7 +9,7 @@ use super::codec::{self, CodecError, Writer};
 use super::depth;
 use super::ids;
 use crate::broker::entity::Record;
-use crate::broker::message::{HeaderFields, Message, SystemProperties};
+use crate::broker::message::{Extras, HeaderFields, Message, SystemProperties};
 use crate::broker::types::{LockToken, MessageState, PropertyValue, Timestamp};
 
 /// Message format of a Service Bus batch: every `data` section is a whole message.
@@ -106,10 +106,8 @@ pub fn parse_transfer(payload: Bytes, message_format: u32) -> Result<Vec<Message
         if codec::section_code(&payload, at) == Some(DATA) {
             let value_at = at + descriptor_length(&payload, at)?;
             let (offset, size) = binary_extent(&payload, value_at)?;
-            // Each message of a batch gets its own bytes: a slice would keep the whole
-            // batch in memory for as long as any one of its messages is stored.
-            let own = Bytes::copy_from_slice(&payload[offset..offset + size]);
-            messages.push(parse_message(own)?);
+            // parse_message copies what it keeps: no message pins the batch.
+            messages.push(parse_message(payload.slice(offset..offset + size))?);
         }
         at += length;
     }
@@ -147,7 +145,11 @@ fn message_id_text(id: &MessageId) -> String {
 pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
     // Before any decoder (serde_amqp recurses): bounded nesting, lengths within bounds.
     depth::check_values(&bytes)?;
-    let mut message = Message::default();
+    let mut header_fields = HeaderFields::default();
+    let mut extras = Extras::default();
+    let mut annotations: (Vec<u8>, u32) = (Vec::new(), 0);
+    let mut properties_range = 0..0;
+    let mut application_properties_range = 0..0;
     let mut body_ranges: Vec<std::ops::Range<usize>> = Vec::new();
     let mut properties: Option<Properties> = None;
     let mut at = 0;
@@ -159,7 +161,7 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
             HEADER => {
                 let header: Header = serde_amqp::from_slice(&bytes[section.clone()])
                     .map_err(|error| section_error("header", error))?;
-                message.header = HeaderFields {
+                header_fields = HeaderFields {
                     durable: header.durable,
                     priority: header.priority.0,
                     time_to_live: header
@@ -169,17 +171,15 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
             }
             DELIVERY_ANNOTATIONS => {}
             MESSAGE_ANNOTATIONS => {
-                parse_annotations(&bytes, at, &mut message)?;
+                annotations = parse_annotations(&bytes, at, &mut extras)?;
             }
             PROPERTIES => {
                 let decoded: Properties = serde_amqp::from_slice(&bytes[section.clone()])
                     .map_err(|error| section_error("properties", error))?;
-                message.properties_section = bytes.slice(section.clone());
+                properties_range = section.clone();
                 properties = Some(decoded);
             }
-            APPLICATION_PROPERTIES => {
-                message.application_properties_section = bytes.slice(section.clone());
-            }
+            APPLICATION_PROPERTIES => application_properties_range = section.clone(),
             DATA..=FOOTER => body_ranges.push(section),
             _ => {
                 return Err(section_error(
@@ -198,23 +198,25 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
     }) {
         return Err(MessageError::NoBody);
     }
-    message.body = join_ranges(&bytes, &body_ranges);
+    let body = join_ranges(&bytes, &body_ranges);
     let mut properties = properties.unwrap_or_default();
+    let mut assigned_properties = None;
     if properties.message_id.is_none() {
         properties.message_id = Some(MessageId::String(ids::format_guid(
             &ids::unique_guid_bytes(),
         )));
-        let encoded =
-            serde_amqp::to_vec(&properties).map_err(|error| section_error("properties", error))?;
-        message.properties_section = Bytes::from(encoded);
+        assigned_properties = Some(
+            serde_amqp::to_vec(&properties).map_err(|error| section_error("properties", error))?,
+        );
     }
+    let message_id = properties.message_id.as_ref().map(message_id_text);
     for (field, value) in [
+        ("message-id", message_id.as_deref()),
+        ("session-id", properties.group_id.as_deref()),
         (
-            "message-id",
-            properties.message_id.as_ref().map(message_id_text),
+            "reply-to-session-id",
+            properties.reply_to_group_id.as_deref(),
         ),
-        ("session-id", properties.group_id.clone()),
-        ("reply-to-session-id", properties.reply_to_group_id.clone()),
     ] {
         if let Some(value) = value
             && value.chars().count() > MAX_ID_LENGTH
@@ -225,28 +227,46 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
             });
         }
     }
-    keep_only_what_is_kept(&mut message, bytes.len());
-    message.system = SystemProperties {
-        message_id: properties.message_id.as_ref().map(message_id_text),
-        correlation_id: properties.correlation_id.as_ref().map(message_id_text),
-        to: properties.to.clone(),
-        reply_to: properties.reply_to.clone(),
-        subject: properties.subject.clone(),
-        session_id: properties.group_id.clone(),
-        reply_to_session_id: properties.reply_to_group_id.clone(),
-        content_type: properties
+    // One allocation sized to what is kept: never a slice of the connection's read buffer
+    // (issue 10, item 9 and issue 16: slices pinned whole 64 KiB buffers).
+    let mut message = Message::from_sections(
+        &annotations.0,
+        assigned_properties
+            .as_deref()
+            .unwrap_or(&bytes[properties_range]),
+        &bytes[application_properties_range],
+        &body,
+    );
+    message.header = header_fields;
+    message.annotation_element_count = annotations.1;
+    let correlation_id = properties.correlation_id.as_ref().map(message_id_text);
+    message.set_system(SystemProperties::new([
+        message_id.as_deref(),
+        correlation_id.as_deref(),
+        properties.to.as_deref(),
+        properties.reply_to.as_deref(),
+        properties.subject.as_deref(),
+        properties.group_id.as_deref(),
+        properties.reply_to_group_id.as_deref(),
+        properties
             .content_type
             .as_ref()
-            .map(|symbol| symbol.0.clone()),
-    };
+            .map(|symbol| symbol.0.as_str()),
+    ]));
     if let (Some(partition_key), Some(session_id)) =
-        (&message.partition_key, &message.system.session_id)
-        && **partition_key != **session_id
+        (&extras.partition_key, message.system().session_id())
+        && **partition_key != *session_id
     {
         return Err(MessageError::PartitionKeyMismatch {
             partition_key: partition_key.to_string(),
-            session_id: session_id.clone(),
+            session_id: session_id.to_string(),
         });
+    }
+    if extras.scheduled_enqueue_time.is_some()
+        || extras.partition_key.is_some()
+        || extras.original_sequence_number.is_some()
+    {
+        *message.extras_mut() = extras;
     }
     Ok(message)
 }
@@ -254,41 +274,22 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
 /// Longest message-id and session-id Service Bus accepts.
 pub const MAX_ID_LENGTH: usize = 128;
 
-/// When most of a transfer is dropped (delivery annotations, broker annotations), the kept
-/// sections are copied into their own buffers: slices would pin the whole transfer for as
-/// long as the message is stored (issue 10, item 9: a 1 MiB queue held 133 MiB).
-fn keep_only_what_is_kept(message: &mut Message, transfer_length: usize) {
-    let kept = message.properties_section.len()
-        + message.application_properties_section.len()
-        + message.body.len()
-        + message.annotation_entries.len();
-    if transfer_length - kept.min(transfer_length) <= 1024.max(kept / 4) {
-        return;
-    }
-    for section in [
-        &mut message.properties_section,
-        &mut message.application_properties_section,
-        &mut message.body,
-        &mut message.annotation_entries,
-    ] {
-        *section = Bytes::copy_from_slice(section);
-    }
-}
-
-fn join_ranges(bytes: &Bytes, ranges: &[std::ops::Range<usize>]) -> Bytes {
+fn join_ranges<'a>(
+    bytes: &'a [u8],
+    ranges: &[std::ops::Range<usize>],
+) -> std::borrow::Cow<'a, [u8]> {
     match ranges {
-        [] => Bytes::new(),
-        [only] => bytes.slice(only.clone()),
+        [] => std::borrow::Cow::Borrowed(&[]),
+        [only] => std::borrow::Cow::Borrowed(&bytes[only.clone()]),
         [first, .., last] if ranges.windows(2).all(|pair| pair[0].end == pair[1].start) => {
-            bytes.slice(first.start..last.end)
+            std::borrow::Cow::Borrowed(&bytes[first.start..last.end])
         }
-        _ => {
-            let mut joined = BytesMut::new();
-            for range in ranges {
-                joined.extend_from_slice(&bytes[range.clone()]);
-            }
-            joined.freeze()
-        }
+        _ => std::borrow::Cow::Owned(
+            ranges
+                .iter()
+                .flat_map(|range| bytes[range.clone()].iter().copied())
+                .collect(),
+        ),
     }
 }
 
@@ -304,10 +305,14 @@ fn read_timestamp(bytes: &[u8], range: std::ops::Range<usize>) -> Option<i64> {
 
 /// Keeps the client's annotations except the broker-owned keys, and picks out the
 /// scheduled enqueue time.
-fn parse_annotations(bytes: &Bytes, at: usize, message: &mut Message) -> Result<(), MessageError> {
+fn parse_annotations(
+    bytes: &[u8],
+    at: usize,
+    extras: &mut Extras,
+) -> Result<(Vec<u8>, u32), MessageError> {
     let value_at = at + descriptor_length(bytes, at)?;
     let elements = codec::compound_elements(bytes, value_at)?;
-    let mut kept = BytesMut::new();
+    let mut kept = Vec::new();
     let mut count = 0;
     for pair in elements.chunks(2) {
         let [key, value] = pair else {
@@ -318,13 +323,13 @@ fn parse_annotations(bytes: &Bytes, at: usize, message: &mut Message) -> Result<
         };
         let name = codec::read_text(bytes, key.clone()).unwrap_or("");
         if name == "x-opt-scheduled-enqueue-time" {
-            message.scheduled_enqueue_time = read_timestamp(bytes, value.clone()).map(Timestamp);
+            extras.scheduled_enqueue_time = read_timestamp(bytes, value.clone()).map(Timestamp);
         }
         if name == "x-opt-partition-key" {
-            message.partition_key = codec::read_text(bytes, value.clone()).map(Into::into);
+            extras.partition_key = codec::read_text(bytes, value.clone()).map(Into::into);
         }
         if name == "x-opt-enqueue-sequence-number" {
-            message.original_sequence_number = read_timestamp(bytes, value.clone());
+            extras.original_sequence_number = read_timestamp(bytes, value.clone());
         }
         if BROKER_ANNOTATIONS.contains(&name) {
             continue;
@@ -332,9 +337,7 @@ fn parse_annotations(bytes: &Bytes, at: usize, message: &mut Message) -> Result<
         kept.extend_from_slice(&bytes[key.start..value.end]);
         count += 2;
     }
-    message.annotation_entries = kept.freeze();
-    message.annotation_element_count = count;
-    Ok(())
+    Ok((kept, count))
 }
 
 /// The broker-side view of a delivery to encode.
@@ -389,12 +392,13 @@ pub fn encode_delivery(view: DeliveryView<'_>, output: &mut BytesMut) {
         writer.timestamp(until.0);
         annotations.count += 2;
     }
-    if let Some(original) = message.original_sequence_number {
+    let extras = message.extras();
+    if let Some(original) = extras.original_sequence_number {
         writer.symbol("x-opt-enqueue-sequence-number");
         writer.long(original);
         annotations.count += 2;
     }
-    if let Some(source) = &message.dead_letter_source {
+    if let Some(source) = &extras.dead_letter_source {
         writer.symbol("x-opt-deadletter-source");
         writer.string(source);
         annotations.count += 2;
@@ -404,24 +408,24 @@ pub fn encode_delivery(view: DeliveryView<'_>, output: &mut BytesMut) {
         writer.int(record.state as i32);
         annotations.count += 2;
     }
-    writer.raw(&message.annotation_entries);
+    writer.raw(message.annotation_entries());
     annotations.count += message.annotation_element_count;
     writer.finish_compound(annotations);
 
     match lowered_ttl_properties(record) {
         Some(properties) => writer.raw(&properties),
-        None => writer.raw(&message.properties_section),
+        None => writer.raw(message.properties_section()),
     }
-    if record.property_changes.is_empty() && message.extra_properties.is_empty() {
-        writer.raw(&message.application_properties_section);
-    } else if message.extra_properties.is_empty() {
+    if record.property_changes.is_empty() && extras.extra_properties.is_empty() {
+        writer.raw(message.application_properties_section());
+    } else if extras.extra_properties.is_empty() {
         write_changed_application_properties(&mut writer, message, &record.property_changes);
     } else {
-        let mut changes = message.extra_properties.clone();
+        let mut changes = extras.extra_properties.clone();
         changes.extend(record.property_changes.iter().cloned());
         write_changed_application_properties(&mut writer, message, &changes);
     }
-    writer.raw(&message.body);
+    writer.raw(message.body());
 }
 
 /// When the entity lowered the message's TTL (rule TTL-2), the properties section with
@@ -430,12 +434,12 @@ pub fn encode_delivery(view: DeliveryView<'_>, output: &mut BytesMut) {
 fn lowered_ttl_properties(record: &Record) -> Option<Vec<u8>> {
     let effective = record.time_to_live?;
     if record.message.header.time_to_live == Some(effective)
-        || record.message.properties_section.is_empty()
+        || record.message.properties_section().is_empty()
     {
         return None;
     }
     let mut properties: Properties =
-        serde_amqp::from_slice(&record.message.properties_section).ok()?;
+        serde_amqp::from_slice(record.message.properties_section()).ok()?;
     let creation = properties.creation_time.as_ref()?.milliseconds();
     properties.absolute_expiry_time?;
     let expiry = creation.saturating_add(effective.as_millis().min(i64::MAX as u128) as i64);
@@ -467,7 +471,7 @@ fn write_changed_application_properties(
     message: &Message,
     changes: &[(String, PropertyValue)],
 ) {
-    let original = &message.application_properties_section;
+    let original = message.application_properties_section();
     writer.descriptor(APPLICATION_PROPERTIES as u8);
     let mut map = writer.start_map();
     if !original.is_empty() {
@@ -498,7 +502,7 @@ fn write_changed_application_properties(
 
 /// Decodes an application-properties section into name → value for the given keys.
 pub fn application_property_text(message: &Message, key: &str) -> Option<String> {
-    let section = &message.application_properties_section;
+    let section = message.application_properties_section();
     if section.is_empty() {
         return None;
     }

@@ -2,13 +2,13 @@
 //! producing the copy a SQL rule action describes (user and system properties changed,
 //! `RuleName` recorded). Only the changed sections are re-encoded; the body stays as sent.
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use fe2o3_amqp_types::messaging::{ApplicationProperties, MessageId, Properties};
 use fe2o3_amqp_types::primitives::{SimpleValue, Symbol};
 
 use super::codec::Writer;
 use crate::broker::filter::{PropertyChange, PropertyTarget, SystemProperty};
-use crate::broker::message::Message;
+use crate::broker::message::{Message, SystemProperties};
 use crate::broker::rules;
 use crate::broker::types::PropertyValue;
 
@@ -36,11 +36,11 @@ fn simple_to_property(value: &SimpleValue) -> PropertyValue {
 
 /// Decodes application properties into name → value (unsupported types become null).
 pub fn decode_user_properties(message: &Message) -> Vec<(String, PropertyValue)> {
-    if message.application_properties_section.is_empty() {
+    if message.application_properties_section().is_empty() {
         return Vec::new();
     }
     let decoded: Result<ApplicationProperties, _> =
-        serde_amqp::from_slice(&message.application_properties_section);
+        serde_amqp::from_slice(message.application_properties_section());
     match decoded {
         Ok(properties) => properties
             .0
@@ -85,10 +85,10 @@ pub fn apply_rule_action(
     rule_name: &str,
 ) -> Message {
     let mut copy = message.clone();
-    let mut user = if copy.user_properties.is_empty() {
+    let mut user = if copy.extras().user_properties.is_empty() {
         decode_user_properties(message)
     } else {
-        copy.user_properties.clone()
+        copy.extras().user_properties.clone()
     };
     let mut properties: Option<Properties> = None;
     for change in changes {
@@ -114,7 +114,7 @@ pub fn apply_rule_action(
                 value,
             } => {
                 let decoded = properties.get_or_insert_with(|| {
-                    serde_amqp::from_slice(&message.properties_section).unwrap_or_default()
+                    serde_amqp::from_slice(message.properties_section()).unwrap_or_default()
                 });
                 set_system(decoded, *property, text_of(&rules::property_value(value)));
             }
@@ -122,7 +122,7 @@ pub fn apply_rule_action(
                 target: PropertyTarget::System(property),
             } => {
                 let decoded = properties.get_or_insert_with(|| {
-                    serde_amqp::from_slice(&message.properties_section).unwrap_or_default()
+                    serde_amqp::from_slice(message.properties_section()).unwrap_or_default()
                 });
                 set_system(decoded, *property, None);
             }
@@ -143,29 +143,31 @@ pub fn apply_rule_action(
         map.count += 2;
     }
     writer.finish_compound(map);
-    copy.application_properties_section = section.freeze();
-    copy.user_properties = user;
+    copy.set_application_properties_section(&section);
+    copy.extras_mut().user_properties = user;
     if let Some(properties) = properties {
         if let Ok(encoded) = serde_amqp::to_vec(&properties) {
-            copy.properties_section = Bytes::from(encoded);
+            copy.set_properties_section(&encoded);
         }
-        copy.system.message_id = properties.message_id.as_ref().map(|id| match id {
+        let id_text = |id: &MessageId| match id {
             MessageId::String(text) => text.clone(),
             other => format!("{other:?}"),
-        });
-        copy.system.correlation_id = properties.correlation_id.as_ref().map(|id| match id {
-            MessageId::String(text) => text.clone(),
-            other => format!("{other:?}"),
-        });
-        copy.system.to = properties.to.clone();
-        copy.system.reply_to = properties.reply_to.clone();
-        copy.system.subject = properties.subject.clone();
-        copy.system.session_id = properties.group_id.clone();
-        copy.system.reply_to_session_id = properties.reply_to_group_id.clone();
-        copy.system.content_type = properties
-            .content_type
-            .as_ref()
-            .map(|symbol| symbol.0.clone());
+        };
+        let message_id = properties.message_id.as_ref().map(id_text);
+        let correlation_id = properties.correlation_id.as_ref().map(id_text);
+        copy.set_system(SystemProperties::new([
+            message_id.as_deref(),
+            correlation_id.as_deref(),
+            properties.to.as_deref(),
+            properties.reply_to.as_deref(),
+            properties.subject.as_deref(),
+            properties.group_id.as_deref(),
+            properties.reply_to_group_id.as_deref(),
+            properties
+                .content_type
+                .as_ref()
+                .map(|symbol| symbol.0.as_str()),
+        ]));
     }
     copy
 }

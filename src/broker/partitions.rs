@@ -42,15 +42,10 @@ impl Partitioner {
             return 0;
         }
         let key = message
-            .system
-            .session_id
-            .as_deref()
-            .or(message.partition_key.as_deref())
-            .or(message
-                .system
-                .message_id
-                .as_deref()
-                .filter(|_| self.by_message_id));
+            .system()
+            .session_id()
+            .or(message.extras().partition_key.as_deref())
+            .or(message.system().message_id().filter(|_| self.by_message_id));
         match key {
             Some(key) => partition_of_key(key, self.partitions),
             None => {
@@ -83,9 +78,17 @@ mod tests {
 
     fn keyed(session: Option<&str>, key: Option<&str>, id: &str) -> Message {
         let mut message = Message::default();
-        message.system.session_id = session.map(str::to_string);
-        message.partition_key = key.map(Into::into);
-        message.system.message_id = Some(id.to_string());
+        let system = message.system().with(
+            crate::broker::message::SystemField::SessionId,
+            (session.map(str::to_string)).as_deref(),
+        );
+        message.set_system(system);
+        message.extras_mut().partition_key = key.map(Into::into);
+        let system = message.system().with(
+            crate::broker::message::SystemField::MessageId,
+            (Some(id.to_string())).as_deref(),
+        );
+        message.set_system(system);
         message
     }
 

@@ -275,25 +275,26 @@ pub struct FilterView<'a> {
     pub enqueued_time: i64,
 }
 
-fn text(value: &Option<String>) -> Option<FilterValueRef<'_>> {
-    value.as_deref().map(FilterValueRef::String)
+fn text(value: Option<&str>) -> Option<FilterValueRef<'_>> {
+    value.map(FilterValueRef::String)
 }
 
 impl FilterMessage for FilterView<'_> {
     fn system_property(&self, property: SystemProperty) -> Option<FilterValueRef<'_>> {
-        let system = &self.message.system;
+        let system = self.message.system();
         match property {
-            SystemProperty::MessageId => text(&system.message_id),
-            SystemProperty::CorrelationId => text(&system.correlation_id),
-            SystemProperty::To => text(&system.to),
-            SystemProperty::ReplyTo => text(&system.reply_to),
-            SystemProperty::Label => text(&system.subject),
-            SystemProperty::SessionId => text(&system.session_id),
-            SystemProperty::ReplyToSessionId => text(&system.reply_to_session_id),
-            SystemProperty::ContentType => text(&system.content_type),
+            SystemProperty::MessageId => text(system.message_id()),
+            SystemProperty::CorrelationId => text(system.correlation_id()),
+            SystemProperty::To => text(system.to()),
+            SystemProperty::ReplyTo => text(system.reply_to()),
+            SystemProperty::Label => text(system.subject()),
+            SystemProperty::SessionId => text(system.session_id()),
+            SystemProperty::ReplyToSessionId => text(system.reply_to_session_id()),
+            SystemProperty::ContentType => text(system.content_type()),
             SystemProperty::EnqueuedTimeUtc => Some(FilterValueRef::Timestamp(self.enqueued_time)),
             SystemProperty::ScheduledEnqueueTimeUtc => self
                 .message
+                .extras()
                 .scheduled_enqueue_time
                 .map(|at| FilterValueRef::Timestamp(at.0)),
             SystemProperty::TimeToLive => self
@@ -311,6 +312,7 @@ impl FilterMessage for FilterView<'_> {
 
     fn user_property(&self, name: &str) -> Option<FilterValueRef<'_>> {
         self.message
+            .extras()
             .user_properties
             .iter()
             .find(|(key, _)| property_names_equal(key, name))

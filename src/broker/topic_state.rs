@@ -106,7 +106,11 @@ impl TopicState {
             self.apply_rule_change(change);
         }
         for record in self.log.records(SubQueue::Main).values() {
-            let at = record.message.scheduled_enqueue_time.unwrap_or(now);
+            let at = record
+                .message
+                .extras()
+                .scheduled_enqueue_time
+                .unwrap_or(now);
             self.scheduled
                 .insert((at, record.sequence_number), record.message.clone());
         }
@@ -270,13 +274,13 @@ impl TopicState {
         let messages: Vec<Arc<Message>> = messages
             .into_iter()
             .map(|message| {
-                if !message.user_properties.is_empty()
-                    || message.application_properties_section.is_empty()
+                if !message.extras().user_properties.is_empty()
+                    || message.application_properties_section().is_empty()
                 {
                     return message;
                 }
                 let mut decoded = Arc::unwrap_or_clone(message);
-                decoded.user_properties = (self.codec.decode_properties)(&decoded);
+                decoded.extras_mut().user_properties = (self.codec.decode_properties)(&decoded);
                 Arc::new(decoded)
             })
             .collect();
@@ -284,14 +288,14 @@ impl TopicState {
             None => messages,
             Some(detector) => messages
                 .into_iter()
-                .filter(|message| match &message.system.message_id {
+                .filter(|message| match &message.system().message_id() {
                     Some(id) if detector.check(now, id).is_some() => false,
                     Some(id) => {
                         detector.remember(now, id, SequenceNumber(0));
                         // The shell commits this after the copies are stored: a crash in
                         // between lets a resend through (a duplicate), never a loss.
                         self.log.note(|| Change::Remembered {
-                            message_id: id.clone(),
+                            message_id: id.to_string(),
                             sequence_number: SequenceNumber(0),
                             at: now,
                         });
@@ -309,7 +313,7 @@ impl TopicState {
                 let partition = self.partitioner.partition(&message);
                 let number = self.log.allocate_in(partition);
                 let mut numbered = Arc::unwrap_or_clone(message);
-                numbered.topic_sequence = Some((number, now));
+                numbered.extras_mut().topic_sequence = Some((number, now));
                 Arc::new(numbered)
             })
             .collect();
@@ -326,12 +330,12 @@ impl TopicState {
                     // More copies of one message in one subscription (several rules with
                     // actions matched): each is a message of its own, with a number of
                     // its own from the topic.
-                    let partition = copy.topic_sequence.map_or(0, |(number, _)| {
+                    let partition = copy.extras().topic_sequence.map_or(0, |(number, _)| {
                         crate::broker::partitions::partition_of_number(number.0)
                     });
                     let number = self.log.allocate_in(partition);
                     let mut extra = Arc::unwrap_or_clone(copy);
-                    extra.topic_sequence = Some((number, now));
+                    extra.extras_mut().topic_sequence = Some((number, now));
                     all.accepted.push(Arc::new(extra));
                 }
                 all.dead_lettered.extend(copies.dead_lettered);
@@ -359,7 +363,7 @@ impl TopicState {
             .map(|message| {
                 let partition = self.partitioner.partition(&message);
                 let sequence_number = self.log.allocate_in(partition);
-                let at = message.scheduled_enqueue_time.unwrap_or(now);
+                let at = message.extras().scheduled_enqueue_time.unwrap_or(now);
                 self.log.insert(
                     SubQueue::Main,
                     Record {
@@ -461,7 +465,7 @@ impl TopicState {
             let (with_session, without): (Vec<_>, Vec<_>) = copies
                 .accepted
                 .into_iter()
-                .partition(|copy| copy.system.session_id.is_some());
+                .partition(|copy| copy.system().session_id().is_some());
             copies.accepted = with_session;
             copies.dead_lettered.extend(without.into_iter().map(|copy| {
                 (
@@ -588,8 +592,12 @@ mod tests {
 
     fn message(id: &str, at: Option<Timestamp>) -> Arc<Message> {
         let mut message = Message::default();
-        message.system.message_id = Some(id.to_string());
-        message.scheduled_enqueue_time = at;
+        let system = message.system().with(
+            crate::broker::message::SystemField::MessageId,
+            (Some(id.to_string())).as_deref(),
+        );
+        message.set_system(system);
+        message.extras_mut().scheduled_enqueue_time = at;
         Arc::new(message)
     }
 
@@ -672,7 +680,8 @@ mod tests {
         assert!(
             copies
                 .iter()
-                .all(|copies| copies.accepted[0].topic_sequence == Some((SequenceNumber(3), START)))
+                .all(|copies| copies.accepted[0].extras().topic_sequence
+                    == Some((SequenceNumber(3), START)))
         );
         let changes = state.take_changes();
 
@@ -687,7 +696,7 @@ mod tests {
         assert!(restored.take_due(START).is_none(), "not before its time");
         let (number, activated) = restored.take_due(due).expect("due");
         assert_eq!(
-            (number, activated.system.message_id.as_deref()),
+            (number, activated.system().message_id()),
             (numbers[0], Some("a"))
         );
         restored.published(number);

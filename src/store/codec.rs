@@ -8,10 +8,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-
 use crate::broker::entity::state::{Change, Record};
-use crate::broker::message::{HeaderFields, Message, SystemProperties};
+use crate::broker::message::{Extras, HeaderFields, Message, SystemProperties};
 use crate::broker::rules::{FilterDefinition, RuleDefinition};
 use crate::broker::types::{
     MessageState, OutboxTarget, PropertyChanges, PropertyValue, SequenceNumber, SubQueue, Timestamp,
@@ -155,7 +153,7 @@ impl Out {
     fn str(&mut self, value: &str) {
         self.bytes(value.as_bytes());
     }
-    fn opt_str(&mut self, value: &Option<String>) {
+    fn opt_str(&mut self, value: Option<&str>) {
         match value {
             Some(value) => {
                 self.u8(1);
@@ -231,30 +229,21 @@ impl Out {
         self.u8(u8::from(header.durable));
         self.u8(header.priority);
         self.duration(header.time_to_live);
-        self.bytes(&message.annotation_entries);
+        self.bytes(message.annotation_entries());
         self.u64(u64::from(message.annotation_element_count));
-        self.bytes(&message.properties_section);
-        self.bytes(&message.application_properties_section);
-        self.bytes(&message.body);
-        let system = &message.system;
-        for field in [
-            &system.message_id,
-            &system.correlation_id,
-            &system.to,
-            &system.reply_to,
-            &system.subject,
-            &system.session_id,
-            &system.reply_to_session_id,
-            &system.content_type,
-        ] {
+        self.bytes(message.properties_section());
+        self.bytes(message.application_properties_section());
+        self.bytes(message.body());
+        for field in message.system().values() {
             self.opt_str(field);
         }
-        self.opt_i64(message.scheduled_enqueue_time.map(|at| at.0));
-        self.opt_i64(message.original_sequence_number);
-        self.properties(&message.user_properties);
+        let extras = message.extras();
+        self.opt_i64(extras.scheduled_enqueue_time.map(|at| at.0));
+        self.opt_i64(extras.original_sequence_number);
+        self.properties(&extras.user_properties);
         self.u8(message.hop_count);
-        self.opt_str(&message.dead_letter_source);
-        self.properties(&message.extra_properties);
+        self.opt_str(extras.dead_letter_source.as_deref());
+        self.properties(&extras.extra_properties);
     }
     fn record(&mut self, record: &Record) {
         self.message(&record.message);
@@ -278,12 +267,12 @@ impl Out {
             FilterDefinition::Correlation { fields, properties } => {
                 self.u8(3);
                 for field in fields {
-                    self.opt_str(field);
+                    self.opt_str(field.as_deref());
                 }
                 self.properties(properties);
             }
         }
-        self.opt_str(&rule.action);
+        self.opt_str(rule.action.as_deref());
         self.i64(rule.created_at);
     }
     fn changes(&mut self, changes: &[Change]) {
@@ -403,7 +392,7 @@ struct In<'a> {
     at: usize,
 }
 
-impl In<'_> {
+impl<'a> In<'a> {
     fn fail<T>(&self, what: &str) -> Result<T, DecodeError> {
         Err(DecodeError(format!("{what} at byte {}", self.at)))
     }
@@ -435,7 +424,7 @@ impl In<'_> {
         let value = self.u64()?;
         u32::try_from(value).or_else(|_| self.fail("value out of range"))
     }
-    fn slice(&mut self) -> Result<&[u8], DecodeError> {
+    fn slice(&mut self) -> Result<&'a [u8], DecodeError> {
         let length = self.u64()? as usize;
         let end = self
             .at
@@ -447,9 +436,6 @@ impl In<'_> {
         let slice = &self.bytes[self.at..end];
         self.at = end;
         Ok(slice)
-    }
-    fn byte_string(&mut self) -> Result<Bytes, DecodeError> {
-        Ok(Bytes::copy_from_slice(self.slice()?))
     }
     fn string(&mut self) -> Result<String, DecodeError> {
         let at = self.at;
@@ -530,40 +516,53 @@ impl In<'_> {
             priority: self.u8()?,
             time_to_live: self.duration()?,
         };
-        let annotation_entries = self.byte_string()?;
+        let annotation_entries = self.slice()?;
         let annotation_element_count = self.u32()?;
-        let properties_section = self.byte_string()?;
-        let application_properties_section = self.byte_string()?;
-        let body = self.byte_string()?;
-        let system = SystemProperties {
-            message_id: self.opt_string()?,
-            correlation_id: self.opt_string()?,
-            to: self.opt_string()?,
-            reply_to: self.opt_string()?,
-            subject: self.opt_string()?,
-            session_id: self.opt_string()?,
-            reply_to_session_id: self.opt_string()?,
-            content_type: self.opt_string()?,
-        };
-        Ok(Message {
-            header,
+        let properties_section = self.slice()?;
+        let application_properties_section = self.slice()?;
+        let body = self.slice()?;
+        let mut message = Message::from_sections(
             annotation_entries,
-            annotation_element_count,
             properties_section,
             application_properties_section,
             body,
-            system,
+        );
+        message.header = header;
+        message.annotation_element_count = annotation_element_count;
+        let mut system: [Option<String>; 8] = Default::default();
+        for field in &mut system {
+            *field = self.opt_string()?;
+        }
+        message.set_system(SystemProperties::new(
+            system.each_ref().map(Option::as_deref),
+        ));
+        let extras = Extras {
             scheduled_enqueue_time: self.opt_i64()?.map(Timestamp),
             original_sequence_number: self.opt_i64()?,
             user_properties: self.properties()?,
-            hop_count: self.u8()?,
-            dead_letter_source: self.opt_string()?,
-            extra_properties: self.properties()?,
             // In transit only: the record's own sequence number is what is stored.
             topic_sequence: None,
             // Used on arrival only: a stored message's partition is in its sequence number.
             partition_key: None,
-        })
+            dead_letter_source: None,
+            extra_properties: Vec::new(),
+        };
+        message.hop_count = self.u8()?;
+        let dead_letter_source = self.opt_string()?;
+        let extra_properties = self.properties()?;
+        if extras.scheduled_enqueue_time.is_some()
+            || extras.original_sequence_number.is_some()
+            || !extras.user_properties.is_empty()
+            || dead_letter_source.is_some()
+            || !extra_properties.is_empty()
+        {
+            *message.extras_mut() = Extras {
+                dead_letter_source,
+                extra_properties,
+                ..extras
+            };
+        }
+        Ok(message)
     }
     fn record(&mut self) -> Result<Record, DecodeError> {
         Ok(Record {
@@ -694,27 +693,29 @@ mod tests {
     use crate::broker::entity::state::MessageLog;
 
     fn sample_record(sequence_number: i64) -> Record {
-        let message = Message {
-            header: HeaderFields {
-                durable: true,
-                priority: 7,
-                time_to_live: Some(Duration::from_millis(1234)),
-            },
-            annotation_entries: Bytes::from_static(b"\xa3\x03abc\x41"),
-            annotation_element_count: 2,
-            properties_section: Bytes::from_static(b"\x00\x53\x73\x45"),
-            application_properties_section: Bytes::new(),
-            body: Bytes::from(vec![9u8; 300]),
-            system: SystemProperties {
-                message_id: Some("id-1".into()),
-                session_id: Some("s".into()),
-                content_type: Some("application/json".into()),
-                ..SystemProperties::default()
-            },
+        let mut message =
+            Message::from_sections(b"\xa3\x03abc\x41", b"\x00\x53\x73\x45", b"", &[9u8; 300]);
+        message.header = HeaderFields {
+            durable: true,
+            priority: 7,
+            time_to_live: Some(Duration::from_millis(1234)),
+        };
+        message.annotation_element_count = 2;
+        message.set_system(SystemProperties::new([
+            Some("id-1"),
+            None,
+            None,
+            None,
+            None,
+            Some("s"),
+            None,
+            Some("application/json"),
+        ]));
+        message.hop_count = 2;
+        *message.extras_mut() = Extras {
             scheduled_enqueue_time: Some(Timestamp(1_700_000_000_000)),
             original_sequence_number: Some(-5),
             user_properties: vec![("k".into(), PropertyValue::Double(1.5))],
-            hop_count: 2,
             dead_letter_source: Some("q".into()),
             extra_properties: vec![("x".into(), PropertyValue::Uuid([3; 16]))],
             topic_sequence: None,

@@ -157,10 +157,7 @@ impl Entity {
 }
 
 fn message(body: u8) -> Message {
-    Message {
-        body: Bytes::from(vec![body]),
-        ..Message::default()
-    }
+    Message::with_body(&Bytes::from(vec![body]))
 }
 
 /// Far beyond every deadline in these tests: a missing timer fails instead of hanging.
@@ -331,11 +328,11 @@ async fn a_scheduled_message_is_delivered_at_its_time_with_a_new_sequence_number
         .await;
     let delay = Duration::from_secs(5);
     let mut scheduled = message(1);
-    scheduled.scheduled_enqueue_time = Some(START.plus(delay));
+    scheduled.extras_mut().scheduled_enqueue_time = Some(START.plus(delay));
     assert_eq!(entity.send(scheduled).await, vec![SequenceNumber(1)]);
     assert_eq!(entity.send(message(2)).await, vec![SequenceNumber(2)]);
     let immediate = next_delivery(&mut deliveries).await;
-    assert_eq!(immediate.message.body.as_ref(), &[2]);
+    assert_eq!(immediate.message.body(), &[2]);
 
     let waiting = entity.peek(SubQueue::Main).await;
     assert_eq!(waiting.len(), 1);
@@ -349,7 +346,7 @@ async fn a_scheduled_message_is_delivered_at_its_time_with_a_new_sequence_number
         delay,
         "activated exactly at its scheduled time"
     );
-    assert_eq!(activated.message.body.as_ref(), &[1]);
+    assert_eq!(activated.message.body(), &[1]);
     assert_eq!(activated.sequence_number, SequenceNumber(3));
     assert_eq!(activated.enqueued_time, START.plus(delay));
     assert_eq!(activated.state, MessageState::Active);
@@ -420,10 +417,7 @@ async fn deliveries_to_a_closed_connection_return_to_the_entity() {
         .await;
     drop(dead);
     entity
-        .send(Message {
-            body: Bytes::from_static(b"survivor"),
-            ..Message::default()
-        })
+        .send(Message::with_body(&Bytes::from_static(b"survivor")))
         .await;
     let mut alive = entity
         .attach(ReceiverId(2), SubQueue::Main, ReceiveMode::PeekLock, 10)
@@ -431,7 +425,7 @@ async fn deliveries_to_a_closed_connection_return_to_the_entity() {
     match alive.recv().await {
         Some(Notification::Deliver(delivery)) => {
             assert_eq!(
-                delivery.record.message.body,
+                delivery.record.message.body(),
                 Bytes::from_static(b"survivor")
             );
             assert_eq!(delivery.record.delivery_count, 0);

@@ -17,10 +17,7 @@ const START: Timestamp = Timestamp(1_700_000_000_000);
 const RECEIVER: ReceiverId = ReceiverId(1);
 
 fn message(body: &str) -> Arc<Message> {
-    Arc::new(Message {
-        body: Bytes::from(body.as_bytes().to_vec()),
-        ..Message::default()
-    })
+    Arc::new(Message::with_body(&Bytes::from(body.as_bytes().to_vec())))
 }
 
 fn entity(configure: impl FnOnce(&mut EntitySettings)) -> EntityState {
@@ -77,7 +74,7 @@ fn sequence_numbers_are_gapless_from_one() {
 #[test]
 fn quota_refuses_messages_beyond_the_entity_size() {
     // Each message costs its bytes plus the per-message overhead (issue 10, item 9).
-    let mut state = entity(|settings| settings.max_size_bytes = 4000);
+    let mut state = entity(|settings| settings.max_size_bytes = 3000);
     let big = "x".repeat(1500);
     state
         .enqueue(START, vec![message(&big)])
@@ -264,11 +261,12 @@ fn next_available_hands_out_each_of_ten_thousand_sessions_once_in_arrival_order(
     let mut state = entity(|settings| settings.requires_session = true);
     let sessions = 10_000u64;
     for index in 0..sessions {
-        let mut with_session = Message {
-            body: Bytes::from(format!("m{index}")),
-            ..Message::default()
-        };
-        with_session.system.session_id = Some(format!("session-{index}"));
+        let mut with_session = Message::with_body(&Bytes::from(format!("m{index}")));
+        let system = with_session.system().with(
+            crate::broker::message::SystemField::SessionId,
+            (Some(format!("session-{index}"))).as_deref(),
+        );
+        with_session.set_system(system);
         state
             .enqueue(START, vec![Arc::new(with_session)])
             .expect("accepted");
@@ -421,11 +419,12 @@ fn the_quota_counts_the_overhead_of_empty_messages() {
 }
 
 fn session_message(body: &str, session: &str) -> Arc<Message> {
-    let mut message = Message {
-        body: Bytes::from(body.as_bytes().to_vec()),
-        ..Message::default()
-    };
-    message.system.session_id = Some(session.to_string());
+    let mut message = Message::with_body(&Bytes::from(body.as_bytes().to_vec()));
+    let system = message.system().with(
+        crate::broker::message::SystemField::SessionId,
+        (Some(session.to_string())).as_deref(),
+    );
+    message.set_system(system);
     Arc::new(message)
 }
 
@@ -477,7 +476,7 @@ fn session_state_and_messages_are_rebuilt_from_change_records() {
     restored.set_credit(START, RECEIVER, 5, false);
     let bodies: Vec<Vec<u8>> = deliveries(&mut restored)
         .iter()
-        .map(|delivery| delivery.message.body.to_vec())
+        .map(|delivery| delivery.message.body().to_vec())
         .collect();
     assert_eq!(bodies, vec![b"a1".to_vec(), b"a2".to_vec()]);
 }
@@ -680,11 +679,8 @@ fn explorer_takes_messages_by_sequence_number_and_skips_locked_ones() {
 #[test]
 fn purge_deletes_unlocked_messages_of_every_state() {
     let mut state = entity(|_| {});
-    let mut scheduled = Message {
-        body: Bytes::from_static(b"later"),
-        ..Message::default()
-    };
-    scheduled.scheduled_enqueue_time = Some(START.plus(Duration::from_secs(3600)));
+    let mut scheduled = Message::with_body(&Bytes::from_static(b"later"));
+    scheduled.extras_mut().scheduled_enqueue_time = Some(START.plus(Duration::from_secs(3600)));
     state
         .enqueue(
             START,
@@ -773,7 +769,7 @@ fn a_transaction_commits_its_settlements_sends_and_via_sends_in_one_record() {
         .filter_map(|effect| match effect {
             Effect::Forward {
                 message, target, ..
-            } => Some((message.body.clone(), target)),
+            } => Some((Bytes::copy_from_slice(message.body()), target)),
             _ => None,
         })
         .collect();
@@ -845,10 +841,7 @@ fn a_transaction_that_does_not_fit_changes_nothing() {
     // rule TXN-2: the quota counts sends and via sends together
     let mut state = entity(|settings| settings.max_size_bytes = 3000);
     let (first, _) = two_locked(&mut state);
-    let big = Arc::new(Message {
-        body: Bytes::from(vec![0u8; 1200]),
-        ..Message::default()
-    });
+    let big = Arc::new(Message::with_body(&Bytes::from(vec![0u8; 1200])));
     let work = super::TransactionWork {
         sends: vec![big.clone()],
         via: vec![("elsewhere".into(), big)],
@@ -892,10 +885,10 @@ fn a_transaction_settling_one_lock_twice_is_refused_whole() {
 }
 
 fn keyed(body: &str, key: &str) -> Arc<Message> {
-    Arc::new(Message {
-        body: Bytes::from(body.as_bytes().to_vec()),
-        partition_key: Some(key.into()),
-        ..Message::default()
+    Arc::new({
+        let mut message = Message::with_body(&Bytes::from(body.as_bytes().to_vec()));
+        message.extras_mut().partition_key = Some(key.into());
+        message
     })
 }
 
@@ -952,7 +945,7 @@ fn a_partitioned_entity_numbers_per_partition_and_interleaves_partitions() {
     state.set_credit(START, RECEIVER, 5, false);
     let order: Vec<String> = deliveries(&mut state)
         .iter()
-        .map(|delivery| String::from_utf8_lossy(&delivery.record.message.body).to_string())
+        .map(|delivery| String::from_utf8_lossy(delivery.record.message.body()).to_string())
         .collect();
     let first_two: std::collections::BTreeSet<_> = order[..2].iter().cloned().collect();
     assert_eq!(

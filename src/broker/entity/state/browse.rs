@@ -22,9 +22,9 @@ impl EntityState {
         self.advance(now);
         self.store(sub_queue)
             .records
-            .range(from..)
+            .range_from(from)
             .filter(|(_, record)| {
-                session_id.is_none() || record.message.system.session_id.as_deref() == session_id
+                session_id.is_none() || record.message.system().session_id() == session_id
             })
             .take(count)
             .map(|(number, record)| (record.clone(), self.lock_of(sub_queue, *number)))
@@ -105,7 +105,7 @@ impl EntityState {
                 Some(record) if record.state == MessageState::Scheduled
             );
             if scheduled && let Some(record) = self.log.remove(SubQueue::Main, *sequence_number) {
-                if let Some(at) = record.message.scheduled_enqueue_time {
+                if let Some(at) = record.message.extras().scheduled_enqueue_time {
                     self.deadlines
                         .remove(&(at, Deadline::Activation(*sequence_number)));
                 }
@@ -223,8 +223,7 @@ impl EntityState {
             .iter()
             .filter(|(number, record)| {
                 before.is_none_or(|before| record.enqueued_time < before)
-                    && session_id
-                        .is_none_or(|id| record.message.system.session_id.as_deref() == Some(id))
+                    && session_id.is_none_or(|id| record.message.system().session_id() == Some(id))
                     && self.lock_of(sub_queue, **number).is_none()
             })
             .map(|(number, _)| *number)
@@ -239,7 +238,7 @@ impl EntityState {
             };
             self.stored_bytes -= record.message.size() as u64;
             if record.state == MessageState::Scheduled {
-                if let Some(at) = record.message.scheduled_enqueue_time {
+                if let Some(at) = record.message.extras().scheduled_enqueue_time {
                     self.deadlines
                         .remove(&(at, Deadline::Activation(*sequence_number)));
                 }

@@ -34,8 +34,11 @@ impl EntityState {
         }
         let mut forwarded = Arc::unwrap_or_clone(message);
         forwarded.hop_count += 1;
-        forwarded.original_sequence_number = Some(sequence_number.0);
-        forwarded.extra_properties.extend(property_changes);
+        forwarded.extras_mut().original_sequence_number = Some(sequence_number.0);
+        forwarded
+            .extras_mut()
+            .extra_properties
+            .extend(property_changes);
         let record = self.arrival_record(Arc::new(forwarded), sequence_number, now, Vec::new());
         self.send_through_outbox(record, OutboxTarget::Forward);
     }
@@ -44,10 +47,10 @@ impl EntityState {
     /// the forwarder; it leaves the source only when the target has it ([`Self::forwarded`])
     /// or moves to the transfer dead-letter queue when the target refuses it.
     pub(super) fn send_through_outbox(&mut self, mut record: Record, target: OutboxTarget) {
-        if record.message.topic_sequence.is_some() {
+        if record.message.extras().topic_sequence.is_some() {
             // The target numbers it: a topic's number belongs to the topic's entities.
             let mut message = Arc::unwrap_or_clone(record.message);
-            message.topic_sequence = None;
+            message.extras_mut().topic_sequence = None;
             record.message = Arc::new(message);
         }
         let message = record.message.clone();
@@ -166,9 +169,12 @@ impl EntityState {
         let sequence_number = record.sequence_number;
         let mut forwarded = Arc::unwrap_or_clone(record.message);
         forwarded.hop_count += 1;
-        forwarded.original_sequence_number = Some(sequence_number.0);
-        forwarded.dead_letter_source = Some(self.settings.path.clone());
-        forwarded.extra_properties.extend(record.property_changes);
+        forwarded.extras_mut().original_sequence_number = Some(sequence_number.0);
+        forwarded.extras_mut().dead_letter_source = Some(self.settings.path.clone());
+        forwarded
+            .extras_mut()
+            .extra_properties
+            .extend(record.property_changes);
         let outgoing = Record {
             message: Arc::new(forwarded),
             property_changes: Vec::new(),

@@ -12,6 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::Record;
+use super::records::RecordMap;
 use crate::broker::entity::duplicates::DuplicateDetector;
 use crate::broker::rules::RuleDefinition;
 use crate::broker::types::{
@@ -180,7 +181,7 @@ fn number_of(order: u64) -> SequenceNumber {
 #[derive(Debug, Default)]
 pub(super) struct Store {
     /// Every record of this sub-queue by sequence number.
-    pub(super) records: BTreeMap<SequenceNumber, Record>,
+    pub(super) records: RecordMap,
     /// Active, unlocked records in delivery order (an index the core maintains).
     pub(super) available: Available,
     /// Records in the deferred state (kept with every change, so counts need no scan).
@@ -193,7 +194,8 @@ impl Store {
         if record.state == MessageState::Deferred {
             self.deferred += 1;
         }
-        if let Some(old) = self.records.insert(sequence_number, record)
+        debug_assert_eq!(sequence_number, record.sequence_number);
+        if let Some(old) = self.records.insert(record)
             && old.state == MessageState::Deferred
         {
             self.deferred -= 1;
@@ -348,7 +350,7 @@ impl MessageLog {
     }
 
     /// The records of a sub-queue.
-    pub fn records(&self, sub_queue: SubQueue) -> &BTreeMap<SequenceNumber, Record> {
+    pub fn records(&self, sub_queue: SubQueue) -> &RecordMap {
         &self.store(sub_queue).records
     }
 

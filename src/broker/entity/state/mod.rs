@@ -21,6 +21,7 @@ mod dispatch;
 mod expiry;
 mod locks;
 pub mod log;
+mod records;
 mod recovery;
 mod sessions;
 mod transactions;
@@ -608,7 +609,8 @@ impl EntityState {
         self.admit(&messages, 0)?;
         let mut sequence_numbers = Vec::with_capacity(messages.len());
         for message in messages {
-            if let (Some(detector), Some(id)) = (&mut self.duplicates, &message.system.message_id)
+            if let (Some(detector), Some(id)) =
+                (&mut self.duplicates, &message.system().message_id())
                 && let Some(original) = detector.check(now, id)
             {
                 // Accepted but not enqueued again.
@@ -616,10 +618,10 @@ impl EntityState {
                 continue;
             }
             self.stored_bytes += message.size() as u64;
-            let message_id = message.system.message_id.clone();
+            let message_id = message.system().message_id().map(str::to_string);
             if message.hop_count > 0
                 && self.settings.requires_session
-                && message.system.session_id.is_none()
+                && message.system().session_id().is_none()
             {
                 // Forwarded or published session-less into a session entity (rule SES-1).
                 self.stored_bytes -= message.size() as u64;
@@ -632,7 +634,7 @@ impl EntityState {
                 continue;
             }
             self.totals.sent += 1;
-            let sequence_number = match message.scheduled_enqueue_time {
+            let sequence_number = match message.extras().scheduled_enqueue_time {
                 Some(at) if at > now => self.insert_scheduled(now, message, at),
                 _ => self.append(now, message, 0, Vec::new()),
             };
@@ -668,7 +670,7 @@ impl EntityState {
         if self.settings.requires_session
             && messages
                 .iter()
-                .any(|message| message.system.session_id.is_none() && message.hop_count == 0)
+                .any(|message| message.system().session_id().is_none() && message.hop_count == 0)
         {
             return Err(EntityError::NotAllowed(format!(
                 "The SessionId was not set on a message, and it cannot be sent to the entity '{}'. Entities that have session support enabled can only receive messages that have the SessionId set to a valid value.",
@@ -686,7 +688,7 @@ impl EntityState {
     /// comes from one (the same on every subscription), else the entity's next number and
     /// `now`.
     fn arrival_number(&mut self, now: Timestamp, message: &Message) -> (SequenceNumber, Timestamp) {
-        if let Some((given, at)) = message.topic_sequence
+        if let Some((given, at)) = message.extras().topic_sequence
             && let Some(number) = self.log.allocate_given(given)
         {
             return (number, at);

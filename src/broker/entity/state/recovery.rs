@@ -41,6 +41,7 @@ impl EntityState {
                         record.expires_at,
                         record
                             .message
+                            .extras()
                             .scheduled_enqueue_time
                             .unwrap_or(record.enqueued_time),
                         record.message.size() as u64,
@@ -110,7 +111,7 @@ impl EntityState {
                 self.forget_deadlines(&record);
                 if record.state == MessageState::Scheduled {
                     self.scheduled_count -= 1;
-                    if let Some(at) = record.message.scheduled_enqueue_time {
+                    if let Some(at) = record.message.extras().scheduled_enqueue_time {
                         self.deadlines.remove(&(at, Deadline::Activation(number)));
                     }
                 }

@@ -36,7 +36,7 @@ impl EntityState {
         }
         self.log
             .get(SubQueue::Main, sequence_number)
-            .and_then(|record| record.message.system.session_id.clone())
+            .and_then(|record| record.message.system().session_id().map(str::to_string))
     }
 
     /// Keeps `ready` consistent with a session's lock and available messages.
@@ -359,7 +359,7 @@ impl EntityState {
             .log
             .records(SubQueue::Main)
             .values()
-            .filter_map(|record: &Record| record.message.system.session_id.clone())
+            .filter_map(|record: &Record| record.message.system().session_id().map(str::to_string))
             .collect();
         with_messages.extend(self.log.session_states().keys().cloned());
         with_messages

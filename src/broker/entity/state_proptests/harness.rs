@@ -438,8 +438,12 @@ impl Harness {
             let body = self.new_body();
             let mut message = test_message(body);
             message.header.time_to_live = spec.ttl_ticks.map(ticks);
-            message.system.message_id = spec.message_id.map(|id| format!("id-{id}"));
-            message.scheduled_enqueue_time = spec
+            let system = message.system().with(
+                crate::broker::message::SystemField::MessageId,
+                (spec.message_id.map(|id| format!("id-{id}"))).as_deref(),
+            );
+            message.set_system(system);
+            message.extras_mut().scheduled_enqueue_time = spec
                 .schedule_in_ticks
                 .map(|offset| Timestamp(now.0 + offset * TICK_MS as i64));
             bodies.push(body);
@@ -488,7 +492,10 @@ impl Harness {
             {
                 self.duplicates.insert(id, (now, number));
             }
-            let later = message.scheduled_enqueue_time.filter(|at| *at > now);
+            let later = message
+                .extras()
+                .scheduled_enqueue_time
+                .filter(|at| *at > now);
             if let Some(at) = later {
                 let tracked = self.messages.get_mut(&body).expect("tracked");
                 tracked.scheduled_sequence_number = Some(number);

@@ -353,17 +353,14 @@ struct Harness {
 }
 
 fn body_of(record: &Record) -> u64 {
-    let bytes: [u8; 8] = record.message.body[..8]
+    let bytes: [u8; 8] = record.message.body()[..8]
         .try_into()
         .expect("test messages carry an 8-byte id");
     u64::from_be_bytes(bytes)
 }
 
 fn test_message(body: u64) -> Message {
-    Message {
-        body: Bytes::copy_from_slice(&body.to_be_bytes()),
-        ..Message::default()
-    }
+    Message::with_body(&Bytes::copy_from_slice(&body.to_be_bytes()))
 }
 
 fn has_reason(record: &Record, reason: &str) -> bool {
@@ -571,7 +568,7 @@ fn a_late_advance_activates_a_scheduled_message_as_of_its_scheduled_time() {
     let at = START.plus(Duration::from_secs(10));
     let mut message = test_message(1);
     message.header.time_to_live = Some(Duration::from_secs(5));
-    message.scheduled_enqueue_time = Some(at);
+    message.extras_mut().scheduled_enqueue_time = Some(at);
     state
         .enqueue(START, vec![Arc::new(message)])
         .expect("scheduled");
