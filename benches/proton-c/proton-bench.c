@@ -7,18 +7,26 @@
  *   proton-bench receive --host H --port P --address A --count N --size B --credit C [--timeout S]
  *   proton-bench receive --listen --host 127.0.0.1 --port 0 ...   (peer-to-peer: a sender
  *                                  connects to this receiver directly, no broker in between)
+ *   proton-bench send ... --rate R   (paced: R messages per second, for latency at a fixed rate)
  *
  * At-least-once: the sender sends unsettled transfers and settles each one when its outcome
  * arrives; the receiver accepts and settles every delivery, keeping its credit topped up to
  * --credit (re-granted when it falls below half). The message (binary body of --size bytes,
  * no properties) is encoded once; each send writes its 1-based sequence number into the first
- * 8 bytes of the body, which the receiver reads back from the end of the delivery (the body
- * is the last section) to count duplicates and out-of-range numbers.
+ * 8 bytes of the body and its send time (CLOCK_MONOTONIC, ns) into the next 8, which the
+ * receiver reads back from the end of the delivery (the body is the last section) to count
+ * duplicates and out-of-range numbers and to measure each message's latency, send → receive
+ * (both processes on one machine share the monotonic clock).
+ *
+ * --rate R paces the sender: a second thread wakes the connection every 20 µs
+ * (pn_connection_wake, the proactor's thread-safe call) and each wake sends what is due by
+ * then, R × time since the first send, within the link credit.
  *
  * Each process stops by itself: after N messages, or after --timeout seconds (exit 3). When it
  * stops it prints one line:
  *
  *   result role=receive count=N received=N duplicates=0 unknown=0 elapsed_s=… per_s=… cpu_s=…
+ *          … latency_us_p50=… latency_us_p99=… latency_us_p999=… latency_us_max=…
  *   result role=send count=N sent=N accepted=N other_outcomes=0 elapsed_s=… per_s=… cpu_s=…
  *
  * elapsed_s is first → last delivery (receiver) or first send → last outcome (sender); per_s is
@@ -26,7 +34,7 @@
  * tell when the client itself is the bottleneck. Before it, a connecting process prints
  * "attached ADDRESS" once its link is attached; a listening one "listening on PORT".
  *
- * Build: gcc -O2 -o proton-bench proton-bench.c $(pkg-config --cflags --libs libqpid-proton)
+ * Build: gcc -O2 -o proton-bench proton-bench.c $(pkg-config --cflags --libs libqpid-proton) -lpthread
  */
 #include <proton/condition.h>
 #include <proton/connection.h>
@@ -40,6 +48,7 @@
 #include <proton/session.h>
 #include <proton/transport.h>
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +63,7 @@ typedef struct {
   long count;
   int size, credit;
   double timeout_s;
+  double rate;               /* sender: messages per second, 0 = as fast as credit allows */
 
   pn_proactor_t *proactor;
   pn_listener_t *listener;
@@ -62,6 +72,11 @@ typedef struct {
   long sent, accepted, other_outcomes;           /* sender */
   long received, duplicates, unknown, granted;   /* receiver; granted = credit issued so far */
   unsigned char *seen;       /* receiver: one byte per sequence number */
+  float *latency_us;         /* receiver: send → receive per message, in arrival order */
+  long latencies;
+  pn_connection_t *connection;
+  pthread_t pacer;
+  volatile int pacing;       /* sender with --rate: the pacer thread runs */
   double first, last;        /* monotonic seconds */
   int finished, exit_code;
 } app_t;
@@ -70,6 +85,17 @@ static double now(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+static uint64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static int compare_floats(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return (x > y) - (x < y);
 }
 
 static double cpu_seconds(void) {
@@ -87,8 +113,17 @@ static void print_result(app_t *app) {
   else
     printf("result role=receive count=%ld received=%ld duplicates=%ld unknown=%ld", app->count,
            app->received, app->duplicates, app->unknown);
-  printf(" elapsed_s=%.6f per_s=%.0f cpu_s=%.3f size=%d credit=%d\n", elapsed,
+  printf(" elapsed_s=%.6f per_s=%.0f cpu_s=%.3f size=%d credit=%d", elapsed,
          elapsed > 0 ? done / elapsed : 0, cpu_seconds(), app->size, app->credit);
+  if (app->sender && app->rate > 0) printf(" rate=%.0f", app->rate);
+  if (!app->sender && app->latencies > 0) {
+    long n = app->latencies;
+    qsort(app->latency_us, n, sizeof *app->latency_us, compare_floats);
+    printf(" latency_us_p50=%.1f latency_us_p99=%.1f latency_us_p999=%.1f latency_us_max=%.1f",
+           app->latency_us[n / 2], app->latency_us[(long)(n * 0.99)],
+           app->latency_us[(long)(n * 0.999)], app->latency_us[n - 1]);
+  }
+  printf("\n");
   fflush(stdout);
 }
 
@@ -119,14 +154,24 @@ static void encode_message(app_t *app) {
   pn_message_free(m);
 }
 
-/* Sends while there is credit; the body's first 8 bytes carry the sequence number. */
+/* Sends while there is credit (and, with --rate, while messages are due); the body's first
+ * 8 bytes carry the sequence number, the next 8 the send time. */
 static void send_available(app_t *app, pn_link_t *l) {
   size_t offset = app->message_len - app->size;   /* the body's bytes end the encoding */
-  while (pn_link_credit(l) > 0 && app->sent < app->count) {
+  long due = app->count;
+  if (app->rate > 0 && app->sent > 0) {
+    due = (long)((now() - app->first) * app->rate) + 1;
+    if (due > app->count) due = app->count;
+  }
+  while (pn_link_credit(l) > 0 && app->sent < due) {
     uint64_t sequence = (uint64_t)++app->sent;
     if (app->sent == 1) app->first = now();
     pn_delivery(l, pn_dtag((const char *)&sequence, sizeof sequence));
     if (app->size >= 8) memcpy(app->message + offset, &sequence, 8);
+    if (app->size >= 16) {
+      uint64_t sent_at = now_ns();
+      memcpy(app->message + offset + 8, &sent_at, 8);
+    }
     pn_link_send(l, app->message, app->message_len);
     pn_link_advance(l);
   }
@@ -144,7 +189,26 @@ static void grant_credit(app_t *app, pn_link_t *l) {
   }
 }
 
+/* --rate: wakes the connection every 20 µs until the sender finishes. */
+static void *pace(void *argument) {
+  app_t *app = argument;
+  struct timespec tick = {0, 20000};
+  while (app->pacing) {
+    pn_connection_wake(app->connection);
+    nanosleep(&tick, NULL);
+  }
+  return NULL;
+}
+
+static void stop_pacing(app_t *app) {
+  if (app->pacing) {
+    app->pacing = 0;
+    pthread_join(app->pacer, NULL);
+  }
+}
+
 static void finish(app_t *app, pn_connection_t *c) {
+  stop_pacing(app);
   app->finished = 1;
   app->last = now();
   pn_connection_close(c);
@@ -178,6 +242,11 @@ static void on_delivery(app_t *app, pn_event_t *e) {
       if (app->seen[sequence - 1]++) app->duplicates++;
     } else {
       app->unknown++;
+    }
+    if (app->size >= 16 && app->latencies < app->count) {
+      uint64_t sent_at;
+      memcpy(&sent_at, app->message + n - app->size + 8, 8);
+      app->latency_us[app->latencies++] = (float)((double)(now_ns() - sent_at) / 1000.0);
     }
   }
   if (!pn_delivery_settled(d)) pn_delivery_update(d, PN_ACCEPTED);  /* unless pre-settled */
@@ -249,12 +318,26 @@ static int handle(app_t *app, pn_event_t *e) {
     break;
   }
   case PN_LINK_FLOW:
-    if (app->sender) send_available(app, pn_event_link(e));
+    if (app->sender) {
+      pn_link_t *l = pn_event_link(e);
+      if (app->rate > 0 && !app->pacing && !app->finished && pn_link_credit(l) > 0) {
+        app->pacing = 1;
+        pthread_create(&app->pacer, NULL, pace, app);
+      }
+      send_available(app, l);
+    }
+    break;
+  case PN_CONNECTION_WAKE:
+    if (app->sender && !app->finished) {
+      pn_link_t *l = pn_link_head(pn_event_connection(e), 0);
+      if (l) send_available(app, l);
+    }
     break;
   case PN_DELIVERY:
     on_delivery(app, e);
     break;
   case PN_TRANSPORT_CLOSED:
+    stop_pacing(app);                /* before the connection it wakes is freed */
     check_condition(app, e, pn_transport_condition(pn_event_transport(e)));
     if (app->finished) return 0;     /* the pending timeout would keep the proactor active */
     break;
@@ -273,6 +356,7 @@ static int handle(app_t *app, pn_event_t *e) {
     break;
   case PN_PROACTOR_TIMEOUT:
     if (app->finished) return 0;     /* finished, but the close handshake never completed */
+    stop_pacing(app);
     fprintf(stderr, "proton-bench: timed out after %.0f s\n", app->timeout_s);
     if (!app->last) app->last = now();
     print_result(app);
@@ -287,7 +371,7 @@ static int handle(app_t *app, pn_event_t *e) {
 
 static void usage(void) {
   fprintf(stderr, "usage: proton-bench send|receive [--listen] --host H --port P --address A "
-                  "--count N --size B --credit C --timeout S\n");
+                  "--count N --size B --credit C --timeout S [--rate R]\n");
   exit(2);
 }
 
@@ -316,11 +400,15 @@ int main(int argc, char **argv) {
     else if (!strcmp(option, "--size")) app.size = atoi(value);
     else if (!strcmp(option, "--credit")) app.credit = atoi(value);
     else if (!strcmp(option, "--timeout")) app.timeout_s = atof(value);
+    else if (!strcmp(option, "--rate")) app.rate = atof(value);
     else usage();
   }
   if (app.count < 1 || app.size < 0 || app.credit < 1 || (app.listen && app.sender)) usage();
   if (app.sender) encode_message(&app);
-  else app.seen = calloc(app.count, 1);
+  else {
+    app.seen = calloc(app.count, 1);
+    app.latency_us = calloc(app.count, sizeof *app.latency_us);
+  }
 
   app.proactor = pn_proactor();
   pn_proactor_set_timeout(app.proactor, (pn_millis_t)(app.timeout_s * 1000));
@@ -331,7 +419,8 @@ int main(int argc, char **argv) {
   } else {
     pn_transport_t *t = pn_transport();
     pn_sasl_allowed_mechs(pn_sasl(t), "ANONYMOUS");
-    pn_proactor_connect2(app.proactor, NULL, t, addr);
+    app.connection = pn_connection();
+    pn_proactor_connect2(app.proactor, app.connection, t, addr);
   }
   for (int running = 1; running;) {
     pn_event_batch_t *events = pn_proactor_wait(app.proactor);

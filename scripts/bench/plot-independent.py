@@ -1,5 +1,6 @@
 """Plots a scripts/bench/independent result file: msg/s received per peer and round (dots),
-with each peer's median (bar), and broker CPU per message beside it.
+with each peer's median (bar), and broker CPU per message beside it; for a paced run
+(--rate), also each peer's send → receive latency percentiles (median over the runs).
 
     python3 scripts/bench/plot-independent.py RESULTS.txt OUT.png
 
@@ -13,13 +14,15 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-PEERS = ["ferrobus", "proton", "p2p"]
+PEERS = ["ferrobus", "proton", "p2p", "baseline"]
 LABELS = {
     "ferrobus": "ferrobus",
     "proton": "Proton-C example broker",
     "p2p": "peer-to-peer\n(no broker)",
+    "baseline": "ferrobus\n(older build)",
 }
-COLOURS = {"ferrobus": "#c0392b", "proton": "#2c7fb8", "p2p": "#7f7f7f"}
+COLOURS = {"ferrobus": "#c0392b", "proton": "#2c7fb8", "p2p": "#7f7f7f", "baseline": "#e6a04e"}
+PERCENTILES = [("latency_us_p50", "p50"), ("latency_us_p99", "p99"), ("latency_us_p999", "p99.9")]
 
 
 def read(path):
@@ -39,9 +42,15 @@ def main():
     source, target = sys.argv[1], sys.argv[2]
     runs, header = read(source)
     peers = [peer for peer in PEERS if any(run["peer"] == peer for run in runs)]
-    figure, (rate_axes, cpu_axes) = plt.subplots(
-        1, 2, figsize=(10, 4.2), gridspec_kw={"width_ratios": [3, 2]}
-    )
+    paced = any(run.get("latency_us_p50") and run.get("rate", "0") != "0" for run in runs)
+    if paced:
+        figure, (rate_axes, cpu_axes, latency_axes) = plt.subplots(
+            1, 3, figsize=(14, 4.2), gridspec_kw={"width_ratios": [3, 2, 3]}
+        )
+    else:
+        figure, (rate_axes, cpu_axes) = plt.subplots(
+            1, 2, figsize=(10, 4.2), gridspec_kw={"width_ratios": [3, 2]}
+        )
     for index, peer in enumerate(peers):
         mine = [run for run in runs if run["peer"] == peer]
         rates = [float(run["received_per_s"]) / 1000 for run in mine]
@@ -72,9 +81,30 @@ def main():
     cpu_axes.set_ylim(bottom=0)
     for axes in (rate_axes, cpu_axes):
         axes.grid(axis="y", alpha=0.3)
+    if paced:
+        width = 0.8 / len(peers)
+        for index, peer in enumerate(peers):
+            mine = [run for run in runs if run["peer"] == peer and run.get("latency_us_p50")]
+            if not mine:
+                continue
+            values = [statistics.median(float(run[key]) for run in mine) for key, _ in PERCENTILES]
+            xs = [position + (index - (len(peers) - 1) / 2) * width for position in range(3)]
+            latency_axes.bar(xs, values, width=width, color=COLOURS[peer], label=LABELS[peer])
+            for x, value in zip(xs, values):
+                latency_axes.annotate(f"{value:.0f}", (x, value), textcoords="offset points",
+                                      xytext=(0, 2), ha="center", fontsize=7)
+        latency_axes.set_xticks(range(3), [label for _, label in PERCENTILES])
+        latency_axes.set_yscale("log")
+        latency_axes.set_ylabel("send → receive latency, µs (log scale)")
+        latency_axes.set_title("latency at a fixed rate (median of the runs)", fontsize=10)
+        latency_axes.legend(fontsize=7)
+        latency_axes.grid(axis="y", alpha=0.3)
     settings = next((line for line in header if line.startswith("client=")), "")
-    figure.suptitle("S1 with an independent client (Qpid Proton-C): 1 sender → queue → 1 receiver, "
-                    "at-least-once\n" + settings, fontsize=9)
+    queues = next((run.get("queues") for run in runs if run.get("queues")), "1")
+    shape = ("1 sender → queue → 1 receiver" if queues == "1"
+             else f"{queues} × (1 sender → queue → 1 receiver) at once")
+    figure.suptitle(f"Independent client (Qpid Proton-C): {shape}, at-least-once\n" + settings,
+                    fontsize=9)
     figure.tight_layout()
     figure.savefig(target, dpi=110)
     print(f"plot: {target}")
