@@ -9,7 +9,7 @@ use super::codec::{self, CodecError, Writer};
 use super::depth;
 use super::ids;
 use crate::broker::entity::Record;
-use crate::broker::message::{Extras, HeaderFields, Message, SystemProperties};
+use crate::broker::message::{Extras, HeaderFields, MAX_SYSTEM_TEXT, Message, SystemProperties};
 use crate::broker::types::{LockToken, MessageState, PropertyValue, Timestamp};
 
 /// Message format of a Service Bus batch: every `data` section is a whole message.
@@ -62,6 +62,13 @@ pub enum MessageError {
         /// Which field.
         field: &'static str,
         /// Its length in characters.
+        length: usize,
+    },
+    /// System properties (ids, addresses, subject, content type) longer than Service Bus
+    /// allows in a message header.
+    #[error("the message's properties hold {length} bytes of text; at most 65535 are allowed")]
+    PropertiesTooLong {
+        /// Their text's length in bytes.
         length: usize,
     },
     /// No data, amqp-sequence or amqp-value section (AMQP 1.0 §3.2 requires one).
@@ -227,6 +234,24 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
             });
         }
     }
+    let correlation_id = properties.correlation_id.as_ref().map(message_id_text);
+    let system = [
+        message_id.as_deref(),
+        correlation_id.as_deref(),
+        properties.to.as_deref(),
+        properties.reply_to.as_deref(),
+        properties.subject.as_deref(),
+        properties.group_id.as_deref(),
+        properties.reply_to_group_id.as_deref(),
+        properties
+            .content_type
+            .as_ref()
+            .map(|symbol| symbol.0.as_str()),
+    ];
+    let length: usize = system.iter().flatten().map(|value| value.len()).sum();
+    if length > MAX_SYSTEM_TEXT {
+        return Err(MessageError::PropertiesTooLong { length });
+    }
     // One allocation sized to what is kept: never a slice of the connection's read buffer
     // (issue 10, item 9 and issue 16: slices pinned whole 64 KiB buffers).
     let mut message = Message::from_sections(
@@ -239,20 +264,7 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
     );
     message.header = header_fields;
     message.annotation_element_count = annotations.1;
-    let correlation_id = properties.correlation_id.as_ref().map(message_id_text);
-    message.set_system(SystemProperties::new([
-        message_id.as_deref(),
-        correlation_id.as_deref(),
-        properties.to.as_deref(),
-        properties.reply_to.as_deref(),
-        properties.subject.as_deref(),
-        properties.group_id.as_deref(),
-        properties.reply_to_group_id.as_deref(),
-        properties
-            .content_type
-            .as_ref()
-            .map(|symbol| symbol.0.as_str()),
-    ]));
+    message.set_system(SystemProperties::new(system));
     if let (Some(partition_key), Some(session_id)) =
         (&extras.partition_key, message.system().session_id())
         && **partition_key != *session_id

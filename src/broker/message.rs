@@ -53,27 +53,35 @@ impl SystemField {
     ];
 }
 
+/// Most bytes of system-property text a message carries (Service Bus: at most 64 KB of
+/// message header). Offsets into it fit 16 bits.
+pub const MAX_SYSTEM_TEXT: usize = u16::MAX as usize;
+
 /// Where each system property's text lies in a text holding them back to back.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct SystemSpans {
     /// Where each field's text ends.
-    ends: [u32; 8],
+    ends: [u16; 8],
     /// Bit `i` set: field `i` is present (possibly empty).
     present: u8,
 }
 
 impl SystemSpans {
     /// Appends every present value to `text`, which starts empty or holds other bytes
-    /// before (the spans count from where the values start).
+    /// before (the spans count from where the values start). A value that would take the
+    /// text past [`MAX_SYSTEM_TEXT`] is left out (ingress refuses such messages first; a
+    /// rule action or an old record is the only way here).
     fn write(values: [Option<&str>; 8], text: &mut Vec<u8>) -> SystemSpans {
         let start = text.len();
         let mut spans = SystemSpans::default();
         for (index, value) in values.iter().enumerate() {
-            if let Some(value) = value {
+            if let Some(value) = value
+                && text.len() - start + value.len() <= MAX_SYSTEM_TEXT
+            {
                 text.extend_from_slice(value.as_bytes());
                 spans.present |= 1 << index;
             }
-            spans.ends[index] = (text.len() - start) as u32;
+            spans.ends[index] = (text.len() - start) as u16;
         }
         spans
     }
@@ -280,10 +288,10 @@ fn join_sections(
 /// Memory one stored message costs beyond its encoded bytes: the `Message` in its `Arc`,
 /// its one allocation's slack, the record in its sub-queue's `RecordMap` run and its
 /// entry in the available index — measured by `tests/memory.rs` (counting allocator) at
-/// 289 bytes for an SDK-encoded message (was 772 before issue 16), rounded up. Counting it
+/// 257 bytes for an SDK-encoded message (was 772 before issue 16), rounded up. Counting it
 /// makes `max_size_in_megabytes` bound what a queue of tiny messages really holds (issue 10,
 /// item 9: a 10 MiB queue of empty messages used to hold 143 MiB).
-pub const MESSAGE_OVERHEAD: usize = 320;
+pub const MESSAGE_OVERHEAD: usize = 288;
 
 impl Message {
     /// A message of these sections (see [`Message::body`] and its siblings), copied into

@@ -198,6 +198,7 @@ impl Connection {
             Err(error) => {
                 let condition = match error {
                     message::MessageError::TooLong { .. }
+                    | message::MessageError::PropertiesTooLong { .. }
                     | message::MessageError::PartitionKeyMismatch { .. } => errors::ARGUMENT_ERROR,
                     _ => errors::DECODE_ERROR,
                 };

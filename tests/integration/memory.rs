@@ -103,6 +103,47 @@ async fn identifiers_longer_than_128_characters_are_refused() {
     );
 }
 
+#[tokio::test]
+async fn system_properties_beyond_64_kib_of_text_are_refused() {
+    // A stored message keeps its system properties' text with 16-bit offsets (issue 16);
+    // Service Bus allows at most 64 KB of message header anyway.
+    let broker = Broker::start("[[queues]]\nname = \"q\"\n").await;
+    let (_connection, mut session) = broker.connect().await;
+    let mut sender = Sender::attach(&mut session, "sender", "q")
+        .await
+        .expect("attach");
+    let with_subject = |subject: String| {
+        Message::builder()
+            .properties(Properties {
+                message_id: Some("id".to_string().into()),
+                subject: Some(subject),
+                ..Default::default()
+            })
+            .value("x".to_string())
+            .build()
+    };
+    assert_eq!(
+        refusal(sender.send(with_subject("s".repeat(65_000))).await),
+        None
+    );
+    let refused = refusal(sender.send(with_subject("s".repeat(70_000))).await).expect("refused");
+    assert!(
+        refused.contains("70002 bytes of text; at most 65535"),
+        "{refused}"
+    );
+    let mut receiver = Receiver::attach(&mut session, "receiver", "q")
+        .await
+        .expect("attach receiver");
+    let delivery = receiver.recv::<Value>().await.expect("the accepted one");
+    let subject = delivery
+        .message()
+        .properties
+        .as_ref()
+        .and_then(|properties| properties.subject.clone());
+    assert_eq!(subject.map(|subject| subject.len()), Some(65_000));
+    receiver.accept(&delivery).await.expect("accept");
+}
+
 fn described(code: u8, value: Vec<u8>) -> Vec<u8> {
     let mut bytes = vec![0x00, 0x53, code];
     bytes.extend_from_slice(&value);
