@@ -9,7 +9,7 @@ use super::codec::{self, CodecError, Writer};
 use super::depth;
 use super::ids;
 use crate::broker::entity::Record;
-use crate::broker::message::{Extras, HeaderFields, MAX_SYSTEM_TEXT, Message, SystemProperties};
+use crate::broker::message::{Extras, HeaderFields, MAX_SYSTEM_TEXT, Message};
 use crate::broker::types::{LockToken, MessageState, PropertyValue, Timestamp};
 
 /// Message format of a Service Bus batch: every `data` section is a whole message.
@@ -254,17 +254,19 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
     }
     // One allocation sized to what is kept: never a slice of the connection's read buffer
     // (issue 10, item 9 and issue 16: slices pinned whole 64 KiB buffers).
-    let mut message = Message::from_sections(
-        &annotations.0,
-        assigned_properties
-            .as_deref()
-            .unwrap_or(&bytes[properties_range]),
-        &bytes[application_properties_range],
-        &body,
+    let mut message = Message::from_parts(
+        [
+            &annotations.0,
+            assigned_properties
+                .as_deref()
+                .unwrap_or(&bytes[properties_range]),
+            &bytes[application_properties_range],
+            &body,
+        ],
+        system,
     );
     message.header = header_fields;
     message.annotation_element_count = annotations.1;
-    message.set_system(SystemProperties::new(system));
     if let (Some(partition_key), Some(session_id)) =
         (&extras.partition_key, message.system().session_id())
         && **partition_key != *session_id

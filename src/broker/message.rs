@@ -312,6 +312,18 @@ impl Message {
         message
     }
 
+    /// A message of these sections and system properties ([`SystemField::ALL`] order), in
+    /// one allocation built once (ingress and recovery).
+    pub fn from_parts(sections: [&[u8]; 4], system: [Option<&str>; 8]) -> Message {
+        let (sections, ends, spans) = join_sections(sections, system);
+        Message {
+            sections,
+            ends,
+            system: spans,
+            ..Message::default()
+        }
+    }
+
     /// A message with this body and nothing else (tests, management replies).
     pub fn with_body(body: &[u8]) -> Message {
         Message::from_sections(&[], &[], &[], body)

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::broker::entity::state::{Change, Record};
-use crate::broker::message::{Extras, HeaderFields, Message, SystemProperties};
+use crate::broker::message::{Extras, HeaderFields, Message};
 use crate::broker::rules::{FilterDefinition, RuleDefinition};
 use crate::broker::types::{
     MessageState, OutboxTarget, PropertyChanges, PropertyValue, SequenceNumber, SubQueue, Timestamp,
@@ -449,6 +449,17 @@ impl<'a> In<'a> {
             _ => self.string().map(Some),
         }
     }
+    /// An optional text borrowed from the input.
+    fn opt_text(&mut self) -> Result<Option<&'a str>, DecodeError> {
+        if self.u8()? == 0 {
+            return Ok(None);
+        }
+        let at = self.at;
+        let slice = self.slice()?;
+        std::str::from_utf8(slice)
+            .map(Some)
+            .map_err(|_| DecodeError(format!("invalid UTF-8 at byte {at}")))
+    }
     fn opt_i64(&mut self) -> Result<Option<i64>, DecodeError> {
         match self.u8()? {
             0 => Ok(None),
@@ -521,21 +532,21 @@ impl<'a> In<'a> {
         let properties_section = self.slice()?;
         let application_properties_section = self.slice()?;
         let body = self.slice()?;
-        let mut message = Message::from_sections(
-            annotation_entries,
-            properties_section,
-            application_properties_section,
-            body,
+        let mut system: [Option<&str>; 8] = [None; 8];
+        for field in &mut system {
+            *field = self.opt_text()?;
+        }
+        let mut message = Message::from_parts(
+            [
+                annotation_entries,
+                properties_section,
+                application_properties_section,
+                body,
+            ],
+            system,
         );
         message.header = header;
         message.annotation_element_count = annotation_element_count;
-        let mut system: [Option<String>; 8] = Default::default();
-        for field in &mut system {
-            *field = self.opt_string()?;
-        }
-        message.set_system(SystemProperties::new(
-            system.each_ref().map(Option::as_deref),
-        ));
         let extras = Extras {
             scheduled_enqueue_time: self.opt_i64()?.map(Timestamp),
             original_sequence_number: self.opt_i64()?,
@@ -691,6 +702,7 @@ impl<'a> In<'a> {
 mod tests {
     use super::*;
     use crate::broker::entity::state::MessageLog;
+    use crate::broker::message::SystemProperties;
 
     fn sample_record(sequence_number: i64) -> Record {
         let mut message =
