@@ -374,7 +374,7 @@ impl TopicState {
                         expires_at: None,
                         delivery_count: 0,
                         state: MessageState::Scheduled,
-                        property_changes: Vec::new(),
+                        property_changes: Default::default(),
                     },
                 );
                 self.scheduled.insert((at, sequence_number), message);

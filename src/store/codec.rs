@@ -217,7 +217,7 @@ impl Out {
             }
         }
     }
-    fn properties(&mut self, values: &PropertyChanges) {
+    fn properties(&mut self, values: &[(String, PropertyValue)]) {
         self.u64(values.len() as u64);
         for (name, value) in values {
             self.str(name);
@@ -584,7 +584,7 @@ impl<'a> In<'a> {
             expires_at: self.opt_i64()?.map(Timestamp),
             delivery_count: self.u32()?,
             state: self.state()?,
-            property_changes: self.properties()?,
+            property_changes: self.properties()?.into(),
         })
     }
     fn rule(&mut self) -> Result<RuleDefinition, DecodeError> {
@@ -748,7 +748,8 @@ mod tests {
                 ("d".into(), PropertyValue::String("é".into())),
                 ("e".into(), PropertyValue::Timestamp(-1)),
                 ("f".into(), PropertyValue::Binary(vec![0, 255])),
-            ],
+            ]
+            .into(),
         }
     }
 

@@ -177,7 +177,7 @@ impl EntityState {
             .extend(record.property_changes);
         let outgoing = Record {
             message: Arc::new(forwarded),
-            property_changes: Vec::new(),
+            property_changes: Default::default(),
             ..record
         };
         self.send_through_outbox(outgoing, OutboxTarget::DeadLetters);

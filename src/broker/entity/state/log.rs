@@ -469,7 +469,7 @@ impl MessageLog {
                 state: record.state,
                 enqueued_time: record.enqueued_time,
                 expires_at: record.expires_at,
-                property_changes: record.property_changes.clone(),
+                property_changes: record.property_changes.to_vec(),
             });
         }
         true
@@ -579,7 +579,7 @@ impl MessageLog {
                     record.state = state;
                     record.enqueued_time = enqueued_time;
                     record.expires_at = expires_at;
-                    record.property_changes = property_changes;
+                    record.property_changes = property_changes.into();
                 });
             }
             Change::Move {

@@ -72,7 +72,7 @@ pub struct Record {
     /// Active, deferred or scheduled.
     pub state: MessageState,
     /// Application properties the broker merged in (dead-letter reason, properties-to-modify).
-    pub property_changes: PropertyChanges,
+    pub property_changes: crate::broker::types::RecordChanges,
 }
 
 /// A peek-lock held on a record.
@@ -756,7 +756,7 @@ impl EntityState {
             expires_at: None,
             delivery_count: 0,
             state: MessageState::Active,
-            property_changes,
+            property_changes: property_changes.into(),
         }
     }
 
@@ -805,7 +805,7 @@ impl EntityState {
             return;
         }
         if let Some(record) = self.log.remove(SubQueue::Main, sequence_number) {
-            self.append(at, record.message, 0, record.property_changes);
+            self.append(at, record.message, 0, record.property_changes.into());
         }
     }
 

@@ -171,7 +171,7 @@ mod tests {
             expires_at: None,
             delivery_count: 0,
             state: MessageState::Active,
-            property_changes: Vec::new(),
+            property_changes: Default::default(),
         }
     }
 
