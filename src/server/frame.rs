@@ -146,7 +146,7 @@ fn serialize_into<T: Serialize>(output: &mut BytesMut, value: &T) -> Result<(), 
         .map_err(|error| FrameError::Encode(error.to_string()))
 }
 
-fn begin_frame(output: &mut BytesMut, frame_type: u8, channel: u16) -> usize {
+pub(super) fn begin_frame(output: &mut BytesMut, frame_type: u8, channel: u16) -> usize {
     let start = output.len();
     output.put_u32(0);
     output.put_u8(2);
@@ -155,7 +155,7 @@ fn begin_frame(output: &mut BytesMut, frame_type: u8, channel: u16) -> usize {
     start
 }
 
-fn end_frame(output: &mut BytesMut, start: usize) {
+pub(super) fn end_frame(output: &mut BytesMut, start: usize) {
     let size = (output.len() - start) as u32;
     output[start..start + 4].copy_from_slice(&size.to_be_bytes());
 }
@@ -295,7 +295,7 @@ pub struct DeliveryHeader<'a> {
 /// Hand-encodes a transfer performative (the hot path: no serde, no allocation). The
 /// first frame carries delivery id, tag, format and settled; continuation frames only
 /// the handle and `more`.
-fn write_transfer_performative(
+pub(super) fn write_transfer_performative(
     output: &mut BytesMut,
     header: &DeliveryHeader<'_>,
     first: bool,

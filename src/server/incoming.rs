@@ -41,10 +41,24 @@ impl Connection {
             .partial
             .as_ref()
             .map_or(0, |partial| partial.payload.len());
+        // A single-frame send to an entity is parsed straight from the frame (the parser
+        // copies what it keeps into the message's own allocation); a multi-frame delivery
+        // and a request are assembled in their own buffer.
+        let mut whole = None;
         let partial = match link.partial.take() {
             Some(mut partial) => {
                 partial.payload.extend_from_slice(&payload);
                 partial
+            }
+            None if !transfer.more && matches!(link.kind, LinkKind::EntitySender { .. }) => {
+                whole = Some(payload);
+                PartialTransfer {
+                    delivery_id: transfer.delivery_id.unwrap_or(0),
+                    settled: transfer.settled.unwrap_or(false),
+                    message_format: transfer.message_format.unwrap_or(0),
+                    payload: BytesMut::new(),
+                    txn_id: transfer.txn_id.clone(),
+                }
             }
             None => PartialTransfer {
                 delivery_id: transfer.delivery_id.unwrap_or(0),
@@ -90,7 +104,7 @@ impl Connection {
         link.delivery_count = link.delivery_count.wrapping_add(1);
         link.credit = link.credit.saturating_sub(1);
         let top_up = link.credit < SENDER_CREDIT / 2;
-        let payload = partial.payload.freeze();
+        let payload = whole.unwrap_or_else(|| partial.payload.freeze());
         let delivery_id = partial.delivery_id;
         let settled = partial.settled;
         let txn_id = partial.txn_id;

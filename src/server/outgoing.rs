@@ -65,6 +65,63 @@ impl Connection {
         self.send_transfer_frames(channel, frames.freeze(), units)
     }
 
+    /// Sends a delivery whose payload `encode` writes: straight into the connection's output
+    /// buffer behind its transfer performative when the session window is open (one copy of
+    /// the message on the way out, issue 16), split into frames afterwards only when it
+    /// outgrows the peer's frame size; through [`Self::send_on_link`] otherwise.
+    fn send_encoded_on_link(
+        &mut self,
+        channel: u16,
+        handle: u32,
+        settled: bool,
+        tag: Option<[u8; 16]>,
+        encode: impl FnOnce(&mut BytesMut),
+    ) -> Result<(), ConnectionError> {
+        let peer_max_frame_size = self.peer_max_frame_size;
+        let session = self.session(channel)?;
+        if !(session.queued.is_empty() && session.remote_incoming_window > 0) {
+            let mut payload = BytesMut::new();
+            encode(&mut payload);
+            return self.send_on_link(channel, handle, payload.freeze(), settled, tag);
+        }
+        let delivery_id = session.next_delivery_id;
+        session.next_delivery_id = session.next_delivery_id.wrapping_add(1);
+        if let Some(link) = session.links.get_mut(&handle) {
+            link.delivery_count = link.delivery_count.wrapping_add(1);
+            link.credit = link.credit.saturating_sub(1);
+        }
+        let tag = tag.unwrap_or_else(ids::unique_guid_bytes);
+        let header = frame::DeliveryHeader {
+            handle,
+            delivery_id,
+            tag: &tag,
+            settled,
+        };
+        let start = frame::begin_frame(&mut self.output, frame::FRAME_TYPE_AMQP, channel);
+        frame::write_transfer_performative(&mut self.output, &header, true, false);
+        let payload_at = self.output.len();
+        encode(&mut self.output);
+        let max_frame_size = peer_max_frame_size.max(frame::MIN_MAX_FRAME_SIZE) as usize;
+        let units = if self.output.len() - start <= max_frame_size {
+            frame::end_frame(&mut self.output, start);
+            1
+        } else {
+            let payload = self.output.split_off(payload_at);
+            self.output.truncate(start);
+            frame::write_delivery(
+                &mut self.output,
+                channel,
+                &header,
+                &payload,
+                peer_max_frame_size,
+            )
+        };
+        let session = self.session(channel)?;
+        session.remote_incoming_window -= units as i64;
+        session.next_outgoing_id = session.next_outgoing_id.wrapping_add(units);
+        Ok(())
+    }
+
     /// Sends a delivery from an entity to its receiver link.
     pub(super) async fn deliver(&mut self, delivery: Delivery) -> Result<(), ConnectionError> {
         let Some(receiver) = delivery.receiver else {
@@ -103,15 +160,6 @@ impl Connection {
                 .saturating_sub(delivery.record.enqueued_time.0);
             latency.observe(waited.max(0) as f64 / 1000.0);
         }
-        let mut payload = BytesMut::with_capacity(delivery.record.message.encoded_size() + 128);
-        message::encode_delivery(
-            DeliveryView {
-                record: &delivery.record,
-                lock,
-                lock_token: true,
-            },
-            &mut payload,
-        );
         let settled = lock.is_none();
         let tag = lock.map(|(token, _)| ids::swap_guid_byte_order(&token.0));
         let delivery_id = self.session(channel)?.next_delivery_id;
@@ -120,7 +168,18 @@ impl Connection {
                 .unsettled
                 .insert(delivery_id, Unsettled { handle, token });
         }
-        self.send_on_link(channel, handle, payload.freeze(), settled, tag)
+        self.output
+            .reserve(delivery.record.message.encoded_size() + 256);
+        self.send_encoded_on_link(channel, handle, settled, tag, |output| {
+            message::encode_delivery(
+                DeliveryView {
+                    record: &delivery.record,
+                    lock,
+                    lock_token: true,
+                },
+                output,
+            )
+        })
     }
 
     /// Whether a delivery to this link would not reach the socket now: the peer's session

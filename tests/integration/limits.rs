@@ -420,3 +420,52 @@ async fn a_huge_terminus_address_closes_the_connection_before_anything_is_kept()
         "{condition}"
     );
 }
+
+#[tokio::test]
+async fn a_delivery_larger_than_the_receivers_frame_size_arrives_in_several_frames() {
+    // The broker encodes a delivery straight into its output behind the transfer and splits
+    // it afterwards when it outgrows the peer's max-frame-size (issue 16): the receiver gets
+    // the whole message, the small one first, in order.
+    let broker = Broker::start("[[queues]]\nname = \"q\"\n").await;
+    let (_connection, mut session) = broker.connect().await;
+    let mut sender = fe2o3_amqp::Sender::attach(&mut session, "sender", "q")
+        .await
+        .expect("attach sender");
+    let large: Vec<u8> = (0..20_000u32).map(|index| (index % 251) as u8).collect();
+    sender
+        .send(fe2o3_amqp::types::primitives::Binary::from(
+            b"small".to_vec(),
+        ))
+        .await
+        .expect("small accepted");
+    sender
+        .send(fe2o3_amqp::types::primitives::Binary::from(large.clone()))
+        .await
+        .expect("large accepted");
+    let mut small_frames = fe2o3_amqp::Connection::builder()
+        .container_id("small-frames")
+        .max_frame_size(1024)
+        .sasl_profile(fe2o3_amqp::sasl_profile::SaslProfile::Anonymous)
+        .open(broker.url().as_str())
+        .await
+        .expect("connection with 1 KiB frames");
+    let mut small_session = fe2o3_amqp::Session::begin(&mut small_frames)
+        .await
+        .expect("session");
+    let mut receiver = fe2o3_amqp::Receiver::attach(&mut small_session, "receiver", "q")
+        .await
+        .expect("attach receiver");
+    let mut bodies = Vec::new();
+    for _ in 0..2 {
+        let delivery: fe2o3_amqp::Delivery<fe2o3_amqp::types::primitives::Binary> =
+            tokio::time::timeout(std::time::Duration::from_secs(5), receiver.recv())
+                .await
+                .expect("a delivery within 5 s")
+                .expect("a delivery");
+        bodies.push(delivery.body().to_vec());
+        receiver.accept(&delivery).await.expect("accept");
+    }
+    assert_eq!(bodies[0], b"small".to_vec());
+    assert_eq!(bodies[1].len(), large.len());
+    assert_eq!(bodies[1], large);
+}
