@@ -9,7 +9,7 @@ use super::codec::{self, CodecError, Writer};
 use super::depth;
 use super::ids;
 use crate::broker::entity::Record;
-use crate::broker::message::{Extras, HeaderFields, MAX_SYSTEM_TEXT, Message};
+use crate::broker::message::{Extras, HeaderFields, MAX_SYSTEM_TEXT, Message, SystemField};
 use crate::broker::types::{LockToken, MessageState, PropertyValue, Timestamp};
 
 /// Message format of a Service Bus batch: every `data` section is a whole message.
@@ -216,13 +216,14 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
             serde_amqp::to_vec(&properties).map_err(|error| section_error("properties", error))?,
         );
     }
-    let message_id = properties.message_id.as_ref().map(message_id_text);
+    let values = system_values(&properties);
+    let system = values.each_ref().map(|value| value.as_deref());
     for (field, value) in [
-        ("message-id", message_id.as_deref()),
-        ("session-id", properties.group_id.as_deref()),
+        ("message-id", system[SystemField::MessageId as usize]),
+        ("session-id", system[SystemField::SessionId as usize]),
         (
             "reply-to-session-id",
-            properties.reply_to_group_id.as_deref(),
+            system[SystemField::ReplyToSessionId as usize],
         ),
     ] {
         if let Some(value) = value
@@ -234,20 +235,6 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
             });
         }
     }
-    let correlation_id = properties.correlation_id.as_ref().map(message_id_text);
-    let system = [
-        message_id.as_deref(),
-        correlation_id.as_deref(),
-        properties.to.as_deref(),
-        properties.reply_to.as_deref(),
-        properties.subject.as_deref(),
-        properties.group_id.as_deref(),
-        properties.reply_to_group_id.as_deref(),
-        properties
-            .content_type
-            .as_ref()
-            .map(|symbol| symbol.0.as_str()),
-    ];
     let length: usize = system.iter().flatten().map(|value| value.len()).sum();
     if length > MAX_SYSTEM_TEXT {
         return Err(MessageError::PropertiesTooLong { length });
@@ -283,6 +270,34 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
         *message.extras_mut() = extras;
     }
     Ok(message)
+}
+
+/// The system properties of a decoded properties section as text, in [`SystemField::ALL`]
+/// order (identifiers that are not strings as the service shows them).
+pub fn system_values(properties: &Properties) -> [Option<std::borrow::Cow<'_, str>>; 8] {
+    use std::borrow::Cow;
+    fn id(id: &Option<MessageId>) -> Option<Cow<'_, str>> {
+        match id.as_ref()? {
+            MessageId::String(text) => Some(Cow::Borrowed(text.as_str())),
+            other => Some(Cow::Owned(message_id_text(other))),
+        }
+    }
+    fn text(value: &Option<String>) -> Option<Cow<'_, str>> {
+        value.as_deref().map(Cow::Borrowed)
+    }
+    [
+        id(&properties.message_id),
+        id(&properties.correlation_id),
+        text(&properties.to),
+        text(&properties.reply_to),
+        text(&properties.subject),
+        text(&properties.group_id),
+        text(&properties.reply_to_group_id),
+        properties
+            .content_type
+            .as_ref()
+            .map(|symbol| Cow::Borrowed(symbol.0.as_str())),
+    ]
 }
 
 /// Longest message-id and session-id Service Bus accepts.

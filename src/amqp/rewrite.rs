@@ -149,25 +149,10 @@ pub fn apply_rule_action(
         if let Ok(encoded) = serde_amqp::to_vec(&properties) {
             copy.set_properties_section(&encoded);
         }
-        let id_text = |id: &MessageId| match id {
-            MessageId::String(text) => text.clone(),
-            other => format!("{other:?}"),
-        };
-        let message_id = properties.message_id.as_ref().map(id_text);
-        let correlation_id = properties.correlation_id.as_ref().map(id_text);
-        copy.set_system(SystemProperties::new([
-            message_id.as_deref(),
-            correlation_id.as_deref(),
-            properties.to.as_deref(),
-            properties.reply_to.as_deref(),
-            properties.subject.as_deref(),
-            properties.group_id.as_deref(),
-            properties.reply_to_group_id.as_deref(),
-            properties
-                .content_type
-                .as_ref()
-                .map(|symbol| symbol.0.as_str()),
-        ]));
+        let values = super::message::system_values(&properties);
+        copy.set_system(SystemProperties::new(
+            values.each_ref().map(|value| value.as_deref()),
+        ));
     }
     copy
 }

@@ -19,6 +19,24 @@ use crate::broker::types::ReceiverId;
 pub(super) const OUTPUT_HIGH_WATER: usize = 4 * 1024 * 1024;
 
 impl Connection {
+    /// Numbers the next delivery on a broker-sender link and counts it against the link's
+    /// credit; the tag is the given one or a fresh GUID.
+    fn begin_delivery(
+        &mut self,
+        channel: u16,
+        handle: u32,
+        tag: Option<[u8; 16]>,
+    ) -> Result<(u32, [u8; 16]), ConnectionError> {
+        let session = self.session(channel)?;
+        let delivery_id = session.next_delivery_id;
+        session.next_delivery_id = session.next_delivery_id.wrapping_add(1);
+        if let Some(link) = session.links.get_mut(&handle) {
+            link.delivery_count = link.delivery_count.wrapping_add(1);
+            link.credit = link.credit.saturating_sub(1);
+        }
+        Ok((delivery_id, tag.unwrap_or_else(ids::unique_guid_bytes)))
+    }
+
     /// Sends a message on a broker-sender link.
     pub(super) fn send_on_link(
         &mut self,
@@ -29,14 +47,7 @@ impl Connection {
         tag: Option<[u8; 16]>,
     ) -> Result<(), ConnectionError> {
         let peer_max_frame_size = self.peer_max_frame_size;
-        let session = self.session(channel)?;
-        let delivery_id = session.next_delivery_id;
-        session.next_delivery_id = session.next_delivery_id.wrapping_add(1);
-        if let Some(link) = session.links.get_mut(&handle) {
-            link.delivery_count = link.delivery_count.wrapping_add(1);
-            link.credit = link.credit.saturating_sub(1);
-        }
-        let tag = tag.unwrap_or_else(ids::unique_guid_bytes);
+        let (delivery_id, tag) = self.begin_delivery(channel, handle, tag)?;
         let header = frame::DeliveryHeader {
             handle,
             delivery_id,
@@ -84,13 +95,7 @@ impl Connection {
             encode(&mut payload);
             return self.send_on_link(channel, handle, payload.freeze(), settled, tag);
         }
-        let delivery_id = session.next_delivery_id;
-        session.next_delivery_id = session.next_delivery_id.wrapping_add(1);
-        if let Some(link) = session.links.get_mut(&handle) {
-            link.delivery_count = link.delivery_count.wrapping_add(1);
-            link.credit = link.credit.saturating_sub(1);
-        }
-        let tag = tag.unwrap_or_else(ids::unique_guid_bytes);
+        let (delivery_id, tag) = self.begin_delivery(channel, handle, tag)?;
         let header = frame::DeliveryHeader {
             handle,
             delivery_id,
