@@ -288,7 +288,7 @@ fn join_sections(
 /// Memory one stored message costs beyond its encoded bytes: the `Message` in its `Arc`,
 /// its one allocation's slack, the record in its sub-queue's `RecordMap` run and its
 /// entry in the available index — measured by `tests/memory.rs` (counting allocator) at
-/// 241 bytes for an SDK-encoded message (was 772 before issue 16), rounded up. Counting it
+/// 229 bytes for an SDK-encoded message (was 772 before issue 16), rounded up. Counting it
 /// makes `max_size_in_megabytes` bound what a queue of tiny messages really holds (issue 10,
 /// item 9: a 10 MiB queue of empty messages used to hold 143 MiB).
 pub const MESSAGE_OVERHEAD: usize = 288;

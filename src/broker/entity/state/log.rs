@@ -9,10 +9,10 @@
 //! The `available` sets are indexes over the records (what a receiver can take next); the
 //! core maintains them, and recovery rebuilds them from the records.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use super::Record;
-use super::records::RecordMap;
+use super::records::{RecordMap, Runs};
 use crate::broker::entity::duplicates::DuplicateDetector;
 use crate::broker::rules::RuleDefinition;
 use crate::broker::types::{
@@ -127,24 +127,24 @@ pub fn delivery_order(sequence_number: SequenceNumber) -> u64 {
     (sequence_number.0 as u64).rotate_left(16)
 }
 
-/// Active, unlocked messages in delivery order ([`delivery_order`]).
+/// Active, unlocked messages in delivery order ([`delivery_order`]), in dense runs.
 #[derive(Debug, Default, Clone)]
-pub struct Available(BTreeSet<u64>);
+pub struct Available(Runs<u64>);
 
 impl Available {
     /// Adds a number; false if it was there.
     pub fn insert(&mut self, sequence_number: SequenceNumber) -> bool {
-        self.0.insert(delivery_order(sequence_number))
+        self.0.insert(delivery_order(sequence_number)).is_none()
     }
 
     /// Removes a number; false if it was not there.
     pub fn remove(&mut self, sequence_number: &SequenceNumber) -> bool {
-        self.0.remove(&delivery_order(*sequence_number))
+        self.0.remove(&delivery_order(*sequence_number)).is_some()
     }
 
     /// Whether a number is there.
     pub fn contains(&self, sequence_number: &SequenceNumber) -> bool {
-        self.0.contains(&delivery_order(*sequence_number))
+        self.0.contains_key(&delivery_order(*sequence_number))
     }
 
     /// The next in delivery order.
@@ -169,7 +169,7 @@ impl Available {
 
     /// In delivery order.
     pub fn iter(&self) -> impl Iterator<Item = SequenceNumber> + '_ {
-        self.0.iter().map(|order| number_of(*order))
+        self.0.values().map(|order| number_of(*order))
     }
 }
 
