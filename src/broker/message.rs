@@ -294,24 +294,6 @@ fn join_sections(
 pub const MESSAGE_OVERHEAD: usize = 288;
 
 impl Message {
-    /// A message of these sections (see [`Message::body`] and its siblings), copied into
-    /// one allocation.
-    pub fn from_sections(
-        annotation_entries: &[u8],
-        properties_section: &[u8],
-        application_properties_section: &[u8],
-        body: &[u8],
-    ) -> Message {
-        let mut message = Message::default();
-        message.set_sections([
-            annotation_entries,
-            properties_section,
-            application_properties_section,
-            body,
-        ]);
-        message
-    }
-
     /// A message of these sections and system properties ([`SystemField::ALL`] order), in
     /// one allocation built once (ingress and recovery).
     pub fn from_parts(sections: [&[u8]; 4], system: [Option<&str>; 8]) -> Message {
@@ -326,13 +308,7 @@ impl Message {
 
     /// A message with this body and nothing else (tests, management replies).
     pub fn with_body(body: &[u8]) -> Message {
-        Message::from_sections(&[], &[], &[], body)
-    }
-
-    fn set_sections(&mut self, sections: [&[u8]; 4]) {
-        let system = self.system();
-        let values = system.values();
-        (self.sections, self.ends, self.system) = join_sections(sections, values);
+        Message::from_parts([&[], &[], &[], body], [None; 8])
     }
 
     /// The parsed system properties.
@@ -389,12 +365,6 @@ impl Message {
         sections[index] = section;
         let system = self.system().values();
         (self.sections, self.ends, self.system) = join_sections(sections, system);
-    }
-
-    /// Replaces the annotation entries.
-    pub fn set_annotation_entries(&mut self, entries: &[u8], element_count: u32) {
-        self.replace_section(0, entries);
-        self.annotation_element_count = element_count;
     }
 
     /// Replaces the properties section.

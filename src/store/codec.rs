@@ -705,8 +705,10 @@ mod tests {
     use crate::broker::message::SystemProperties;
 
     fn sample_record(sequence_number: i64) -> Record {
-        let mut message =
-            Message::from_sections(b"\xa3\x03abc\x41", b"\x00\x53\x73\x45", b"", &[9u8; 300]);
+        let mut message = Message::from_parts(
+            [b"\xa3\x03abc\x41", b"\x00\x53\x73\x45", b"", &[9u8; 300]],
+            [None; 8],
+        );
         message.header = HeaderFields {
             durable: true,
             priority: 7,

@@ -80,8 +80,8 @@ async fn via_sender(
         .await
 }
 
-/// A connection with a transaction controller and a receiver on `input` holding the one
-/// message `work` it was sent.
+/// A connection with a transaction controller and a receiver on `input` holding the first
+/// of the messages it was sent (`work` unless given).
 struct Work {
     connection: fe2o3_amqp::connection::ConnectionHandle<()>,
     session: fe2o3_amqp::session::SessionHandle<()>,
@@ -92,8 +92,12 @@ struct Work {
 
 impl Work {
     async fn start(broker: &Broker) -> Work {
+        Work::start_with(broker, &["work"]).await
+    }
+
+    async fn start_with(broker: &Broker, bodies: &[&str]) -> Work {
         let (connection, mut session) = broker.connect().await;
-        send(&mut session, "input", &["work"]).await;
+        send(&mut session, "input", bodies).await;
         let controller = Controller::attach(&mut session, "controller")
             .await
             .expect("coordinator");
@@ -119,15 +123,13 @@ fn accepted(outcome: &Outcome) -> bool {
 async fn sends_and_completions_land_together_at_commit() {
     // rule TXN-1
     let broker = Broker::start(CONFIG).await;
-    let (mut connection, mut session) = broker.connect().await;
-    send(&mut session, "input", &["work-1", "work-2"]).await;
-    let controller = Controller::attach(&mut session, "controller")
-        .await
-        .expect("the coordinator link attaches");
-    let mut receiver = Receiver::attach(&mut session, "r", "input")
-        .await
-        .expect("receiver");
-    let first = receive(&mut receiver).await;
+    let Work {
+        mut connection,
+        mut session,
+        controller,
+        mut receiver,
+        delivery: first,
+    } = Work::start_with(&broker, &["work-1", "work-2"]).await;
     let mut sender = Sender::attach(&mut session, "s", "input")
         .await
         .expect("sender");

@@ -191,11 +191,6 @@ impl Runs<Record> {
             .skip_while(move |record| record.sequence_number < from)
             .map(|record| (&record.sequence_number, record))
     }
-
-    /// Every number in order.
-    pub fn keys(&self) -> impl DoubleEndedIterator<Item = &SequenceNumber> + '_ {
-        self.values().map(|record| &record.sequence_number)
-    }
 }
 
 impl<'a> IntoIterator for &'a RecordMap {
