@@ -5,6 +5,8 @@
 //!
 //! Set `FERROBUS_WRITE_ATOM_FIXTURES=1` to rewrite the golden files after a deliberate change.
 
+use std::time::UNIX_EPOCH;
+
 use super::*;
 
 use proptest::prelude::*;
