@@ -20,7 +20,13 @@
  *
  * --rate R paces the sender: a second thread wakes the connection every 20 µs
  * (pn_connection_wake, the proactor's thread-safe call) and each wake sends what is due by
- * then, R × time since the first send, within the link credit.
+ * then, R × time since the first send, within the link credit. A paced message carries the
+ * time it was due (first send + (sequence − 1) ÷ R), not the time it left: a broker that
+ * holds the sender back (small credit or session window) has the messages wait in the
+ * client, and that wait is the broker's latency too (otherwise a throttling broker looks
+ * fast: coordinated omission). The pacer's own lag (tens of µs) is in every peer's figure,
+ * peer-to-peer included. PROTON_BENCH_LATENCY_FILE=PATH makes the receiver write every
+ * message's latency and arrival time there (to line slow ones up with a scheduler trace).
  *
  * Each process stops by itself: after N messages, or after --timeout seconds (exit 3). When it
  * stops it prints one line:
@@ -53,6 +59,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <time.h>
 
@@ -73,11 +80,13 @@ typedef struct {
   long received, duplicates, unknown, granted;   /* receiver; granted = credit issued so far */
   unsigned char *seen;       /* receiver: one byte per sequence number */
   float *latency_us;         /* receiver: send → receive per message, in arrival order */
+  uint64_t *arrived_ns;      /* receiver with PROTON_BENCH_LATENCY_FILE: arrival times */
   long latencies;
   pn_connection_t *connection;
   pthread_t pacer;
   volatile int pacing;       /* sender with --rate: the pacer thread runs */
   double first, last;        /* monotonic seconds */
+  uint64_t first_ns;         /* sender: the first send (CLOCK_MONOTONIC ns), for due times */
   int finished, exit_code;
 } app_t;
 
@@ -118,6 +127,17 @@ static void print_result(app_t *app) {
   if (app->sender && app->rate > 0) printf(" rate=%.0f", app->rate);
   if (!app->sender && app->latencies > 0) {
     long n = app->latencies;
+    /* PROTON_BENCH_LATENCY_FILE: each message's latency (µs) and arrival time
+       (CLOCK_MONOTONIC ns), one line per message in arrival order, before sorting: to see
+       when the slow ones happened (and line them up with `perf … -k CLOCK_MONOTONIC`). */
+    const char *dump = getenv("PROTON_BENCH_LATENCY_FILE");
+    FILE *out = dump ? fopen(dump, "w") : NULL;
+    if (out) {
+      for (long i = 0; i < n; i++)
+        fprintf(out, "%.1f %llu\n", app->latency_us[i],
+                app->arrived_ns ? (unsigned long long)app->arrived_ns[i] : 0ULL);
+      fclose(out);
+    }
     qsort(app->latency_us, n, sizeof *app->latency_us, compare_floats);
     printf(" latency_us_p50=%.1f latency_us_p99=%.1f latency_us_p999=%.1f latency_us_max=%.1f",
            app->latency_us[n / 2], app->latency_us[(long)(n * 0.99)],
@@ -159,17 +179,25 @@ static void encode_message(app_t *app) {
 static void send_available(app_t *app, pn_link_t *l) {
   size_t offset = app->message_len - app->size;   /* the body's bytes end the encoding */
   long due = app->count;
-  if (app->rate > 0 && app->sent > 0) {
-    due = (long)((now() - app->first) * app->rate) + 1;
+  if (app->rate > 0) {
+    /* Paced: the first message now, then one every 1/rate s after it (never a burst of the
+       whole credit at the start: that queued up to a credit's worth of messages at once and
+       showed as a latency tail that was the client's). */
+    due = app->sent > 0 ? (long)((now() - app->first) * app->rate) + 1 : 1;
     if (due > app->count) due = app->count;
   }
   while (pn_link_credit(l) > 0 && app->sent < due) {
     uint64_t sequence = (uint64_t)++app->sent;
-    if (app->sent == 1) app->first = now();
+    if (app->sent == 1) {
+      app->first = now();
+      app->first_ns = now_ns();
+    }
     pn_delivery(l, pn_dtag((const char *)&sequence, sizeof sequence));
     if (app->size >= 8) memcpy(app->message + offset, &sequence, 8);
     if (app->size >= 16) {
-      uint64_t sent_at = now_ns();
+      uint64_t sent_at = app->rate > 0
+          ? app->first_ns + (uint64_t)((double)(sequence - 1) * 1e9 / app->rate)
+          : now_ns();
       memcpy(app->message + offset + 8, &sent_at, 8);
     }
     pn_link_send(l, app->message, app->message_len);
@@ -193,6 +221,8 @@ static void grant_credit(app_t *app, pn_link_t *l) {
 static void *pace(void *argument) {
   app_t *app = argument;
   struct timespec tick = {0, 20000};
+  /* Without this a 20 µs sleep lasts 70 µs or more (the default 50 µs timer slack). */
+  prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
   while (app->pacing) {
     pn_connection_wake(app->connection);
     nanosleep(&tick, NULL);
@@ -246,7 +276,9 @@ static void on_delivery(app_t *app, pn_event_t *e) {
     if (app->size >= 16 && app->latencies < app->count) {
       uint64_t sent_at;
       memcpy(&sent_at, app->message + n - app->size + 8, 8);
-      app->latency_us[app->latencies++] = (float)((double)(now_ns() - sent_at) / 1000.0);
+      uint64_t arrived = now_ns();
+      if (app->arrived_ns) app->arrived_ns[app->latencies] = arrived;
+      app->latency_us[app->latencies++] = (float)((double)(arrived - sent_at) / 1000.0);
     }
   }
   if (!pn_delivery_settled(d)) pn_delivery_update(d, PN_ACCEPTED);  /* unless pre-settled */
@@ -408,6 +440,7 @@ int main(int argc, char **argv) {
   else {
     app.seen = calloc(app.count, 1);
     app.latency_us = calloc(app.count, sizeof *app.latency_us);
+    if (getenv("PROTON_BENCH_LATENCY_FILE")) app.arrived_ns = calloc(app.count, sizeof *app.arrived_ns);
   }
 
   app.proactor = pn_proactor();
