@@ -126,11 +126,6 @@ impl<'a> System<'a> {
         SystemProperties::new(values)
     }
 
-    /// Bytes of text held.
-    pub fn text_len(&self) -> usize {
-        self.text.len()
-    }
-
     /// `properties.message-id` as text.
     pub fn message_id(&self) -> Option<&'a str> {
         self.get(SystemField::MessageId)
@@ -401,6 +396,11 @@ impl Message {
             .iter()
             .map(|(name, _)| name.len() + 64)
             .sum();
-        self.encoded_size() + MESSAGE_OVERHEAD + decoded + self.system().text_len()
+        self.encoded_size() + MESSAGE_OVERHEAD + decoded + self.system_text_len()
+    }
+
+    /// Bytes of system-property text held (without reading it).
+    fn system_text_len(&self) -> usize {
+        self.sections.len().saturating_sub(self.ends[3] as usize)
     }
 }

@@ -587,13 +587,14 @@ async fn event_loop<S: RawStream>(
         tokio::select! {
             readable = stream.ready_to_read(), if reading => {
                 readable?;
+                // Room before the read, while the buffer holds at most a frame's unread
+                // tail: growing it after a read would copy everything just read.
+                if input.capacity() - input.len() < 4096 {
+                    input.reserve(64 * 1024);
+                }
                 match stream.read_now(input) {
                     Ok(0) => return Err(ConnectionError::Closed),
-                    Ok(_) => {
-                        if input.capacity() - input.len() < 4096 {
-                            input.reserve(64 * 1024);
-                        }
-                    }
+                    Ok(_) => {}
                     Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
                     Err(error) => return Err(error.into()),
                 }
