@@ -111,6 +111,96 @@ fn lock_expiry_counts_a_delivery_and_invalidates_the_token() {
 }
 
 #[test]
+fn a_lock_token_settles_only_the_record_it_was_issued_for() {
+    // rule LCK-1, LCK-3: the token names its record; a forged or altered one is lost
+    let mut state = entity(|_| {});
+    state
+        .enqueue(START, vec![message("a"), message("b")])
+        .expect("accepted");
+    state.attach_receiver(START, RECEIVER, SubQueue::Main, ReceiveMode::PeekLock);
+    let mut credit = 0;
+    let first = receive_one(&mut state, START, &mut credit).expect("delivered");
+    let second = receive_one(&mut state, START, &mut credit).expect("delivered");
+    let (first_token, second_token) = (
+        first.lock.expect("locked").token,
+        second.lock.expect("locked").token,
+    );
+    assert_ne!(first_token, second_token);
+    // The first token's unguessable half with the second record's place: not a lock.
+    let mut mixed = second_token;
+    mixed.0[..8].copy_from_slice(&first_token.0[..8]);
+    // A bit flipped in the unguessable half, and a place no sub-queue has.
+    let mut flipped = first_token;
+    flipped.0[3] ^= 0x10;
+    let mut nowhere = first_token;
+    nowhere.0[8] = 0x83;
+    for forged in [mixed, flipped, nowhere] {
+        assert_eq!(
+            state.settle(START, forged, Settlement::Complete),
+            Err(EntityError::LockLost),
+            "{forged:?}"
+        );
+    }
+    assert_eq!(state.message_count(SubQueue::Main), 2);
+    state
+        .settle(START, second_token, Settlement::Complete)
+        .expect("completed");
+    state
+        .settle(START, first_token, Settlement::Complete)
+        .expect("completed");
+    assert_eq!(state.message_count(SubQueue::Main), 0);
+    // A settled record's token is spent.
+    assert_eq!(
+        state.settle(START, first_token, Settlement::Complete),
+        Err(EntityError::LockLost)
+    );
+}
+
+#[test]
+fn a_dead_letter_lock_settles_the_dead_lettered_record() {
+    // rule DLQ-4: locks on the dead-letter sub-queue name it
+    let mut state = entity(|_| {});
+    state.enqueue(START, vec![message("a")]).expect("accepted");
+    state.attach_receiver(START, RECEIVER, SubQueue::Main, ReceiveMode::PeekLock);
+    let mut credit = 0;
+    let delivered = receive_one(&mut state, START, &mut credit).expect("delivered");
+    state
+        .settle(
+            START,
+            delivered.lock.expect("locked").token,
+            Settlement::DeadLetter {
+                reason: Some("bad".to_string()),
+                description: None,
+                properties: Vec::new(),
+            },
+        )
+        .expect("dead-lettered");
+    let dead_receiver = ReceiverId(2);
+    state.attach_receiver(
+        START,
+        dead_receiver,
+        SubQueue::DeadLetter,
+        ReceiveMode::PeekLock,
+    );
+    state.set_credit(START, dead_receiver, 1, false);
+    let dead = deliveries(&mut state)
+        .pop()
+        .expect("delivered from the dead-letter queue");
+    assert_eq!(dead.sub_queue, SubQueue::DeadLetter);
+    let token = dead.lock.expect("locked").token;
+    let mut in_main = token;
+    in_main.0[8] = 0x80;
+    assert_eq!(
+        state.settle(START, in_main, Settlement::Complete),
+        Err(EntityError::LockLost)
+    );
+    state
+        .settle(START, token, Settlement::Complete)
+        .expect("completed");
+    assert_eq!(state.message_count(SubQueue::DeadLetter), 0);
+}
+
+#[test]
 fn abandon_at_max_delivery_count_dead_letters() {
     // rule LCK-2, DLQ-3
     let mut state = entity(|_| {});

@@ -66,7 +66,7 @@ impl EntityState {
         for sequence_number in unique {
             match mode {
                 ReceiveMode::PeekLock => {
-                    let lock = self.new_lock(now);
+                    let lock = self.new_lock(now, sub_queue, sequence_number);
                     if self
                         .set_lock(sub_queue, sequence_number, Some(lock))
                         .is_none()
@@ -77,7 +77,6 @@ impl EntityState {
                         continue;
                     };
                     records.push((record.clone(), Some(lock)));
-                    self.locks.insert(lock.token, (sub_queue, sequence_number));
                     self.deadlines
                         .insert((lock.until, Deadline::Lock(lock.token)));
                 }
@@ -176,7 +175,7 @@ impl EntityState {
         for sequence_number in unique {
             match mode {
                 ReceiveMode::PeekLock => {
-                    let lock = self.new_lock(now);
+                    let lock = self.new_lock(now, sub_queue, sequence_number);
                     if self
                         .set_lock(sub_queue, sequence_number, Some(lock))
                         .is_none()
@@ -187,7 +186,6 @@ impl EntityState {
                         continue;
                     };
                     taken.push((record.clone(), Some(lock)));
-                    self.locks.insert(lock.token, (sub_queue, sequence_number));
                     self.deadlines
                         .insert((lock.until, Deadline::Lock(lock.token)));
                 }

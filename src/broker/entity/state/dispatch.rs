@@ -276,7 +276,7 @@ impl EntityState {
     ) -> bool {
         {
             let lock = match mode {
-                ReceiveMode::PeekLock => Some(self.new_lock(now)),
+                ReceiveMode::PeekLock => Some(self.new_lock(now, sub_queue, sequence_number)),
                 ReceiveMode::ReceiveAndDelete => None,
             };
             let record = match mode {
@@ -299,7 +299,6 @@ impl EntityState {
                 }
             };
             if let Some(lock) = lock {
-                self.locks.insert(lock.token, (sub_queue, sequence_number));
                 self.deadlines
                     .insert((lock.until, Deadline::Lock(lock.token)));
             }

@@ -40,15 +40,26 @@ impl EntityState {
         }
     }
 
-    pub(super) fn new_lock(&mut self, now: Timestamp) -> Lock {
+    /// A new lock on the record `sequence_number` of `sub_queue`. Its token is unguessable
+    /// in its first half (a mix of the entity's seed and a counter) and says which record it
+    /// locks in its second (the sub-queue, then the sequence number's low 56 bits: sequence
+    /// numbers stay far below 2^56, partitioned ones included), so settling looks the lock
+    /// up directly; a token only counts when it equals the record's current lock.
+    pub(super) fn new_lock(
+        &mut self,
+        now: Timestamp,
+        sub_queue: SubQueue,
+        sequence_number: SequenceNumber,
+    ) -> Lock {
         self.tokens_issued += 1;
         let high = mix(self.token_seed ^ self.tokens_issued.rotate_left(17));
         let mut bytes = [0u8; 16];
         bytes[..8].copy_from_slice(&high.to_be_bytes());
-        bytes[8..].copy_from_slice(&self.tokens_issued.to_be_bytes());
-        // Mark it as a version-4 style GUID so tools display it as one.
+        bytes[8..].copy_from_slice(&sequence_number.0.to_be_bytes());
+        // Mark it as a version-4 style GUID so tools display it as one; the variant bits
+        // (10) lead byte 8 and the sub-queue fills its low bits.
         bytes[6] = (bytes[6] & 0x0f) | 0x40;
-        bytes[8] = (bytes[8] & 0x3f) | 0x80;
+        bytes[8] = 0x80 | sub_queue_code(sub_queue);
         Lock {
             token: LockToken(bytes),
             until: now.plus(self.settings.lock_duration),
@@ -61,7 +72,7 @@ impl EntityState {
         now: Timestamp,
         token: LockToken,
     ) -> Option<(SubQueue, SequenceNumber)> {
-        let &(sub_queue, sequence_number) = self.locks.get(&token)?;
+        let (sub_queue, sequence_number) = locked_record(token)?;
         match self.lock_of(sub_queue, sequence_number) {
             Some(lock) if lock.token == token && lock.until > now => {
                 Some((sub_queue, sequence_number))
@@ -97,7 +108,6 @@ impl EntityState {
                 "The session lock was lost; accept the session again.".to_string(),
             ));
         }
-        self.locks.remove(&token);
         let Some(previous) = self.set_lock(sub_queue, sequence_number, None) else {
             return Err(EntityError::LockLost);
         };
@@ -138,7 +148,7 @@ impl EntityState {
     }
 
     pub(super) fn expire_lock(&mut self, now: Timestamp, token: LockToken) {
-        let Some(&(sub_queue, sequence_number)) = self.locks.get(&token) else {
+        let Some((sub_queue, sequence_number)) = locked_record(token) else {
             return;
         };
         let lapsed = matches!(
@@ -148,7 +158,6 @@ impl EntityState {
         if !lapsed {
             return; // renewed: a later deadline is pending
         }
-        self.locks.remove(&token);
         self.set_lock(sub_queue, sequence_number, None);
         // Rule LCK-2: lock expiry counts as a failed delivery.
         self.count_failed_delivery(now, sub_queue, sequence_number);
@@ -224,4 +233,27 @@ impl EntityState {
             }
         }
     }
+}
+
+/// The sub-queue's code in a lock token.
+fn sub_queue_code(sub_queue: SubQueue) -> u8 {
+    match sub_queue {
+        SubQueue::Main => 0,
+        SubQueue::DeadLetter => 1,
+        SubQueue::TransferDeadLetter => 2,
+    }
+}
+
+/// The record a lock token names (see [`EntityState::new_lock`]); `None` for a token this
+/// broker cannot have issued.
+fn locked_record(token: LockToken) -> Option<(SubQueue, SequenceNumber)> {
+    let sub_queue = match token.0[8] {
+        0x80 => SubQueue::Main,
+        0x81 => SubQueue::DeadLetter,
+        0x82 => SubQueue::TransferDeadLetter,
+        _ => return None,
+    };
+    let mut number = [0u8; 8];
+    number[1..].copy_from_slice(&token.0[9..]);
+    Some((sub_queue, SequenceNumber(i64::from_be_bytes(number))))
 }

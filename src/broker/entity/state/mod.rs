@@ -214,10 +214,9 @@ pub struct EntityState {
     /// FWD-3) sub-queues, the sequence counter (rule SEQ-1) and session states: everything
     /// durable, changed only through its methods.
     log: MessageLog,
-    /// Lock token → where the locked record is. Locks are volatile: they live here, beside
-    /// the log, and a restart releases them.
-    locks: FastMap<LockToken, (SubQueue, SequenceNumber)>,
-    /// The lock held on each locked record.
+    /// The lock held on each locked record. Locks are volatile: they live here, beside the
+    /// log, and a restart releases them. A lock token says which record it locks
+    /// ([`EntityState::new_lock`]), so a token finds its lock with one lookup here.
     held: FastMap<(SubQueue, SequenceNumber), Lock>,
     /// Pending deadlines, earliest first. Entries may be stale; they are checked on firing.
     deadlines: BTreeSet<(Timestamp, Deadline)>,
@@ -426,7 +425,6 @@ impl EntityState {
             draining: Vec::new(),
             settings,
             log,
-            locks: FastMap::default(),
             held: FastMap::default(),
             deadlines: BTreeSet::new(),
             receivers: FastMap::default(),

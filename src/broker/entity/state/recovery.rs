@@ -100,7 +100,6 @@ impl EntityState {
                     self.session_remove_available(number);
                 }
                 if let Some(lock) = self.held.remove(&(sub_queue, number)) {
-                    self.locks.remove(&lock.token);
                     self.deadlines
                         .remove(&(lock.until, Deadline::Lock(lock.token)));
                 }

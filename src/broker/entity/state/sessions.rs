@@ -238,16 +238,15 @@ impl EntityState {
             entry.last_updated = now;
         }
         let locked: Vec<_> = self
-            .locks
-            .iter()
-            .filter(|(_, (sub_queue, sequence_number))| {
+            .held
+            .keys()
+            .filter(|(sub_queue, sequence_number)| {
                 *sub_queue == SubQueue::Main
                     && self.session_of(*sequence_number).as_deref() == Some(session_id)
             })
-            .map(|(token, location)| (*token, *location))
+            .copied()
             .collect();
-        for (token, (sub_queue, sequence_number)) in locked {
-            self.locks.remove(&token);
+        for (sub_queue, sequence_number) in locked {
             self.set_lock(SubQueue::Main, sequence_number, None);
             self.count_failed_delivery(now, sub_queue, sequence_number);
         }
@@ -296,13 +295,13 @@ impl EntityState {
         let holder = entry.holder;
         // The session's message locks are extended with it (the SDKs cannot renew them).
         let tokens: Vec<_> = self
-            .locks
+            .held
             .iter()
-            .filter(|(_, (sub_queue, sequence_number))| {
+            .filter(|((sub_queue, sequence_number), _)| {
                 *sub_queue == SubQueue::Main
                     && self.session_of(*sequence_number).as_deref() == Some(session_id)
             })
-            .map(|(token, (_, sequence_number))| (*token, *sequence_number))
+            .map(|((_, sequence_number), lock)| (lock.token, *sequence_number))
             .collect();
         for (token, sequence_number) in tokens {
             if self.extend_lock(SubQueue::Main, sequence_number, until) {
