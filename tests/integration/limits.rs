@@ -340,7 +340,24 @@ async fn connections_past_the_descriptor_limit_are_refused_not_left_hanging() {
     );
     drop(open);
     assert!(broker.alive());
-    // Descriptors come back: a fresh client is served.
+    // Descriptors come back: a fresh client is served once the broker has seen the closes
+    // (until then it may still be refused, with the same clear condition).
+    let mut served = false;
+    for _ in 0..50 {
+        let mut stream = TcpStream::connect(broker.address).await.expect("connect");
+        stream
+            .write_all(&open_frame_with_idle(None))
+            .await
+            .expect("write");
+        let (performatives, _) = read_frames(&mut stream, Duration::from_millis(200)).await;
+        if close_condition(&performatives).is_none()
+            && matches!(performatives.first(), Some(Performative::Open(_)))
+        {
+            served = true;
+            break;
+        }
+    }
+    assert!(served, "a fresh client is served after the others closed");
     let mut client = RawClient::connect_to(broker.address, 100).await;
     client.attach_receiver("after", "q", 0, true).await;
 }

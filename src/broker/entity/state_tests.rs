@@ -201,6 +201,87 @@ fn a_dead_letter_lock_settles_the_dead_lettered_record() {
 }
 
 #[test]
+fn the_timer_follows_the_locks_still_held_through_settles_and_renewals() {
+    // rule LCK-2, LCK-4: settled and renewed locks leave no earlier wake-up behind
+    let mut state = entity(|_| {});
+    state
+        .enqueue(START, vec![message("a"), message("b"), message("c")])
+        .expect("accepted");
+    state.attach_receiver(START, RECEIVER, SubQueue::Main, ReceiveMode::PeekLock);
+    let mut credit = 0;
+    let tokens: Vec<_> = (0..3)
+        .map(|_| {
+            receive_one(&mut state, START, &mut credit)
+                .and_then(|delivery| delivery.lock)
+                .expect("locked")
+                .token
+        })
+        .collect();
+    let lapse = START.plus(Duration::from_secs(30));
+    assert_eq!(state.next_deadline(), Some(lapse));
+    state
+        .settle(START, tokens[0], Settlement::Complete)
+        .expect("completed");
+    state
+        .settle(START, tokens[2], Settlement::Complete)
+        .expect("completed");
+    assert_eq!(state.next_deadline(), Some(lapse));
+    let renewed_at = START.plus(Duration::from_secs(10));
+    let until = state.renew_lock(renewed_at, tokens[1]).expect("renewed");
+    assert_eq!(until, START.plus(Duration::from_secs(40)));
+    assert_eq!(state.next_deadline(), Some(until));
+    // Held past its first lapse, then lost at the renewed one (a failed delivery).
+    state.advance(START.plus(Duration::from_secs(35)));
+    assert!(deliveries(&mut state).is_empty());
+    state.advance(until);
+    assert_eq!(
+        state.settle(until, tokens[1], Settlement::Complete),
+        Err(EntityError::LockLost)
+    );
+    let again = receive_one(&mut state, until, &mut credit).expect("redelivered");
+    assert_eq!(again.sequence_number, SequenceNumber(2));
+    assert_eq!(again.delivery_count, 1);
+}
+
+#[test]
+fn thousands_of_locks_settled_behind_one_held_lock_still_lapse_in_time() {
+    // rule LCK-2: the held lock lapses on time, every settled one is gone
+    let mut state = entity(|_| {});
+    let messages: Vec<_> = (0..5_000).map(|n| message(&n.to_string())).collect();
+    state.enqueue(START, messages).expect("accepted");
+    state.attach_receiver(START, RECEIVER, SubQueue::Main, ReceiveMode::PeekLock);
+    let mut held = None;
+    let mut credit = 0;
+    for step in 0..5_000u64 {
+        let now = START.plus(Duration::from_millis(step));
+        let delivery = receive_one(&mut state, now, &mut credit).expect("delivered");
+        let token = delivery.lock.expect("locked").token;
+        if step == 0 {
+            held = Some(token);
+        } else {
+            state
+                .settle(now, token, Settlement::Complete)
+                .expect("completed");
+        }
+    }
+    assert_eq!(state.message_count(SubQueue::Main), 1);
+    assert_eq!(
+        state.next_deadline(),
+        Some(START.plus(Duration::from_secs(30)))
+    );
+    state.advance(START.plus(Duration::from_secs(30)));
+    assert_eq!(
+        state.settle(
+            START.plus(Duration::from_secs(30)),
+            held.expect("held"),
+            Settlement::Complete
+        ),
+        Err(EntityError::LockLost)
+    );
+    assert_eq!(state.next_deadline(), None);
+}
+
+#[test]
 fn abandon_at_max_delivery_count_dead_letters() {
     // rule LCK-2, DLQ-3
     let mut state = entity(|_| {});

@@ -77,8 +77,7 @@ impl EntityState {
                         continue;
                     };
                     records.push((record.clone(), Some(lock)));
-                    self.deadlines
-                        .insert((lock.until, Deadline::Lock(lock.token)));
+                    self.arm_lock(lock.until, lock.token);
                 }
                 ReceiveMode::ReceiveAndDelete => {
                     if let Some(record) = self.log.remove(sub_queue, sequence_number) {
@@ -128,10 +127,9 @@ impl EntityState {
         if let Some(Some(previous)) =
             self.set_lock(sub_queue, sequence_number, Some(Lock { token, until }))
         {
-            self.deadlines
-                .remove(&(previous.until, Deadline::Lock(previous.token)));
+            self.disarm_lock(previous.until, previous.token);
         }
-        self.deadlines.insert((until, Deadline::Lock(token)));
+        self.arm_lock(until, token);
         Ok(until)
     }
 }
@@ -186,8 +184,7 @@ impl EntityState {
                         continue;
                     };
                     taken.push((record.clone(), Some(lock)));
-                    self.deadlines
-                        .insert((lock.until, Deadline::Lock(lock.token)));
+                    self.arm_lock(lock.until, lock.token);
                 }
                 ReceiveMode::ReceiveAndDelete => {
                     if let Some(record) = self.log.remove(sub_queue, sequence_number) {

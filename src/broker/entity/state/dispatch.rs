@@ -299,8 +299,7 @@ impl EntityState {
                 }
             };
             if let Some(lock) = lock {
-                self.deadlines
-                    .insert((lock.until, Deadline::Lock(lock.token)));
+                self.arm_lock(lock.until, lock.token);
             }
             if let Some(state) = self.receivers.get_mut(&receiver) {
                 state.delivered = state.delivered.wrapping_add(1);

@@ -24,6 +24,53 @@ impl EntityState {
         })
     }
 
+    /// Arms the lapse of the lock `token` at `until`: at the back of the lock queue while
+    /// that keeps it in time order, else in the general deadline set. When most of the
+    /// queue is stale (settled or renewed locks behind one still held), it is rebuilt from
+    /// what is still due, so it never holds more than twice the locks held (plus a little).
+    pub(super) fn arm_lock(&mut self, until: Timestamp, token: LockToken) {
+        if self
+            .lock_deadlines
+            .back()
+            .is_some_and(|&(last, _)| last > until)
+        {
+            self.deadlines.insert((until, Deadline::Lock(token)));
+            return;
+        }
+        self.lock_deadlines.push_back((until, token));
+        if self.lock_deadlines.len() > 2 * self.held.len() + 64 {
+            let held = &self.held;
+            self.lock_deadlines.retain(|&(at, token)| {
+                locked_record(token)
+                    .and_then(|place| held.get(&place))
+                    .is_some_and(|lock| lock.token == token && lock.until == at)
+            });
+        }
+    }
+
+    /// Disarms the lapse of a lock that was settled, released or renewed: out of the
+    /// deadline set, and off the front of the lock queue with any other stale entries there.
+    pub(super) fn disarm_lock(&mut self, until: Timestamp, token: LockToken) {
+        if !self.deadlines.is_empty() {
+            self.deadlines.remove(&(until, Deadline::Lock(token)));
+        }
+        self.trim_lock_deadlines();
+    }
+
+    /// Drops stale entries (settled, released or renewed locks) off the front of the lock
+    /// queue, so the timer is never set for one.
+    pub(super) fn trim_lock_deadlines(&mut self) {
+        while let Some(&(at, token)) = self.lock_deadlines.front() {
+            let current = locked_record(token)
+                .and_then(|place| self.held.get(&place))
+                .is_some_and(|lock| lock.token == token && lock.until == at);
+            if current {
+                break;
+            }
+            self.lock_deadlines.pop_front();
+        }
+    }
+
     /// Extends a held lock to `until`; false when the record holds none.
     pub(super) fn extend_lock(
         &mut self,
@@ -112,8 +159,7 @@ impl EntityState {
             return Err(EntityError::LockLost);
         };
         if let Some(lock) = previous {
-            self.deadlines
-                .remove(&(lock.until, Deadline::Lock(lock.token)));
+            self.disarm_lock(lock.until, lock.token);
         }
         match settlement {
             Settlement::Complete => {

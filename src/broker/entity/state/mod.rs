@@ -220,6 +220,11 @@ pub struct EntityState {
     held: FastMap<(SubQueue, SequenceNumber), Lock>,
     /// Pending deadlines, earliest first. Entries may be stale; they are checked on firing.
     deadlines: BTreeSet<(Timestamp, Deadline)>,
+    /// Lock lapses in the order they were armed, which is their time order while the lock
+    /// duration stays the same (a lock taken or renewed later lapses later); one that would
+    /// break the order goes to `deadlines` instead. Settled locks are dropped from the front
+    /// as they go, and the rest when more than half are stale (see `arm_lock`).
+    lock_deadlines: VecDeque<(Timestamp, LockToken)>,
     /// Attached receivers.
     receivers: FastMap<ReceiverId, ReceiverState>,
     /// Round-robin order of the receivers that have credit, per sub-queue (main, DLQ,
@@ -427,6 +432,7 @@ impl EntityState {
             log,
             held: FastMap::default(),
             deadlines: BTreeSet::new(),
+            lock_deadlines: VecDeque::new(),
             receivers: FastMap::default(),
             ready_receivers: Default::default(),
             dispatch_visits: 0,
@@ -503,7 +509,13 @@ impl EntityState {
 
     /// The earliest pending deadline, for the shell's single timer.
     pub fn next_deadline(&self) -> Option<Timestamp> {
-        let first = self.deadlines.first().map(|(at, _)| *at);
+        let first = match (
+            self.deadlines.first().map(|(at, _)| *at),
+            self.lock_deadlines.front().map(|(at, _)| *at),
+        ) {
+            (Some(first), Some(lock)) => Some(first.min(lock)),
+            (first, lock) => first.or(lock),
+        };
         match (first, self.idle_deadline()) {
             (Some(first), Some(idle)) => Some(first.min(idle)),
             (first, idle) => first.or(idle),
@@ -570,11 +582,23 @@ impl EntityState {
 
     /// Processes every deadline due at `now`: lock expiry, message expiry, activation.
     pub fn advance(&mut self, now: Timestamp) {
-        while let Some(&(at, deadline)) = self.deadlines.first() {
-            if at > now {
-                break;
-            }
-            self.deadlines.pop_first();
+        loop {
+            // The earliest of both sources; a lock first on a tie, as `Deadline` orders.
+            let queued = self.lock_deadlines.front().copied();
+            let first = self.deadlines.first().copied();
+            let (at, deadline) = match (queued, first) {
+                (Some((at, token)), first)
+                    if at <= now && first.is_none_or(|(first_at, _)| at <= first_at) =>
+                {
+                    self.lock_deadlines.pop_front();
+                    (at, Deadline::Lock(token))
+                }
+                (_, Some((at, deadline))) if at <= now => {
+                    self.deadlines.pop_first();
+                    (at, deadline)
+                }
+                _ => break,
+            };
             match deadline {
                 Deadline::Lock(token) => self.expire_lock(now, token),
                 Deadline::Expiry(sequence_number) => self.expire_if_due(now, sequence_number),
@@ -585,6 +609,7 @@ impl EntityState {
                 Deadline::SessionWait(receiver) => self.session_wait_expired(now, receiver),
             }
         }
+        self.trim_lock_deadlines();
         self.dispatch(now);
         if let Some(idle) = self.idle_deadline()
             && idle <= now

@@ -100,8 +100,7 @@ impl EntityState {
                     self.session_remove_available(number);
                 }
                 if let Some(lock) = self.held.remove(&(sub_queue, number)) {
-                    self.deadlines
-                        .remove(&(lock.until, Deadline::Lock(lock.token)));
+                    self.disarm_lock(lock.until, lock.token);
                 }
                 let Some(record) = self.log.remove(sub_queue, number) else {
                     continue;

@@ -305,7 +305,7 @@ impl EntityState {
             .collect();
         for (token, sequence_number) in tokens {
             if self.extend_lock(SubQueue::Main, sequence_number, until) {
-                self.deadlines.insert((until, Deadline::Lock(token)));
+                self.arm_lock(until, token);
             }
         }
         if let Some(receiver) = holder {
