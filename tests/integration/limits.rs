@@ -286,6 +286,20 @@ async fn an_idle_timeout_of_zero_means_none() {
     );
 }
 
+/// Connects, sends `open` and returns the stream with what came back within `wait_ms`.
+async fn open_connection(
+    address: std::net::SocketAddr,
+    wait_ms: u64,
+) -> (TcpStream, Vec<Performative>) {
+    let mut stream = TcpStream::connect(address).await.expect("connect");
+    stream
+        .write_all(&open_frame_with_idle(None))
+        .await
+        .expect("write");
+    let (performatives, _) = read_frames(&mut stream, Duration::from_millis(wait_ms)).await;
+    (stream, performatives)
+}
+
 #[tokio::test]
 async fn connections_past_the_descriptor_limit_are_refused_not_left_hanging() {
     // Issue 10 item 13: run with 64 descriptors and open 80 connections.
@@ -308,12 +322,7 @@ async fn connections_past_the_descriptor_limit_are_refused_not_left_hanging() {
     let mut open = Vec::new();
     let mut refused = 0;
     for _ in 0..80 {
-        let mut stream = TcpStream::connect(broker.address).await.expect("connect");
-        stream
-            .write_all(&open_frame_with_idle(None))
-            .await
-            .expect("write");
-        let (performatives, _) = read_frames(&mut stream, Duration::from_millis(150)).await;
+        let (stream, performatives) = open_connection(broker.address, 150).await;
         match close_condition(&performatives) {
             Some(condition) => {
                 assert!(
@@ -344,12 +353,7 @@ async fn connections_past_the_descriptor_limit_are_refused_not_left_hanging() {
     // (until then it may still be refused, with the same clear condition).
     let mut served = false;
     for _ in 0..50 {
-        let mut stream = TcpStream::connect(broker.address).await.expect("connect");
-        stream
-            .write_all(&open_frame_with_idle(None))
-            .await
-            .expect("write");
-        let (performatives, _) = read_frames(&mut stream, Duration::from_millis(200)).await;
+        let (_, performatives) = open_connection(broker.address, 200).await;
         if close_condition(&performatives).is_none()
             && matches!(performatives.first(), Some(Performative::Open(_)))
         {

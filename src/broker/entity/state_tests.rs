@@ -54,6 +54,13 @@ fn receive_one(
     delivered.pop()
 }
 
+/// Enqueues one message ("a") and delivers it, peek-locked, to [`RECEIVER`].
+fn one_locked(state: &mut EntityState, credit: &mut u32) -> super::state::Delivery {
+    state.enqueue(START, vec![message("a")]).expect("accepted");
+    state.attach_receiver(START, RECEIVER, SubQueue::Main, ReceiveMode::PeekLock);
+    receive_one(state, START, credit).expect("delivered")
+}
+
 #[test]
 fn sequence_numbers_are_gapless_from_one() {
     // rule SEQ-1, SEQ-3
@@ -90,11 +97,8 @@ fn quota_refuses_messages_beyond_the_entity_size() {
 #[test]
 fn lock_expiry_counts_a_delivery_and_invalidates_the_token() {
     // rule LCK-2, LCK-3
-    let mut state = entity(|_| {});
-    state.enqueue(START, vec![message("a")]).expect("accepted");
-    state.attach_receiver(START, RECEIVER, SubQueue::Main, ReceiveMode::PeekLock);
-    let mut credit = 0;
-    let first = receive_one(&mut state, START, &mut credit).expect("delivered");
+    let (mut state, mut credit) = (entity(|_| {}), 0);
+    let first = one_locked(&mut state, &mut credit);
     let token = first.lock.expect("locked").token;
     assert_eq!(
         first.lock.map(|lock| lock.until),
@@ -159,11 +163,8 @@ fn a_lock_token_settles_only_the_record_it_was_issued_for() {
 #[test]
 fn a_dead_letter_lock_settles_the_dead_lettered_record() {
     // rule DLQ-4: locks on the dead-letter sub-queue name it
-    let mut state = entity(|_| {});
-    state.enqueue(START, vec![message("a")]).expect("accepted");
-    state.attach_receiver(START, RECEIVER, SubQueue::Main, ReceiveMode::PeekLock);
-    let mut credit = 0;
-    let delivered = receive_one(&mut state, START, &mut credit).expect("delivered");
+    let (mut state, mut credit) = (entity(|_| {}), 0);
+    let delivered = one_locked(&mut state, &mut credit);
     state
         .settle(
             START,
@@ -314,11 +315,8 @@ fn abandon_at_max_delivery_count_dead_letters() {
 
 #[test]
 fn release_does_not_count_a_delivery() {
-    let mut state = entity(|_| {});
-    state.enqueue(START, vec![message("a")]).expect("accepted");
-    state.attach_receiver(START, RECEIVER, SubQueue::Main, ReceiveMode::PeekLock);
-    let mut credit = 0;
-    let record = receive_one(&mut state, START, &mut credit).expect("delivered");
+    let (mut state, mut credit) = (entity(|_| {}), 0);
+    let record = one_locked(&mut state, &mut credit);
     state
         .settle(
             START,
@@ -333,11 +331,8 @@ fn release_does_not_count_a_delivery() {
 #[test]
 fn deferred_messages_are_not_delivered_again() {
     // rule LCK-4
-    let mut state = entity(|_| {});
-    state.enqueue(START, vec![message("a")]).expect("accepted");
-    state.attach_receiver(START, RECEIVER, SubQueue::Main, ReceiveMode::PeekLock);
-    let mut credit = 0;
-    let record = receive_one(&mut state, START, &mut credit).expect("delivered");
+    let (mut state, mut credit) = (entity(|_| {}), 0);
+    let record = one_locked(&mut state, &mut credit);
     state
         .settle(
             START,
