@@ -14,7 +14,7 @@ use super::{
 use crate::broker::budget::MemoryBudget;
 use crate::broker::forwarder::{Forward, ForwardSender};
 use crate::broker::lifecycle::{Lifecycle, stopped};
-use crate::broker::types::{EntityError, ReceiverId, SubQueue};
+use crate::broker::types::{EntityError, ReceiverId, SubQueue, Timestamp};
 use crate::clock::Clock;
 use crate::store::log::StoreError;
 use crate::store::storage::Storage;
@@ -158,13 +158,16 @@ impl Actor {
             tokio::select! {
                 command = inbox.recv() => {
                     let Some(command) = command else { break };
-                    self.handle(command);
+                    // One reading of the clock per turn: the commands taken together are
+                    // handled at the same instant (they arrived within microseconds).
+                    let now = self.clock.now();
+                    self.handle(command, now);
                     self.recharge();
                     // Take whatever else is queued before flushing effects.
                     while self.deleting.is_none()
                         && let Ok(command) = inbox.try_recv()
                     {
-                        self.handle(command);
+                        self.handle(command, now);
                         self.recharge();
                     }
                 }
@@ -378,8 +381,7 @@ impl Actor {
             })
     }
 
-    fn handle(&mut self, command: Command) {
-        let now = self.clock.now();
+    fn handle(&mut self, command: Command, now: Timestamp) {
         match command {
             Command::Send { messages, reply } => {
                 if !self.state.settings().status.allows_send() {
