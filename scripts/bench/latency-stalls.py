@@ -52,9 +52,9 @@ def main():
     messages = []
     with open(args.latencies) as lines:
         for line in lines:
-            latency, arrived = line.split()
-            arrived = int(arrived) / 1e9
-            messages.append((latency := float(latency), arrived - latency / 1e6, arrived))
+            latency_text, arrived_text = line.split()
+            latency, arrived = float(latency_text), int(arrived_text) / 1e9
+            messages.append((latency, arrived - latency / 1e6, arrived))
 
     switches = collections.defaultdict(list)  # cpu -> (time, pid, comm) switched in
     pattern = re.compile(r"\s*\[(\d+)\]\s+([\d.]+):\s+sched:sched_switch:.*?prev_pid=(\d+).*"

@@ -57,7 +57,7 @@ impl Connection {
         let Some(session) = self.sessions.get_mut(&channel) else {
             return Ok(());
         };
-        if session.queued.is_empty() && session.remote_incoming_window > 0 {
+        if session.may_send_now() {
             // The common case: straight into the connection's output buffer.
             let units = frame::write_delivery(
                 &mut self.output,
@@ -66,8 +66,7 @@ impl Connection {
                 &payload,
                 peer_max_frame_size,
             );
-            session.remote_incoming_window -= units as i64;
-            session.next_outgoing_id = session.next_outgoing_id.wrapping_add(units);
+            session.count_sent(units);
             return Ok(());
         }
         let mut frames = BytesMut::with_capacity(payload.len() + 64);
@@ -90,7 +89,7 @@ impl Connection {
     ) -> Result<(), ConnectionError> {
         let peer_max_frame_size = self.peer_max_frame_size;
         let session = self.session(channel)?;
-        if !(session.queued.is_empty() && session.remote_incoming_window > 0) {
+        if !session.may_send_now() {
             let mut payload = BytesMut::new();
             encode(&mut payload);
             return self.send_on_link(channel, handle, payload.freeze(), settled, tag);
@@ -121,9 +120,7 @@ impl Connection {
                 peer_max_frame_size,
             )
         };
-        let session = self.session(channel)?;
-        session.remote_incoming_window -= units as i64;
-        session.next_outgoing_id = session.next_outgoing_id.wrapping_add(units);
+        self.session(channel)?.count_sent(units);
         Ok(())
     }
 

@@ -58,6 +58,20 @@ pub struct Session {
     pub queued: VecDeque<QueuedTransfer>,
 }
 
+impl Session {
+    /// Whether a transfer may go out now: the peer's window is open and nothing is queued
+    /// ahead of it.
+    pub fn may_send_now(&self) -> bool {
+        self.queued.is_empty() && self.remote_incoming_window > 0
+    }
+
+    /// Counts `units` transfer frames as sent against the peer's window.
+    pub fn count_sent(&mut self, units: u32) {
+        self.remote_incoming_window -= units as i64;
+        self.next_outgoing_id = self.next_outgoing_id.wrapping_add(units);
+    }
+}
+
 impl Connection {
     pub(super) fn begin(&mut self, channel: u16, begin: Begin) -> Result<(), ConnectionError> {
         if channel > super::connection::CHANNEL_MAX {
@@ -179,8 +193,7 @@ impl Connection {
             let Some(queued) = session.queued.pop_front() else {
                 break;
             };
-            session.remote_incoming_window -= queued.units as i64;
-            session.next_outgoing_id = session.next_outgoing_id.wrapping_add(queued.units);
+            session.count_sent(queued.units);
             self.output.extend_from_slice(&queued.frames);
         }
         Ok(())
@@ -194,9 +207,8 @@ impl Connection {
         units: u32,
     ) -> Result<(), ConnectionError> {
         let session = self.session(channel)?;
-        if session.queued.is_empty() && session.remote_incoming_window > 0 {
-            session.remote_incoming_window -= units as i64;
-            session.next_outgoing_id = session.next_outgoing_id.wrapping_add(units);
+        if session.may_send_now() {
+            session.count_sent(units);
             self.output.extend_from_slice(&frames);
         } else {
             session.queued.push_back(QueuedTransfer { frames, units });
