@@ -12,7 +12,6 @@
 //! (docs/benchmarks.md, "Memory per stored message").
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicIsize, Ordering};
 
 use bytes::{BufMut, BytesMut};
@@ -110,7 +109,7 @@ fn measure(count: usize, body: usize, with_property: bool) -> Figures {
                 encoded_total += message.encoded_size() as isize;
                 quota_total += message.size() as isize;
             }
-            let messages = messages.into_iter().map(Arc::new).collect();
+            let messages = messages.into_iter().collect();
             state.enqueue(Timestamp(2), messages).unwrap();
         }
         state.take_effects();

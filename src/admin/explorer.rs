@@ -8,8 +8,6 @@
 //! `[[auth.keys]]` configured, requests need HTTP Basic authentication with a key name and
 //! key holding the Manage right.
 
-use std::sync::Arc;
-
 use axum::body::Body;
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
@@ -809,7 +807,7 @@ mod tests {
         assert_eq!(message.system().session_id(), Some("s1"));
         assert_eq!(message.system().content_type(), Some("application/json"));
         assert_eq!(
-            message.header.time_to_live,
+            message.header().time_to_live,
             Some(std::time::Duration::from_secs(60))
         );
         assert_eq!(

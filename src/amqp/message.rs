@@ -240,20 +240,54 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
         return Err(MessageError::PropertiesTooLong { length });
     }
     // One allocation sized to what is kept: never a slice of the connection's read buffer
-    // (issue 10, item 9 and issue 16: slices pinned whole 64 KiB buffers).
-    let mut message = Message::from_parts(
-        [
-            &annotations.0,
-            assigned_properties
-                .as_deref()
-                .unwrap_or(&bytes[properties_range]),
-            &bytes[application_properties_range],
-            &body,
-        ],
-        system,
-    );
-    message.header = header_fields;
-    message.annotation_element_count = annotations.1;
+    // (issue 10, item 9 and issue 16: slices pinned whole 64 KiB buffers). The properties,
+    // application properties and body usually lie back to back in the transfer: then they
+    // are copied once, straight into it.
+    let properties_bytes = assigned_properties
+        .as_deref()
+        .unwrap_or(&bytes[properties_range.clone()]);
+    let lengths = [
+        annotations.0.len(),
+        properties_bytes.len(),
+        application_properties_range.len(),
+        body.len(),
+    ];
+    let body_range = match (&body, body_ranges.first()) {
+        (std::borrow::Cow::Borrowed(_), Some(first)) => first.start..first.start + body.len(),
+        _ => 0..0,
+    };
+    let kept = [
+        properties_range.clone(),
+        application_properties_range.clone(),
+        body_range.clone(),
+    ];
+    let back_to_back = annotations.0.is_empty()
+        && assigned_properties.is_none()
+        && !body_range.is_empty()
+        && contiguous(&kept);
+    let mut message = if back_to_back {
+        let start = kept
+            .iter()
+            .find(|range| !range.is_empty())
+            .map_or(0, |range| range.start);
+        Message::from_joined(&bytes[start..body_range.end], lengths, system)
+    } else {
+        Message::from_parts(
+            [
+                &annotations.0,
+                properties_bytes,
+                &bytes[application_properties_range],
+                &body,
+            ],
+            system,
+        )
+    };
+    if header_fields != HeaderFields::default() {
+        message.set_header(header_fields);
+    }
+    if annotations.1 != 0 {
+        message.set_annotation_element_count(annotations.1);
+    }
     if let (Some(partition_key), Some(session_id)) =
         (&extras.partition_key, message.system().session_id())
         && **partition_key != *session_id
@@ -267,7 +301,7 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
         || extras.partition_key.is_some()
         || extras.original_sequence_number.is_some()
     {
-        *message.extras_mut() = extras;
+        message.edit_extras(|kept| *kept = extras);
     }
     Ok(message)
 }
@@ -302,6 +336,22 @@ pub fn system_values(properties: &Properties) -> [Option<std::borrow::Cow<'_, st
 
 /// Longest message-id and session-id Service Bus accepts.
 pub const MAX_ID_LENGTH: usize = 128;
+
+/// Whether the non-empty ranges follow each other with nothing between.
+fn contiguous(ranges: &[std::ops::Range<usize>]) -> bool {
+    let mut present = ranges.iter().filter(|range| !range.is_empty());
+    let Some(first) = present.next() else {
+        return true;
+    };
+    let mut end = first.end;
+    for range in present {
+        if range.start != end {
+            return false;
+        }
+        end = range.end;
+    }
+    true
+}
 
 fn join_ranges<'a>(
     bytes: &'a [u8],
@@ -389,8 +439,9 @@ pub fn encode_delivery(view: DeliveryView<'_>, output: &mut BytesMut) {
 
     writer.descriptor(HEADER as u8);
     let mut header = writer.start_list();
-    writer.boolean(message.header.durable);
-    writer.ubyte(message.header.priority);
+    let sent = message.header();
+    writer.boolean(sent.durable);
+    writer.ubyte(sent.priority);
     match record.time_to_live {
         Some(ttl) => writer.uint(ttl.as_millis().min(u32::MAX as u128) as u32),
         None => writer.null(),
@@ -438,7 +489,7 @@ pub fn encode_delivery(view: DeliveryView<'_>, output: &mut BytesMut) {
         annotations.count += 2;
     }
     writer.raw(message.annotation_entries());
-    annotations.count += message.annotation_element_count;
+    annotations.count += message.annotation_element_count();
     writer.finish_compound(annotations);
 
     match lowered_ttl_properties(record) {
@@ -462,7 +513,7 @@ pub fn encode_delivery(view: DeliveryView<'_>, output: &mut BytesMut) {
 /// `timeToLive` from those two timestamps when both are present.
 fn lowered_ttl_properties(record: &Record) -> Option<Vec<u8>> {
     let effective = record.time_to_live?;
-    if record.message.header.time_to_live == Some(effective)
+    if record.message.header().time_to_live == Some(effective)
         || record.message.properties_section().is_empty()
     {
         return None;

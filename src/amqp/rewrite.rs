@@ -144,7 +144,7 @@ pub fn apply_rule_action(
     }
     writer.finish_compound(map);
     copy.set_application_properties_section(&section);
-    copy.extras_mut().user_properties = user;
+    copy.edit_extras(|extras| extras.user_properties = user);
     if let Some(properties) = properties {
         if let Ok(encoded) = serde_amqp::to_vec(&properties) {
             copy.set_properties_section(&encoded);

@@ -9,7 +9,7 @@
 //! when it returns a failure. Entity actors never await a forwarder (they push into an
 //! unbounded channel), so forwarding cycles cannot deadlock.
 
-use std::sync::{Arc, Weak};
+use std::sync::Weak;
 
 use tokio::sync::mpsc;
 
@@ -23,7 +23,7 @@ use super::types::{EntityError, OutboxTarget};
 #[derive(Debug)]
 pub struct Forward {
     /// The message, stamped by the source.
-    pub message: Arc<Message>,
+    pub message: Message,
     /// Its number in the source's outbox.
     pub sequence_number: super::types::SequenceNumber,
     /// Where it goes.

@@ -5,10 +5,12 @@
 
 use std::time::Duration;
 
+use triomphe::ThinArc;
+
 use super::types::Timestamp;
 
 /// Sender-chosen header fields kept for redelivery (the broker sets `delivery-count`).
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct HeaderFields {
     /// `header.durable`.
     pub durable: bool,
@@ -57,46 +59,103 @@ impl SystemField {
 /// message header). Offsets into it fit 16 bits.
 pub const MAX_SYSTEM_TEXT: usize = u16::MAX as usize;
 
-/// Where each system property's text lies in a text holding them back to back.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// A field that is not there.
+const ABSENT: u16 = u16::MAX;
+
+/// Where each system property's value lies (issue 16: not a copy of the text). Most lie in
+/// the encoded properties section, where a string or symbol holds the text as it is; the
+/// rest (identifiers that are not strings, values a rule set, a section too long for 16-bit
+/// offsets) in a text after the body, back to back in field order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct SystemSpans {
-    /// Where each field's text ends.
-    ends: [u16; 8],
-    /// Bit `i` set: field `i` is present (possibly empty).
-    present: u8,
+    /// Per field: the offset of its string or symbol constructor in the properties section,
+    /// or (its bit set in `in_text`) of its text in the text after the body; [`ABSENT`]
+    /// when the field is not there.
+    at: [u16; 8],
+    /// Bit `i` set: field `i` lies in the text after the body.
+    in_text: u8,
+}
+
+impl Default for SystemSpans {
+    fn default() -> Self {
+        SystemSpans {
+            at: [ABSENT; 8],
+            in_text: 0,
+        }
+    }
+}
+
+/// Each system field's position in the AMQP properties list.
+const LIST_INDEX: [usize; 8] = [0, 5, 2, 4, 3, 10, 12, 6];
+
+/// The offsets of the first 13 elements of an encoded properties section (descriptor
+/// included), `None` where the list is shorter or the encoding is not one.
+fn property_elements(section: &[u8]) -> [Option<usize>; 13] {
+    use crate::amqp::codec::value_length;
+    let mut elements = [None; 13];
+    if section.first() != Some(&0x00) {
+        return elements;
+    }
+    let Ok(descriptor) = value_length(section, 1) else {
+        return elements;
+    };
+    let list = 1 + descriptor;
+    let (count, mut at) = match section.get(list) {
+        Some(0xc0) => match section.get(list + 2) {
+            Some(count) => (*count as usize, list + 3),
+            None => return elements,
+        },
+        Some(0xd0) => match crate::amqp::codec::read_u32(section, list + 5) {
+            Ok(count) => (count, list + 9),
+            Err(_) => return elements,
+        },
+        _ => return elements,
+    };
+    for element in elements.iter_mut().take(count) {
+        let Ok(length) = value_length(section, at) else {
+            break;
+        };
+        *element = Some(at);
+        at += length;
+    }
+    elements
+}
+
+/// The text of the string or symbol encoded at `at`.
+fn encoded_text(bytes: &[u8], at: usize) -> Option<&str> {
+    let (start, length) = match *bytes.get(at)? {
+        0xa1 | 0xa3 => (at + 2, *bytes.get(at + 1)? as usize),
+        0xb1 | 0xb3 => (at + 5, crate::amqp::codec::read_u32(bytes, at + 1).ok()?),
+        _ => return None,
+    };
+    std::str::from_utf8(bytes.get(start..start.checked_add(length)?)?).ok()
 }
 
 impl SystemSpans {
-    /// Appends every present value to `text`, which starts empty or holds other bytes
-    /// before (the spans count from where the values start). A value that would take the
-    /// text past [`MAX_SYSTEM_TEXT`] is left out (ingress refuses such messages first; a
-    /// rule action or an old record is the only way here).
-    fn write(values: [Option<&str>; 8], text: &mut Vec<u8>) -> SystemSpans {
-        let start = text.len();
+    /// Finds each present value in the encoded properties section, or else appends it to
+    /// `text` (which starts empty). A value that would take the text past
+    /// [`MAX_SYSTEM_TEXT`] is left out (ingress refuses such messages first; a rule action
+    /// or an old record is the only way here).
+    fn locate(properties: &[u8], values: [Option<&str>; 8], text: &mut Vec<u8>) -> SystemSpans {
         let mut spans = SystemSpans::default();
+        if values.iter().all(Option::is_none) {
+            return spans;
+        }
+        let elements = property_elements(properties);
         for (index, value) in values.iter().enumerate() {
-            if let Some(value) = value
-                && text.len() - start + value.len() <= MAX_SYSTEM_TEXT
+            let Some(value) = value else { continue };
+            if let Some(at) = elements[LIST_INDEX[index]]
+                && at < ABSENT as usize
+                && encoded_text(properties, at) == Some(value)
             {
+                spans.at[index] = at as u16;
+            } else if text.len() + value.len() <= MAX_SYSTEM_TEXT && text.len() < ABSENT as usize {
+                spans.at[index] = text.len() as u16;
+                spans.in_text |= 1 << index;
                 text.extend_from_slice(value.as_bytes());
-                spans.present |= 1 << index;
             }
-            spans.ends[index] = (text.len() - start) as u16;
         }
         spans
-    }
-
-    fn get<'a>(&self, text: &'a str, field: SystemField) -> Option<&'a str> {
-        let index = field as usize;
-        if self.present & (1 << index) == 0 {
-            return None;
-        }
-        let start = if index == 0 {
-            0
-        } else {
-            self.ends[index - 1] as usize
-        };
-        text.get(start..self.ends[index] as usize)
     }
 }
 
@@ -104,16 +163,46 @@ impl SystemSpans {
 /// ([`Message::system`]) or of an owned [`SystemProperties`].
 #[derive(Clone, Copy)]
 pub struct System<'a> {
-    text: &'a str,
-    spans: &'a SystemSpans,
+    source: Source<'a>,
+}
+
+#[derive(Clone, Copy)]
+enum Source<'a> {
+    /// A message's properties section and the text after its body.
+    Message {
+        properties: &'a [u8],
+        text: &'a [u8],
+        spans: SystemSpans,
+    },
+    /// Owned values.
+    Values(&'a [Option<String>; 8]),
 }
 
 impl<'a> System<'a> {
     /// A field's value.
     pub fn get(&self, field: SystemField) -> Option<&'a str> {
-        self.spans.get(self.text, field)
+        let index = field as usize;
+        match self.source {
+            Source::Values(values) => values[index].as_deref(),
+            Source::Message {
+                properties,
+                text,
+                spans,
+            } => {
+                let at = spans.at[index];
+                if at == ABSENT {
+                    None
+                } else if spans.in_text & (1 << index) == 0 {
+                    encoded_text(properties, at as usize)
+                } else {
+                    let end = (index + 1..8)
+                        .find(|next| spans.in_text & (1 << next) != 0 && spans.at[*next] != ABSENT)
+                        .map_or(text.len(), |next| spans.at[next] as usize);
+                    std::str::from_utf8(text.get(at as usize..end)?).ok()
+                }
+            }
+        }
     }
-
     /// Every field's value, in [`SystemField::ALL`] order.
     pub fn values(&self) -> [Option<&'a str>; 8] {
         SystemField::ALL.map(|field| self.get(field))
@@ -175,26 +264,21 @@ impl std::fmt::Debug for System<'_> {
 /// System properties to give a message ([`Message::set_system`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SystemProperties {
-    text: String,
-    spans: SystemSpans,
+    values: [Option<String>; 8],
 }
 
 impl SystemProperties {
     /// From each field's value, in [`SystemField::ALL`] order.
     pub fn new(values: [Option<&str>; 8]) -> SystemProperties {
-        let mut text = Vec::new();
-        let spans = SystemSpans::write(values, &mut text);
         SystemProperties {
-            text: String::from_utf8(text).unwrap_or_default(),
-            spans,
+            values: values.map(|value| value.map(str::to_string)),
         }
     }
 
     /// A view of them.
     pub fn view(&self) -> System<'_> {
         System {
-            text: &self.text,
-            spans: &self.spans,
+            source: Source::Values(&self.values),
         }
     }
 }
@@ -233,72 +317,145 @@ static NO_EXTRAS: Extras = Extras {
     partition_key: None,
 };
 
-/// One message as accepted from a client: its kept sections in one allocation sized to
-/// them (never a slice of the connection's read buffer, which would pin the whole buffer
-/// for as long as the message is stored), the fields the rules need, and the rarer ones
-/// out of line.
-#[derive(Debug, Clone, Default)]
-pub struct Message {
-    /// Header fields to reproduce on delivery.
-    pub header: HeaderFields,
-    /// The client's message annotations as encoded map entries (keys and values, without
-    /// the map constructor, broker-owned `x-opt-*` keys removed), then the encoded
-    /// properties section, the encoded application-properties section (both descriptor
-    /// included, empty if none), the body sections and footer exactly as sent, and the
-    /// system properties' text.
-    sections: Box<[u8]>,
+/// A message's fixed fields, kept in front of its bytes in its one allocation.
+#[derive(Debug, Clone)]
+struct Head {
     /// Where the annotations, the properties, the application properties and the body end.
     ends: [u32; 4],
     /// Number of encoded elements in the annotation entries (keys plus values).
-    pub annotation_element_count: u32,
+    annotation_element_count: u32,
+    /// Where the system properties lie ([`SystemSpans::at`]; kept as two fields, not a
+    /// `SystemSpans`, so that the head packs into 56 bytes).
+    system_at: [u16; 8],
+    /// [`SystemSpans::in_text`].
+    system_in_text: u8,
+    /// `header.durable`.
+    durable: bool,
+    /// `header.priority`.
+    priority: u8,
     /// Auto-forwarding hops this message has made (rule FWD-2).
-    pub hop_count: u8,
-    /// Where the system properties lie in the text after the body.
-    system: SystemSpans,
+    hop_count: u8,
+    /// `header.ttl` in milliseconds (as AMQP carries it); [`NO_TTL`] when none.
+    ttl_millis: u64,
     extras: Option<Box<Extras>>,
 }
 
-/// The sections and the system properties' text back to back in one allocation, where
-/// the sections end, and where the system properties lie in the text.
-fn join_sections(
-    sections: [&[u8]; 4],
-    system: [Option<&str>; 8],
-) -> (Box<[u8]>, [u32; 4], SystemSpans) {
-    let length = sections.iter().map(|section| section.len()).sum::<usize>()
-        + system
-            .iter()
-            .flatten()
-            .map(|value| value.len())
-            .sum::<usize>();
-    let mut joined = Vec::with_capacity(length);
-    let mut ends = [0u32; 4];
-    for (index, section) in sections.iter().enumerate() {
-        joined.extend_from_slice(section);
-        ends[index] = joined.len() as u32;
+/// `Head::ttl_millis` of a message without a time to live.
+const NO_TTL: u64 = u64::MAX;
+
+impl Default for Head {
+    fn default() -> Self {
+        Head {
+            ends: [0; 4],
+            annotation_element_count: 0,
+            system_at: [ABSENT; 8],
+            system_in_text: 0,
+            durable: false,
+            priority: 0,
+            hop_count: 0,
+            ttl_millis: NO_TTL,
+            extras: None,
+        }
     }
-    let spans = SystemSpans::write(system, &mut joined);
-    (joined.into_boxed_slice(), ends, spans)
 }
 
-/// Memory one stored message costs beyond its encoded bytes: the `Message` in its `Arc`,
-/// its one allocation's slack, the record in its sub-queue's `RecordMap` run and its
-/// entry in the available index — measured by `tests/memory.rs` (counting allocator) at
-/// 229 bytes for an SDK-encoded message (was 772 before issue 16), rounded up. Counting it
-/// makes `max_size_in_megabytes` bound what a queue of tiny messages really holds (issue 10,
-/// item 9: a 10 MiB queue of empty messages used to hold 143 MiB).
+/// One message as accepted from a client, immutable and shared by every copy (clones
+/// share it; the `set_*` and `edit_*` methods copy it first when it is shared). Its
+/// fixed fields and its kept sections lie in one allocation sized to them (issue 16: never
+/// a slice of the connection's read buffer, which would pin the whole buffer for as long as
+/// the message is stored): the client's message annotations as encoded map entries (keys and
+/// values, without the map constructor, broker-owned `x-opt-*` keys removed), the encoded
+/// properties section, the encoded application-properties section (both descriptor
+/// included, empty if none), the body sections and footer exactly as sent, then the text of
+/// the system properties the properties section does not hold as text (usually none). The
+/// rarer fields are out of line.
+#[derive(Clone)]
+pub struct Message(ThinArc<Head, u8>);
+
+impl Default for Message {
+    fn default() -> Self {
+        Message::from_parts([&[]; 4], [None; 8])
+    }
+}
+
+impl std::fmt::Debug for Message {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Message")
+            .field("header", &self.header())
+            .field("annotation_entries", &self.annotation_entries().len())
+            .field("properties_section", &self.properties_section().len())
+            .field(
+                "application_properties_section",
+                &self.application_properties_section().len(),
+            )
+            .field("body", &self.body().len())
+            .field("system", &self.system())
+            .field("hop_count", &self.hop_count())
+            .field("extras", &self.head().extras)
+            .finish()
+    }
+}
+
+/// Memory one stored message costs beyond its encoded bytes: its allocation's reference
+/// count, length, fixed fields and rounding, the record in its sub-queue's `RecordMap` run
+/// and its entry in the available index — measured by `tests/memory.rs` (counting
+/// allocator) at 149 bytes for an SDK-encoded message (772 before issue 16, 229 before the
+/// one-allocation layout), rounded up. Counting it makes `max_size_in_megabytes` bound what
+/// a queue of tiny messages really holds (issue 10, item 9: a 10 MiB queue of empty
+/// messages used to hold 143 MiB).
 pub const MESSAGE_OVERHEAD: usize = 288;
+
+/// Builds a message's one allocation from its sections back to back (`joined`, each
+/// section `lengths[i]` long), then the text of the system properties the properties
+/// section does not hold.
+fn assemble(
+    mut head: Head,
+    joined: &[u8],
+    lengths: [usize; 4],
+    system: [Option<&str>; 8],
+) -> ThinArc<Head, u8> {
+    let mut end = 0;
+    for (index, length) in lengths.iter().enumerate() {
+        end += length;
+        head.ends[index] = u32::try_from(end).unwrap_or(u32::MAX);
+    }
+    let properties = joined
+        .get(lengths[0]..lengths[0] + lengths[1])
+        .unwrap_or_default();
+    let mut text = Vec::new();
+    let spans = SystemSpans::locate(properties, system, &mut text);
+    head.system_at = spans.at;
+    head.system_in_text = spans.in_text;
+    if text.is_empty() {
+        return ThinArc::from_header_and_slice(head, joined);
+    }
+    let mut all = Vec::with_capacity(joined.len() + text.len());
+    all.extend_from_slice(joined);
+    all.extend_from_slice(&text);
+    ThinArc::from_header_and_slice(head, &all)
+}
 
 impl Message {
     /// A message of these sections and system properties ([`SystemField::ALL`] order), in
     /// one allocation built once (ingress and recovery).
     pub fn from_parts(sections: [&[u8]; 4], system: [Option<&str>; 8]) -> Message {
-        let (sections, ends, spans) = join_sections(sections, system);
-        Message {
-            sections,
-            ends,
-            system: spans,
-            ..Message::default()
-        }
+        let lengths = sections.map(<[u8]>::len);
+        let mut present = sections.iter().filter(|section| !section.is_empty());
+        let arc = match (present.next(), present.next()) {
+            (None, _) => assemble(Head::default(), &[], lengths, system),
+            (Some(only), None) => assemble(Head::default(), only, lengths, system),
+            _ => assemble(Head::default(), &sections.concat(), lengths, system),
+        };
+        Message(arc)
+    }
+
+    /// A message of its four sections lying back to back in `joined` (as a transfer
+    /// usually carries them), each `lengths[i]` bytes long: one copy, into the message's
+    /// allocation.
+    pub fn from_joined(joined: &[u8], lengths: [usize; 4], system: [Option<&str>; 8]) -> Message {
+        debug_assert_eq!(lengths.iter().sum::<usize>(), joined.len());
+        Message(assemble(Head::default(), joined, lengths, system))
     }
 
     /// A message with this body and nothing else (tests, management replies).
@@ -306,32 +463,119 @@ impl Message {
         Message::from_parts([&[], &[], &[], body], [None; 8])
     }
 
+    fn head(&self) -> &Head {
+        &self.0.header.header
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &self.0.slice
+    }
+
+    /// Changes the fixed fields: in place when this is the only copy, else in a copy.
+    fn edit_head<R>(&mut self, change: impl FnOnce(&mut Head) -> R) -> R {
+        let mut change = Some(change);
+        let in_place = self.0.with_arc_mut(|arc| {
+            triomphe::Arc::get_mut(arc)
+                .map(|inner| (change.take().expect("once"))(inner.header_mut()))
+        });
+        match in_place {
+            Some(result) => result,
+            None => {
+                let mut head = self.head().clone();
+                let result = (change.take().expect("not yet called"))(&mut head);
+                self.0 = ThinArc::from_header_and_slice(head, self.bytes());
+                result
+            }
+        }
+    }
+
+    /// The sender-chosen header fields.
+    pub fn header(&self) -> HeaderFields {
+        let head = self.head();
+        HeaderFields {
+            durable: head.durable,
+            priority: head.priority,
+            time_to_live: (head.ttl_millis != NO_TTL)
+                .then(|| Duration::from_millis(head.ttl_millis)),
+        }
+    }
+
+    /// Gives the message these header fields (a time to live in whole milliseconds, as AMQP
+    /// carries it).
+    pub fn set_header(&mut self, header: HeaderFields) {
+        self.edit_head(|head| {
+            head.durable = header.durable;
+            head.priority = header.priority;
+            head.ttl_millis = header.time_to_live.map_or(NO_TTL, |ttl| {
+                u64::try_from(ttl.as_millis())
+                    .unwrap_or(NO_TTL - 1)
+                    .min(NO_TTL - 1)
+            });
+        });
+    }
+
+    /// Number of encoded elements in the annotation entries (keys plus values).
+    pub fn annotation_element_count(&self) -> u32 {
+        self.head().annotation_element_count
+    }
+
+    /// Sets it.
+    pub fn set_annotation_element_count(&mut self, count: u32) {
+        self.edit_head(|head| head.annotation_element_count = count);
+    }
+
+    /// Auto-forwarding hops this message has made (rule FWD-2).
+    pub fn hop_count(&self) -> u8 {
+        self.head().hop_count
+    }
+
+    /// Sets it.
+    pub fn set_hop_count(&mut self, hops: u8) {
+        self.edit_head(|head| head.hop_count = hops);
+    }
+
     /// The parsed system properties.
     pub fn system(&self) -> System<'_> {
-        let text = self
-            .sections
-            .get(self.ends[3] as usize..)
-            .and_then(|text| std::str::from_utf8(text).ok())
-            .unwrap_or("");
+        let head = self.head();
+        let bytes = self.bytes();
         System {
-            text,
-            spans: &self.system,
+            source: Source::Message {
+                properties: self.section(1),
+                text: bytes.get(head.ends[3] as usize..).unwrap_or_default(),
+                spans: SystemSpans {
+                    at: head.system_at,
+                    in_text: head.system_in_text,
+                },
+            },
         }
     }
 
     /// Gives the message these system properties.
     pub fn set_system(&mut self, system: SystemProperties) {
-        let sections = [0, 1, 2, 3].map(|at| self.section(at));
-        (self.sections, self.ends, self.system) = join_sections(sections, system.view().values());
+        self.rebuild(None, system.view().values());
+    }
+
+    /// Rebuilds the allocation with one section replaced and these system properties.
+    fn rebuild(&mut self, replace: Option<(usize, &[u8])>, system: [Option<&str>; 8]) {
+        let mut sections = [0, 1, 2, 3].map(|at| self.section(at));
+        if let Some((index, section)) = replace {
+            sections[index] = section;
+        }
+        let lengths = sections.map(<[u8]>::len);
+        let joined = sections.concat();
+        self.0 = assemble(self.head().clone(), &joined, lengths, system);
     }
 
     fn section(&self, index: usize) -> &[u8] {
+        let ends = &self.head().ends;
         let start = if index == 0 {
             0
         } else {
-            self.ends[index - 1] as usize
+            ends[index - 1] as usize
         };
-        &self.sections[start..self.ends[index] as usize]
+        self.bytes()
+            .get(start..ends[index] as usize)
+            .unwrap_or_default()
     }
 
     /// The client's message annotations as encoded map entries (keys and values, without
@@ -356,10 +600,14 @@ impl Message {
     }
 
     fn replace_section(&mut self, index: usize, section: &[u8]) {
-        let mut sections = [0, 1, 2, 3].map(|at| self.section(at));
-        sections[index] = section;
-        let system = self.system().values();
-        (self.sections, self.ends, self.system) = join_sections(sections, system);
+        let system = self
+            .system()
+            .values()
+            .map(|value| value.map(str::to_string));
+        self.rebuild(
+            Some((index, section)),
+            system.each_ref().map(|value| value.as_deref()),
+        );
     }
 
     /// Replaces the properties section.
@@ -374,17 +622,17 @@ impl Message {
 
     /// What few messages carry (scheduling, forwarding, topic and partition details).
     pub fn extras(&self) -> &Extras {
-        self.extras.as_deref().unwrap_or(&NO_EXTRAS)
+        self.head().extras.as_deref().unwrap_or(&NO_EXTRAS)
     }
 
-    /// The same, to change.
-    pub fn extras_mut(&mut self) -> &mut Extras {
-        self.extras.get_or_insert_with(Box::default)
+    /// Changes them.
+    pub fn edit_extras<R>(&mut self, change: impl FnOnce(&mut Extras) -> R) -> R {
+        self.edit_head(|head| change(head.extras.get_or_insert_with(Box::default)))
     }
 
     /// Size of the message as the client encoded it (Service Bus `Size`), in bytes.
     pub fn encoded_size(&self) -> usize {
-        self.ends[3] as usize + 16
+        self.head().ends[3] as usize + 16
     }
 
     /// Bytes this message holds in memory, counted against entity quotas and the broker's
@@ -399,8 +647,14 @@ impl Message {
         self.encoded_size() + MESSAGE_OVERHEAD + decoded + self.system_text_len()
     }
 
-    /// Bytes of system-property text held (without reading it).
+    /// Bytes of system-property text held apart from the properties section.
     fn system_text_len(&self) -> usize {
-        self.sections.len().saturating_sub(self.ends[3] as usize)
+        self.bytes()
+            .len()
+            .saturating_sub(self.head().ends[3] as usize)
     }
 }
+
+#[cfg(test)]
+#[path = "message_tests.rs"]
+mod tests;

@@ -83,7 +83,7 @@ mod tests {
             (session.map(str::to_string)).as_deref(),
         );
         message.set_system(system);
-        message.extras_mut().partition_key = key.map(Into::into);
+        message.edit_extras(|extras| extras.partition_key = key.map(Into::into));
         let system = message.system().with(
             crate::broker::message::SystemField::MessageId,
             (Some(id.to_string())).as_deref(),

@@ -299,7 +299,7 @@ impl FilterMessage for FilterView<'_> {
                 .map(|at| FilterValueRef::Timestamp(at.0)),
             SystemProperty::TimeToLive => self
                 .message
-                .header
+                .header()
                 .time_to_live
                 .map(|ttl| FilterValueRef::Duration(ttl.as_millis() as i64)),
             SystemProperty::Size => {

@@ -75,7 +75,7 @@ pub enum TopicCommand {
     /// Publish the messages of one transfer.
     Publish {
         /// The messages.
-        messages: Vec<Arc<Message>>,
+        messages: Vec<Message>,
         /// Who waits for the outcome.
         reply: Option<ReplyTo>,
     },
@@ -83,7 +83,7 @@ pub enum TopicCommand {
     /// are published at their `x-opt-scheduled-enqueue-time` (rules SCH-1..4).
     Schedule {
         /// The messages.
-        messages: Vec<Arc<Message>>,
+        messages: Vec<Message>,
         /// Who waits for the sequence numbers.
         reply: ReplyTo,
     },

@@ -9,7 +9,6 @@
 //! duplicate-detection history, so the same recovery and checkpoints apply.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 
 use super::entity::Reply;
 use super::entity::duplicates::DuplicateDetector;
@@ -38,9 +37,9 @@ pub struct SubscriptionRules {
 #[derive(Default)]
 pub struct Copies {
     /// Messages to enqueue.
-    pub accepted: Vec<Arc<Message>>,
+    pub accepted: Vec<Message>,
     /// Messages to dead-letter on arrival, with reason and description.
-    pub dead_lettered: Vec<(Arc<Message>, String, String)>,
+    pub dead_lettered: Vec<(Message, String, String)>,
 }
 
 /// The state of one topic.
@@ -56,7 +55,7 @@ pub struct TopicState {
     /// Scheduled messages, the sequence counter, duplicate ids: what is durable.
     log: MessageLog,
     /// Scheduled messages by (due time, sequence number): the timer's index over `log`.
-    scheduled: BTreeMap<(Timestamp, SequenceNumber), Arc<Message>>,
+    scheduled: BTreeMap<(Timestamp, SequenceNumber), Message>,
     /// Subscriptions (lower case) whose rules were changed at run time: their rule sets
     /// are durable and win over the configuration file's at the next start.
     changed_rules: BTreeSet<String>,
@@ -270,8 +269,8 @@ impl TopicState {
     /// Offers messages to every subscription (rules DLQ-5, FLT-*): drops duplicates (rule
     /// DUP-1, remembered as a change) and returns the copies for each subscription, in
     /// subscription order.
-    pub fn publish(&mut self, now: Timestamp, messages: Vec<Arc<Message>>) -> Vec<Copies> {
-        let messages: Vec<Arc<Message>> = messages
+    pub fn publish(&mut self, now: Timestamp, messages: Vec<Message>) -> Vec<Copies> {
+        let messages: Vec<Message> = messages
             .into_iter()
             .map(|message| {
                 if !message.extras().user_properties.is_empty()
@@ -279,12 +278,13 @@ impl TopicState {
                 {
                     return message;
                 }
-                let mut decoded = Arc::unwrap_or_clone(message);
-                decoded.extras_mut().user_properties = (self.codec.decode_properties)(&decoded);
-                Arc::new(decoded)
+                let mut decoded = message;
+                let user_properties = (self.codec.decode_properties)(&decoded);
+                decoded.edit_extras(|extras| extras.user_properties = user_properties);
+                decoded
             })
             .collect();
-        let messages: Vec<Arc<Message>> = match &mut self.duplicates {
+        let messages: Vec<Message> = match &mut self.duplicates {
             None => messages,
             Some(detector) => messages
                 .into_iter()
@@ -307,14 +307,14 @@ impl TopicState {
         };
         // Sequence numbers are the topic's (rule SEQ-1): each message takes the next one,
         // and every subscription's copy carries it with the topic's enqueued time.
-        let messages: Vec<Arc<Message>> = messages
+        let messages: Vec<Message> = messages
             .into_iter()
             .map(|message| {
                 let partition = self.partitioner.partition(&message);
                 let number = self.log.allocate_in(partition);
-                let mut numbered = Arc::unwrap_or_clone(message);
-                numbered.extras_mut().topic_sequence = Some((number, now));
-                Arc::new(numbered)
+                let mut numbered = message;
+                numbered.edit_extras(|extras| extras.topic_sequence = Some((number, now)));
+                numbered
             })
             .collect();
         let mut all_copies = Vec::with_capacity(self.subscriptions.len());
@@ -334,9 +334,9 @@ impl TopicState {
                         crate::broker::partitions::partition_of_number(number.0)
                     });
                     let number = self.log.allocate_in(partition);
-                    let mut extra = Arc::unwrap_or_clone(copy);
-                    extra.extras_mut().topic_sequence = Some((number, now));
-                    all.accepted.push(Arc::new(extra));
+                    let mut extra = copy;
+                    extra.edit_extras(|extras| extras.topic_sequence = Some((number, now)));
+                    all.accepted.push(extra);
                 }
                 all.dead_lettered.extend(copies.dead_lettered);
             }
@@ -357,7 +357,7 @@ impl TopicState {
 
     /// Schedules messages on the topic (rules SCH-1, SCH-2): each gets the topic's next
     /// sequence number and waits in the log until its time.
-    pub fn schedule(&mut self, now: Timestamp, messages: Vec<Arc<Message>>) -> Vec<SequenceNumber> {
+    pub fn schedule(&mut self, now: Timestamp, messages: Vec<Message>) -> Vec<SequenceNumber> {
         messages
             .into_iter()
             .map(|message| {
@@ -370,7 +370,7 @@ impl TopicState {
                         message: message.clone(),
                         sequence_number,
                         enqueued_time: now,
-                        time_to_live: message.header.time_to_live,
+                        time_to_live: message.header().time_to_live,
                         expires_at: None,
                         delivery_count: 0,
                         state: MessageState::Scheduled,
@@ -394,7 +394,7 @@ impl TopicState {
 
     /// The next scheduled message due at `now` (rule SCH-3), taken off the timer. It stays
     /// in the log until [`Self::published`].
-    pub fn take_due(&mut self, now: Timestamp) -> Option<(SequenceNumber, Arc<Message>)> {
+    pub fn take_due(&mut self, now: Timestamp) -> Option<(SequenceNumber, Message)> {
         let entry = self.scheduled.first_entry()?;
         if entry.key().0 > now {
             return None;
@@ -411,7 +411,7 @@ impl TopicState {
     /// The copies one subscription gets of one message: one per matching rule with an
     /// action, one for any plain match; filter and action errors dead-letter when the
     /// subscription says so; session-less copies for a session subscription dead-letter.
-    fn copies_for(&self, entry: &SubscriptionRules, message: &Arc<Message>, now: i64) -> Copies {
+    fn copies_for(&self, entry: &SubscriptionRules, message: &Message, now: i64) -> Copies {
         let view = FilterView {
             message,
             enqueued_time: now,
@@ -441,9 +441,9 @@ impl TopicState {
             match &rule.action {
                 None => plain_match = true,
                 Some(action) => match action.apply(&view) {
-                    Ok(changes) => copies.accepted.push(Arc::new((self.codec.rewrite)(
-                        message, &changes, &rule.name,
-                    ))),
+                    Ok(changes) => copies
+                        .accepted
+                        .push((self.codec.rewrite)(message, &changes, &rule.name)),
                     Err(error) => {
                         if entry.dead_letter_on_filter_errors {
                             copies.dead_lettered.push((
@@ -562,8 +562,8 @@ mod tests {
 
     fn codec() -> TopicCodec {
         TopicCodec {
-            rewrite: Arc::new(|message, _, _| message.clone()),
-            decode_properties: Arc::new(|_| Vec::new()),
+            rewrite: std::sync::Arc::new(|message, _, _| message.clone()),
+            decode_properties: std::sync::Arc::new(|_| Vec::new()),
         }
     }
 
@@ -590,15 +590,15 @@ mod tests {
         state
     }
 
-    fn message(id: &str, at: Option<Timestamp>) -> Arc<Message> {
+    fn message(id: &str, at: Option<Timestamp>) -> Message {
         let mut message = Message::default();
         let system = message.system().with(
             crate::broker::message::SystemField::MessageId,
             (Some(id.to_string())).as_deref(),
         );
         message.set_system(system);
-        message.extras_mut().scheduled_enqueue_time = at;
-        Arc::new(message)
+        message.edit_extras(|extras| extras.scheduled_enqueue_time = at);
+        message
     }
 
     #[test]

@@ -219,7 +219,7 @@ impl Connection {
                 return refuse(self, Failure::new(condition, error.to_string(), 400));
             }
         };
-        let messages: Vec<_> = messages.into_iter().map(Arc::new).collect();
+        let messages: Vec<_> = messages.into_iter().collect();
         if txn_id.is_some() || via.is_some() {
             return self
                 .transactional_send(channel, delivery_id, settled, txn_id, messages, target, via)

@@ -5,7 +5,6 @@
 use bytes::Bytes;
 use fe2o3_amqp_types::definitions::Role;
 use fe2o3_amqp_types::messaging::{Accepted, DeliveryState};
-use std::sync::Arc;
 
 use super::authorization::{Access, management_path, management_right, unauthorized};
 use super::connection::{Connection, ConnectionError, Pending};
@@ -172,7 +171,7 @@ impl Connection {
                     .await
             }
             Plan::Schedule(messages) => {
-                let messages = messages.into_iter().map(Arc::new).collect();
+                let messages = messages.into_iter().collect();
                 entity
                     .send(Command::Send {
                         messages,
@@ -320,7 +319,7 @@ impl Connection {
         let request = reply.request;
         let command = match plan {
             Plan::Schedule(messages) => TopicCommand::Schedule {
-                messages: messages.into_iter().map(Arc::new).collect(),
+                messages: messages.into_iter().collect(),
                 reply,
             },
             Plan::Cancel(sequence_numbers) => TopicCommand::CancelScheduled {

@@ -101,8 +101,8 @@ pub struct Transactions {
 
 /// One operation offered to a transaction.
 enum Operation {
-    Send(Vec<Arc<Message>>),
-    Via(Arc<str>, Vec<Arc<Message>>),
+    Send(Vec<Message>),
+    Via(Arc<str>, Vec<Message>),
     Settle(LockToken, Settlement),
 }
 
@@ -335,7 +335,7 @@ impl Connection {
         delivery_id: u32,
         settled: bool,
         txn_id: Option<Bytes>,
-        messages: Vec<Arc<Message>>,
+        messages: Vec<Message>,
         target: SendTarget,
         via: Option<Arc<str>>,
     ) -> Result<(), ConnectionError> {

@@ -5,7 +5,6 @@
 //! between releases, so it must not move when a Rust type gains a field. Integers are
 //! LEB128 varints (zig-zag for signed), strings and byte strings are length-prefixed.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::broker::entity::state::{Change, Record};
@@ -225,12 +224,12 @@ impl Out {
         }
     }
     fn message(&mut self, message: &Message) {
-        let header = &message.header;
+        let header = message.header();
         self.u8(u8::from(header.durable));
         self.u8(header.priority);
         self.duration(header.time_to_live);
         self.bytes(message.annotation_entries());
-        self.u64(u64::from(message.annotation_element_count));
+        self.u64(u64::from(message.annotation_element_count()));
         self.bytes(message.properties_section());
         self.bytes(message.application_properties_section());
         self.bytes(message.body());
@@ -241,7 +240,7 @@ impl Out {
         self.opt_i64(extras.scheduled_enqueue_time.map(|at| at.0));
         self.opt_i64(extras.original_sequence_number);
         self.properties(&extras.user_properties);
-        self.u8(message.hop_count);
+        self.u8(message.hop_count());
         self.opt_str(extras.dead_letter_source.as_deref());
         self.properties(&extras.extra_properties);
     }
@@ -545,8 +544,8 @@ impl<'a> In<'a> {
             ],
             system,
         );
-        message.header = header;
-        message.annotation_element_count = annotation_element_count;
+        message.set_header(header);
+        message.set_annotation_element_count(annotation_element_count);
         let extras = Extras {
             scheduled_enqueue_time: self.opt_i64()?.map(Timestamp),
             original_sequence_number: self.opt_i64()?,
@@ -558,7 +557,7 @@ impl<'a> In<'a> {
             dead_letter_source: None,
             extra_properties: Vec::new(),
         };
-        message.hop_count = self.u8()?;
+        message.set_hop_count(self.u8()?);
         let dead_letter_source = self.opt_string()?;
         let extra_properties = self.properties()?;
         if extras.scheduled_enqueue_time.is_some()
@@ -567,17 +566,19 @@ impl<'a> In<'a> {
             || dead_letter_source.is_some()
             || !extra_properties.is_empty()
         {
-            *message.extras_mut() = Extras {
-                dead_letter_source,
-                extra_properties,
-                ..extras
-            };
+            message.edit_extras(|kept| {
+                *kept = Extras {
+                    dead_letter_source,
+                    extra_properties,
+                    ..extras
+                }
+            });
         }
         Ok(message)
     }
     fn record(&mut self) -> Result<Record, DecodeError> {
         Ok(Record {
-            message: Arc::new(self.message()?),
+            message: self.message()?,
             sequence_number: SequenceNumber(self.i64()?),
             enqueued_time: Timestamp(self.i64()?),
             time_to_live: self.duration()?,
@@ -709,12 +710,12 @@ mod tests {
             [b"\xa3\x03abc\x41", b"\x00\x53\x73\x45", b"", &[9u8; 300]],
             [None; 8],
         );
-        message.header = HeaderFields {
+        message.set_header(HeaderFields {
             durable: true,
             priority: 7,
             time_to_live: Some(Duration::from_millis(1234)),
-        };
-        message.annotation_element_count = 2;
+        });
+        message.set_annotation_element_count(2);
         message.set_system(SystemProperties::new([
             Some("id-1"),
             None,
@@ -725,18 +726,20 @@ mod tests {
             None,
             Some("application/json"),
         ]));
-        message.hop_count = 2;
-        *message.extras_mut() = Extras {
-            scheduled_enqueue_time: Some(Timestamp(1_700_000_000_000)),
-            original_sequence_number: Some(-5),
-            user_properties: vec![("k".into(), PropertyValue::Double(1.5))],
-            dead_letter_source: Some("q".into()),
-            extra_properties: vec![("x".into(), PropertyValue::Uuid([3; 16]))],
-            topic_sequence: None,
-            partition_key: None,
-        };
+        message.set_hop_count(2);
+        message.edit_extras(|extras| {
+            *extras = Extras {
+                scheduled_enqueue_time: Some(Timestamp(1_700_000_000_000)),
+                original_sequence_number: Some(-5),
+                user_properties: vec![("k".into(), PropertyValue::Double(1.5))],
+                dead_letter_source: Some("q".into()),
+                extra_properties: vec![("x".into(), PropertyValue::Uuid([3; 16]))],
+                topic_sequence: None,
+                partition_key: None,
+            }
+        });
         Record {
-            message: Arc::new(message),
+            message,
             sequence_number: SequenceNumber(sequence_number),
             enqueued_time: Timestamp(1_700_000_000_001),
             time_to_live: None,

@@ -219,9 +219,9 @@ impl Api<'_> {
         if taken.is_empty() {
             return Ok(0);
         }
-        let copies: Vec<Arc<Message>> = taken
+        let copies: Vec<Message> = taken
             .iter()
-            .map(|delivery| Arc::new(resubmitted_copy(&delivery.message)))
+            .map(|delivery| resubmitted_copy(&delivery.message))
             .collect();
         let sent = send_to(target, target_path, copies).await;
         let settlement = if sent.is_ok() {
@@ -297,7 +297,7 @@ impl Api<'_> {
         for _ in 0..count {
             let message = amqp_message::parse_message(encoded.clone())
                 .map_err(|error| Failure::bad(format!("The message is invalid: {error}")))?;
-            messages.push(Arc::new(message));
+            messages.push(message);
         }
         let scheduled = messages
             .first()
@@ -325,11 +325,7 @@ impl Api<'_> {
 
 /// Sends messages into a queue, subscription (straight into it: no filters) or topic, and
 /// waits until they are stored.
-async fn send_to(
-    entity: &Entity,
-    path: &str,
-    messages: Vec<Arc<Message>>,
-) -> Result<Reply, Failure> {
+async fn send_to(entity: &Entity, path: &str, messages: Vec<Message>) -> Result<Reply, Failure> {
     let (reply, answer) = ReplyTo::oneshot();
     match entity {
         Entity::Queue(handle) | Entity::Subscription(handle) => {
@@ -356,12 +352,14 @@ async fn send_to(
 /// broker added (dead-letter reason, source, forwarding hops, scheduling).
 fn resubmitted_copy(message: &Message) -> Message {
     let mut copy = message.clone();
-    copy.extras_mut().dead_letter_source = None;
-    copy.extras_mut().extra_properties = Vec::new();
-    copy.extras_mut().original_sequence_number = None;
-    copy.hop_count = 0;
-    copy.extras_mut().scheduled_enqueue_time = None;
-    copy.extras_mut().topic_sequence = None;
+    copy.edit_extras(|extras| {
+        extras.dead_letter_source = None;
+        extras.extra_properties = Vec::new();
+        extras.original_sequence_number = None;
+        extras.scheduled_enqueue_time = None;
+        extras.topic_sequence = None;
+    });
+    copy.set_hop_count(0);
     copy
 }
 

@@ -7,7 +7,6 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use std::sync::Arc;
 use tokio::sync::mpsc::{self, UnboundedReceiver};
 use tokio::time::{Instant, timeout_at};
 
@@ -93,7 +92,7 @@ impl Entity {
     }
 
     async fn send(&mut self, message: Message) -> Vec<SequenceNumber> {
-        let messages = vec![Arc::new(message)];
+        let messages = vec![message];
         match self
             .request(|reply| Command::Send {
                 messages,
@@ -328,7 +327,7 @@ async fn a_scheduled_message_is_delivered_at_its_time_with_a_new_sequence_number
         .await;
     let delay = Duration::from_secs(5);
     let mut scheduled = message(1);
-    scheduled.extras_mut().scheduled_enqueue_time = Some(START.plus(delay));
+    scheduled.edit_extras(|extras| extras.scheduled_enqueue_time = Some(START.plus(delay)));
     assert_eq!(entity.send(scheduled).await, vec![SequenceNumber(1)]);
     assert_eq!(entity.send(message(2)).await, vec![SequenceNumber(2)]);
     let immediate = next_delivery(&mut deliveries).await;

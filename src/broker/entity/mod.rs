@@ -172,7 +172,7 @@ pub enum Command {
     /// Enqueue messages (one transfer, possibly a batch).
     Send {
         /// The messages, in order.
-        messages: Vec<Arc<Message>>,
+        messages: Vec<Message>,
         /// Who waits for the outcome (`None` for pre-settled transfers).
         reply: Option<ReplyTo>,
     },
@@ -180,7 +180,7 @@ pub enum Command {
     /// their filter or need a session id they lack).
     DeadLetterOnArrival {
         /// Message, reason, description.
-        messages: Vec<(Arc<Message>, String, String)>,
+        messages: Vec<(Message, String, String)>,
     },
     /// The forwarding target stored the outbox message: it leaves the source.
     Forwarded {

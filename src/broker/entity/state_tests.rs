@@ -1,6 +1,5 @@
 //! Unit tests of the pure entity core with explicit times.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -16,8 +15,8 @@ use crate::broker::types::{
 const START: Timestamp = Timestamp(1_700_000_000_000);
 const RECEIVER: ReceiverId = ReceiverId(1);
 
-fn message(body: &str) -> Arc<Message> {
-    Arc::new(Message::with_body(&Bytes::from(body.as_bytes().to_vec())))
+fn message(body: &str) -> Message {
+    Message::with_body(&Bytes::from(body.as_bytes().to_vec()))
 }
 
 fn entity(configure: impl FnOnce(&mut EntitySettings)) -> EntityState {
@@ -433,9 +432,7 @@ fn next_available_hands_out_each_of_ten_thousand_sessions_once_in_arrival_order(
             (Some(format!("session-{index}"))).as_deref(),
         );
         with_session.set_system(system);
-        state
-            .enqueue(START, vec![Arc::new(with_session)])
-            .expect("accepted");
+        state.enqueue(START, vec![with_session]).expect("accepted");
     }
     for index in 0..sessions {
         let receiver = ReceiverId(index + 1);
@@ -584,14 +581,14 @@ fn the_quota_counts_the_overhead_of_empty_messages() {
     );
 }
 
-fn session_message(body: &str, session: &str) -> Arc<Message> {
+fn session_message(body: &str, session: &str) -> Message {
     let mut message = Message::with_body(&Bytes::from(body.as_bytes().to_vec()));
     let system = message.system().with(
         crate::broker::message::SystemField::SessionId,
         (Some(session.to_string())).as_deref(),
     );
     message.set_system(system);
-    Arc::new(message)
+    message
 }
 
 #[test]
@@ -673,7 +670,7 @@ fn the_forwarding_outbox_keeps_a_message_until_its_target_has_it() {
         .collect();
     assert_eq!(forwarded.len(), 1);
     assert_eq!(forwarded[0].1, numbers[0]);
-    assert_eq!(forwarded[0].0.hop_count, 1);
+    assert_eq!(forwarded[0].0.hop_count(), 1);
     assert_eq!(
         state.log().outbox().len(),
         1,
@@ -846,16 +843,13 @@ fn explorer_takes_messages_by_sequence_number_and_skips_locked_ones() {
 fn purge_deletes_unlocked_messages_of_every_state() {
     let mut state = entity(|_| {});
     let mut scheduled = Message::with_body(&Bytes::from_static(b"later"));
-    scheduled.extras_mut().scheduled_enqueue_time = Some(START.plus(Duration::from_secs(3600)));
+    scheduled.edit_extras(|extras| {
+        extras.scheduled_enqueue_time = Some(START.plus(Duration::from_secs(3600)))
+    });
     state
         .enqueue(
             START,
-            vec![
-                message("a"),
-                message("b"),
-                message("c"),
-                Arc::new(scheduled),
-            ],
+            vec![message("a"), message("b"), message("c"), scheduled],
         )
         .expect("accepted");
     assert_eq!(state.counts().scheduled, 1);
@@ -1007,7 +1001,7 @@ fn a_transaction_that_does_not_fit_changes_nothing() {
     // rule TXN-2: the quota counts sends and via sends together
     let mut state = entity(|settings| settings.max_size_bytes = 3000);
     let (first, _) = two_locked(&mut state);
-    let big = Arc::new(Message::with_body(&Bytes::from(vec![0u8; 1200])));
+    let big = Message::with_body(&Bytes::from(vec![0u8; 1200]));
     let work = super::TransactionWork {
         sends: vec![big.clone()],
         via: vec![("elsewhere".into(), big)],
@@ -1050,12 +1044,10 @@ fn a_transaction_settling_one_lock_twice_is_refused_whole() {
     assert_eq!(state.message_count(SubQueue::Main), 2);
 }
 
-fn keyed(body: &str, key: &str) -> Arc<Message> {
-    Arc::new({
-        let mut message = Message::with_body(&Bytes::from(body.as_bytes().to_vec()));
-        message.extras_mut().partition_key = Some(key.into());
-        message
-    })
+fn keyed(body: &str, key: &str) -> Message {
+    let mut message = Message::with_body(&Bytes::from(body.as_bytes().to_vec()));
+    message.edit_extras(|extras| extras.partition_key = Some(key.into()));
+    message
 }
 
 #[test]

@@ -1,8 +1,6 @@
 //! Dead-lettering and auto-forwarding: how records enter the dead-letter and transfer
 //! dead-letter sub-queues, and how messages leave for `forward_to` (rules DLQ-3/4, FWD-1..3).
 
-use std::sync::Arc;
-
 use super::{
     Effect, EntityState, MAX_TRANSFER_HOP_COUNT_EXCEEDED, MAX_TRANSFER_HOPS, MessageState, Record,
 };
@@ -17,11 +15,11 @@ impl EntityState {
     pub(super) fn forward(
         &mut self,
         now: Timestamp,
-        message: Arc<Message>,
+        message: Message,
         sequence_number: SequenceNumber,
         property_changes: PropertyChanges,
     ) {
-        if message.hop_count >= MAX_TRANSFER_HOPS {
+        if message.hop_count() >= MAX_TRANSFER_HOPS {
             let record = self.arrival_record(message, sequence_number, now, property_changes);
             self.store_dead_letter(
                 record,
@@ -32,14 +30,13 @@ impl EntityState {
             );
             return;
         }
-        let mut forwarded = Arc::unwrap_or_clone(message);
-        forwarded.hop_count += 1;
-        forwarded.extras_mut().original_sequence_number = Some(sequence_number.0);
-        forwarded
-            .extras_mut()
-            .extra_properties
-            .extend(property_changes);
-        let record = self.arrival_record(Arc::new(forwarded), sequence_number, now, Vec::new());
+        let mut forwarded = message;
+        forwarded.set_hop_count(forwarded.hop_count() + 1);
+        forwarded.edit_extras(|extras| {
+            extras.original_sequence_number = Some(sequence_number.0);
+            extras.extra_properties.extend(property_changes);
+        });
+        let record = self.arrival_record(forwarded, sequence_number, now, Vec::new());
         self.send_through_outbox(record, OutboxTarget::Forward);
     }
 
@@ -49,9 +46,9 @@ impl EntityState {
     pub(super) fn send_through_outbox(&mut self, mut record: Record, target: OutboxTarget) {
         if record.message.extras().topic_sequence.is_some() {
             // The target numbers it: a topic's number belongs to the topic's entities.
-            let mut message = Arc::unwrap_or_clone(record.message);
-            message.extras_mut().topic_sequence = None;
-            record.message = Arc::new(message);
+            record
+                .message
+                .edit_extras(|extras| extras.topic_sequence = None);
         }
         let message = record.message.clone();
         let sequence_number = record.sequence_number;
@@ -115,7 +112,7 @@ impl EntityState {
     pub fn enqueue_transfer_dead_lettered(
         &mut self,
         now: Timestamp,
-        message: Arc<Message>,
+        message: Message,
         reason: String,
         description: String,
     ) {
@@ -167,16 +164,15 @@ impl EntityState {
     /// Hands a dead letter (already out of the log) to `forward_dead_lettered_messages_to`.
     fn forward_dead_letter(&mut self, record: Record) {
         let sequence_number = record.sequence_number;
-        let mut forwarded = Arc::unwrap_or_clone(record.message);
-        forwarded.hop_count += 1;
-        forwarded.extras_mut().original_sequence_number = Some(sequence_number.0);
-        forwarded.extras_mut().dead_letter_source = Some(self.settings.path.clone());
-        forwarded
-            .extras_mut()
-            .extra_properties
-            .extend(record.property_changes);
+        let mut forwarded = record.message;
+        forwarded.set_hop_count(forwarded.hop_count() + 1);
+        forwarded.edit_extras(|extras| {
+            extras.original_sequence_number = Some(sequence_number.0);
+            extras.dead_letter_source = Some(self.settings.path.clone());
+            extras.extra_properties.extend(record.property_changes);
+        });
         let outgoing = Record {
-            message: Arc::new(forwarded),
+            message: forwarded,
             property_changes: Default::default(),
             ..record
         };
@@ -188,7 +184,7 @@ impl EntityState {
     pub fn enqueue_dead_lettered(
         &mut self,
         now: Timestamp,
-        message: Arc<Message>,
+        message: Message,
         reason: String,
         description: String,
     ) {

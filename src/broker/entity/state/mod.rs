@@ -58,7 +58,7 @@ pub const MAX_TRANSFER_HOPS: u8 = 4;
 #[derive(Debug, Clone)]
 pub struct Record {
     /// The shared, immutable message.
-    pub message: Arc<Message>,
+    pub message: Message,
     /// Assigned at enqueue (or activation for scheduled messages).
     pub sequence_number: SequenceNumber,
     /// Stamped by the broker at enqueue (rule SEQ-3).
@@ -146,7 +146,7 @@ pub enum Effect {
     /// [`EntityState::forward_failed`].
     Forward {
         /// The message to hand to the target.
-        message: Arc<Message>,
+        message: Message,
         /// Its number in the source's outbox.
         sequence_number: SequenceNumber,
         /// Where it goes.
@@ -624,7 +624,7 @@ impl EntityState {
     pub fn enqueue(
         &mut self,
         now: Timestamp,
-        messages: Vec<Arc<Message>>,
+        messages: Vec<Message>,
     ) -> Result<Vec<SequenceNumber>, EntityError> {
         // Activity first: a command arriving at the idle deadline keeps the entity.
         self.touch(now);
@@ -642,7 +642,7 @@ impl EntityState {
             }
             self.stored_bytes += message.size() as u64;
             let message_id = message.system().message_id().map(str::to_string);
-            if message.hop_count > 0
+            if message.hop_count() > 0
                 && self.settings.requires_session
                 && message.system().session_id().is_none()
             {
@@ -677,7 +677,7 @@ impl EntityState {
 
     /// Whether `messages` (plus `also` bytes more) may be stored: the entity's size quota
     /// and, for session entities, a session id on every message sent by a client.
-    fn admit(&self, messages: &[Arc<Message>], also: u64) -> Result<(), EntityError> {
+    fn admit(&self, messages: &[Message], also: u64) -> Result<(), EntityError> {
         let incoming: u64 = also
             + messages
                 .iter()
@@ -693,7 +693,7 @@ impl EntityState {
         if self.settings.requires_session
             && messages
                 .iter()
-                .any(|message| message.system().session_id().is_none() && message.hop_count == 0)
+                .any(|message| message.system().session_id().is_none() && message.hop_count() == 0)
         {
             return Err(EntityError::NotAllowed(format!(
                 "The SessionId was not set on a message, and it cannot be sent to the entity '{}'. Entities that have session support enabled can only receive messages that have the SessionId set to a valid value.",
@@ -722,7 +722,7 @@ impl EntityState {
 
     fn effective_time_to_live(&self, message: &Message) -> Option<Duration> {
         match (
-            message.header.time_to_live,
+            message.header().time_to_live,
             self.settings.default_message_time_to_live,
         ) {
             (Some(own), Some(ceiling)) => Some(own.min(ceiling)),
@@ -734,7 +734,7 @@ impl EntityState {
     fn append(
         &mut self,
         now: Timestamp,
-        message: Arc<Message>,
+        message: Message,
         delivery_count: u32,
         property_changes: PropertyChanges,
     ) -> SequenceNumber {
@@ -765,7 +765,7 @@ impl EntityState {
     /// expiry yet, no deliveries.
     pub(super) fn arrival_record(
         &self,
-        message: Arc<Message>,
+        message: Message,
         sequence_number: SequenceNumber,
         now: Timestamp,
         property_changes: PropertyChanges,
@@ -786,7 +786,7 @@ impl EntityState {
     fn insert_scheduled(
         &mut self,
         now: Timestamp,
-        message: Arc<Message>,
+        message: Message,
         at: Timestamp,
     ) -> SequenceNumber {
         let (sequence_number, now) = self.arrival_number(now, &message);

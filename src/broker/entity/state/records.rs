@@ -204,7 +204,6 @@ impl<'a> IntoIterator for &'a RecordMap {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
 
     use proptest::prelude::*;
 
@@ -214,7 +213,7 @@ mod tests {
 
     fn record(number: i64) -> Record {
         Record {
-            message: Arc::new(Message::default()),
+            message: Message::default(),
             sequence_number: SequenceNumber(number),
             enqueued_time: Timestamp(number),
             time_to_live: None,

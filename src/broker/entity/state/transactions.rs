@@ -12,10 +12,10 @@ use super::*;
 #[derive(Debug, Default)]
 pub struct TransactionWork {
     /// Messages sent to this entity.
-    pub sends: Vec<Arc<Message>>,
+    pub sends: Vec<Message>,
     /// Messages sent through this entity to another (send-via): destination path, message.
     /// They wait in this entity's outbox until the destination has them (rule TXN-3).
-    pub via: Vec<(Arc<str>, Arc<Message>)>,
+    pub via: Vec<(Arc<str>, Message)>,
     /// Settlements of messages this entity locked.
     pub settlements: Vec<(LockToken, Settlement)>,
 }

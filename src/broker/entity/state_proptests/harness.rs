@@ -209,7 +209,7 @@ impl Harness {
                 self.track(body, now, None);
                 self.state.enqueue_dead_lettered(
                     now,
-                    Arc::new(test_message(body)),
+                    test_message(body),
                     TEST_REASON.to_string(),
                     "arrived dead".to_string(),
                 );
@@ -437,17 +437,22 @@ impl Harness {
         for spec in specs {
             let body = self.new_body();
             let mut message = test_message(body);
-            message.header.time_to_live = spec.ttl_ticks.map(ticks);
+            message.set_header(crate::broker::message::HeaderFields {
+                time_to_live: spec.ttl_ticks.map(ticks),
+                ..message.header()
+            });
             let system = message.system().with(
                 crate::broker::message::SystemField::MessageId,
                 (spec.message_id.map(|id| format!("id-{id}"))).as_deref(),
             );
             message.set_system(system);
-            message.extras_mut().scheduled_enqueue_time = spec
-                .schedule_in_ticks
-                .map(|offset| Timestamp(now.0 + offset * TICK_MS as i64));
+            message.edit_extras(|extras| {
+                extras.scheduled_enqueue_time = spec
+                    .schedule_in_ticks
+                    .map(|offset| Timestamp(now.0 + offset * TICK_MS as i64))
+            });
             bodies.push(body);
-            batch.push(Arc::new(message));
+            batch.push(message);
         }
         let numbers = self
             .state
@@ -479,7 +484,7 @@ impl Harness {
             previous = number.0;
             pending.first_sent.get_or_insert(number.0);
             let effective_ttl = match (
-                message.header.time_to_live,
+                message.header().time_to_live,
                 self.spec.default_ttl_ticks.map(ticks),
             ) {
                 (Some(own), Some(ceiling)) => Some(own.min(ceiling)),

@@ -13,7 +13,6 @@
 //! Deterministic regression tests at the end pin down defects found this way.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -466,7 +465,7 @@ fn dead_lettering_a_deferred_dead_letter_keeps_it_out_of_dispatch() {
     let mut state = entity(|_| {});
     state.enqueue_dead_lettered(
         START,
-        Arc::new(test_message(1)),
+        test_message(1),
         TEST_REASON.to_string(),
         String::new(),
     );
@@ -520,10 +519,7 @@ fn drain_with_a_stale_credit_limit_never_moves_the_delivery_count_back() {
     let receiver = ReceiverId(1);
     let mut state = entity(|_| {});
     state
-        .enqueue(
-            START,
-            (1..=5).map(|body| Arc::new(test_message(body))).collect(),
-        )
+        .enqueue(START, (1..=5).map(test_message).collect())
         .expect("accepted");
     state.attach_receiver(START, receiver, SubQueue::Main, ReceiveMode::PeekLock);
     state.set_credit(START, receiver, 2, false);
@@ -549,7 +545,7 @@ fn a_send_at_the_idle_deadline_is_not_acknowledged_by_an_entity_that_deletes_its
     // deletes the entity (and the message) when both happen in one call.
     let mut state = entity(|settings| settings.auto_delete_on_idle = Some(Duration::from_secs(60)));
     let deadline = state.next_deadline().expect("idle deadline");
-    let accepted = state.enqueue(deadline, vec![Arc::new(test_message(1))]);
+    let accepted = state.enqueue(deadline, vec![test_message(1)]);
     let idle = state
         .take_effects()
         .iter()
@@ -567,11 +563,12 @@ fn a_late_advance_activates_a_scheduled_message_as_of_its_scheduled_time() {
     let mut state = entity(|settings| settings.dead_lettering_on_message_expiration = true);
     let at = START.plus(Duration::from_secs(10));
     let mut message = test_message(1);
-    message.header.time_to_live = Some(Duration::from_secs(5));
-    message.extras_mut().scheduled_enqueue_time = Some(at);
-    state
-        .enqueue(START, vec![Arc::new(message)])
-        .expect("scheduled");
+    message.set_header(crate::broker::message::HeaderFields {
+        time_to_live: Some(Duration::from_secs(5)),
+        ..message.header()
+    });
+    message.edit_extras(|extras| extras.scheduled_enqueue_time = Some(at));
+    state.enqueue(START, vec![message]).expect("scheduled");
     // The timer fires 20 s late: the message materialised at `at` and expired at `at + 5 s`.
     state.advance(at.plus(Duration::from_secs(20)));
     // It expired before it could be seen, so it keeps its scheduling number.

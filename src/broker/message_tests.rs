@@ -1,0 +1,218 @@
+//! The one-allocation message (issue 16): where the system properties are read from, what
+//! a change does to the other copies, what the fixed fields keep.
+
+use std::time::Duration;
+
+use fe2o3_amqp_types::messaging::{MessageId, Properties};
+use fe2o3_amqp_types::primitives::{Binary, Symbol, Uuid};
+
+use super::*;
+
+fn encoded(properties: &Properties) -> Vec<u8> {
+    serde_amqp::to_vec(properties).expect("encodes")
+}
+
+fn with_properties(properties: &Properties) -> Message {
+    let section = encoded(properties);
+    let values = crate::amqp::message::system_values(properties);
+    Message::from_parts(
+        [b"", &section, b"", b"\x00\x53\x75\xa0\x02hi"],
+        values.each_ref().map(|value| value.as_deref()),
+    )
+}
+
+fn full_properties() -> Properties {
+    Properties {
+        message_id: Some(MessageId::String("id-1".into())),
+        to: Some("to-1".into()),
+        subject: Some("label".into()),
+        reply_to: Some("reply-q".into()),
+        correlation_id: Some(MessageId::String("corr-1".into())),
+        content_type: Some(Symbol::from("application/json")),
+        group_id: Some("session-1".into()),
+        reply_to_group_id: Some("reply-session".into()),
+        ..Properties::default()
+    }
+}
+
+#[test]
+fn string_properties_are_read_from_the_section_without_a_copy() {
+    let message = with_properties(&full_properties());
+    let system = message.system();
+    assert_eq!(system.message_id(), Some("id-1"));
+    assert_eq!(system.to(), Some("to-1"));
+    assert_eq!(system.subject(), Some("label"));
+    assert_eq!(system.reply_to(), Some("reply-q"));
+    assert_eq!(system.correlation_id(), Some("corr-1"));
+    assert_eq!(system.content_type(), Some("application/json"));
+    assert_eq!(system.session_id(), Some("session-1"));
+    assert_eq!(system.reply_to_session_id(), Some("reply-session"));
+    assert_eq!(message.system_text_len(), 0, "no text beside the section");
+    assert_eq!(message.body(), b"\x00\x53\x75\xa0\x02hi");
+}
+
+#[test]
+fn identifiers_that_are_not_strings_keep_their_text_beside_the_section() {
+    let properties = Properties {
+        message_id: Some(MessageId::Ulong(42)),
+        correlation_id: Some(MessageId::Uuid(Uuid::from([7u8; 16]))),
+        group_id: Some("s".into()),
+        ..Properties::default()
+    };
+    let message = with_properties(&properties);
+    let expected = crate::amqp::message::system_values(&properties);
+    assert_eq!(message.system().message_id(), expected[0].as_deref());
+    assert_eq!(message.system().message_id(), Some("42"));
+    assert_eq!(message.system().correlation_id(), expected[1].as_deref());
+    assert_eq!(message.system().session_id(), Some("s"));
+    let text = expected[0].as_deref().unwrap().len() + expected[1].as_deref().unwrap().len();
+    assert_eq!(message.system_text_len(), text);
+    assert_eq!(message.system().to(), None);
+}
+
+#[test]
+fn a_binary_message_id_and_values_the_section_does_not_hold_are_kept_as_text() {
+    let properties = Properties {
+        message_id: Some(MessageId::Binary(Binary::from(vec![1, 2, 3]))),
+        ..Properties::default()
+    };
+    let mut message = with_properties(&properties);
+    let id = crate::amqp::message::system_values(&properties)[0]
+        .clone()
+        .map(|text| text.into_owned());
+    assert_eq!(message.system().message_id(), id.as_deref());
+    // A value set apart from the section (a rule action, a test) is text of its own.
+    let changed = message.system().with(SystemField::Subject, Some("set"));
+    message.set_system(changed);
+    assert_eq!(message.system().subject(), Some("set"));
+    assert_eq!(message.system().message_id(), id.as_deref());
+}
+
+#[test]
+fn a_section_longer_than_the_offsets_reach_keeps_the_text_beside_it() {
+    // The user id comes before `to` in the list: 70,000 bytes of it push `to` past what a
+    // 16-bit offset reaches.
+    let properties = Properties {
+        user_id: Some(Binary::from(vec![0u8; 70_000])),
+        to: Some("far".into()),
+        message_id: Some(MessageId::String("near".into())),
+        ..Properties::default()
+    };
+    let message = with_properties(&properties);
+    assert_eq!(message.system().to(), Some("far"));
+    assert_eq!(message.system().message_id(), Some("near"));
+    assert_eq!(message.system_text_len(), 3);
+}
+
+#[test]
+fn a_section_that_is_not_a_properties_list_does_not_hide_the_values() {
+    for section in [
+        &b"\x00\x53\x73\xc0\xff\x05"[..],
+        b"\x00",
+        b"\x12\x34",
+        b"\x00\x53\x73\x45",
+    ] {
+        let message = Message::from_parts(
+            [b"", section, b"", b"body"],
+            [Some("id"), None, None, None, None, Some("s"), None, None],
+        );
+        assert_eq!(message.system().message_id(), Some("id"));
+        assert_eq!(message.system().session_id(), Some("s"));
+        assert_eq!(message.properties_section(), section);
+    }
+}
+
+#[test]
+fn sections_back_to_back_build_the_same_message_as_sections_apart() {
+    let section = encoded(&full_properties());
+    let application = b"\x00\x53\x74\xc1\x01\x00";
+    let body = b"\x00\x53\x75\xa0\x03abc";
+    let joined = [&section[..], application, body].concat();
+    let properties = full_properties();
+    let values = crate::amqp::message::system_values(&properties);
+    let values = values.each_ref().map(|value| value.as_deref());
+    let apart = Message::from_parts([b"", &section, application, body], values);
+    let together = Message::from_joined(
+        &joined,
+        [0, section.len(), application.len(), body.len()],
+        values,
+    );
+    for message in [&apart, &together] {
+        assert_eq!(message.properties_section(), &section[..]);
+        assert_eq!(message.application_properties_section(), application);
+        assert_eq!(message.body(), body);
+        assert_eq!(message.system().values(), apart.system().values());
+        assert_eq!(message.encoded_size(), joined.len() + 16);
+    }
+}
+
+#[test]
+fn a_change_to_one_copy_leaves_the_others_as_they_were() {
+    let original = with_properties(&full_properties());
+    let mut copy = original.clone();
+    copy.edit_extras(|extras| extras.original_sequence_number = Some(9));
+    copy.set_hop_count(2);
+    copy.set_header(HeaderFields {
+        durable: true,
+        priority: 9,
+        time_to_live: Some(Duration::from_millis(1500)),
+    });
+    assert_eq!(copy.extras().original_sequence_number, Some(9));
+    assert_eq!(copy.hop_count(), 2);
+    assert_eq!(
+        copy.header().time_to_live,
+        Some(Duration::from_millis(1500))
+    );
+    assert_eq!(original.extras().original_sequence_number, None);
+    assert_eq!(original.hop_count(), 0);
+    assert_eq!(original.header(), HeaderFields::default());
+    assert_eq!(copy.body(), original.body());
+    assert_eq!(copy.system().values(), original.system().values());
+
+    let mut replaced = copy.clone();
+    replaced.set_properties_section(&encoded(&Properties {
+        message_id: Some(MessageId::String("id-2".into())),
+        ..Properties::default()
+    }));
+    assert_eq!(copy.properties_section(), original.properties_section());
+    // The values stay what they were, now as text beside the new section.
+    assert_eq!(replaced.system().message_id(), Some("id-1"));
+    assert_eq!(replaced.extras().original_sequence_number, Some(9));
+    assert_eq!(replaced.hop_count(), 2);
+}
+
+#[test]
+fn the_only_copy_changes_in_place() {
+    let mut message = with_properties(&full_properties());
+    let before = message.body().as_ptr();
+    message.edit_extras(|extras| extras.dead_letter_source = Some("q".into()));
+    message.set_hop_count(1);
+    assert_eq!(message.body().as_ptr(), before, "no new allocation");
+    assert_eq!(message.extras().dead_letter_source.as_deref(), Some("q"));
+}
+
+#[test]
+fn a_time_to_live_is_kept_in_whole_milliseconds_and_none_stays_none() {
+    let mut message = Message::with_body(b"x");
+    assert_eq!(message.header().time_to_live, None);
+    for ttl in [
+        Duration::ZERO,
+        Duration::from_millis(1),
+        Duration::from_secs(86_400 * 365 * 1000),
+    ] {
+        message.set_header(HeaderFields {
+            time_to_live: Some(ttl),
+            ..HeaderFields::default()
+        });
+        assert_eq!(message.header().time_to_live, Some(ttl));
+    }
+    message.set_header(HeaderFields::default());
+    assert_eq!(message.header().time_to_live, None);
+}
+
+#[test]
+fn the_fixed_fields_fit_in_56_bytes() {
+    // Issue 16: the head rides in front of the bytes of every stored message.
+    assert_eq!(std::mem::size_of::<Head>(), 56);
+    assert_eq!(std::mem::size_of::<Message>(), 8);
+}
