@@ -442,7 +442,7 @@ pub fn encode_delivery(view: DeliveryView<'_>, output: &mut BytesMut) {
     let sent = message.header();
     writer.boolean(sent.durable);
     writer.ubyte(sent.priority);
-    match record.time_to_live {
+    match record.time_to_live.get() {
         Some(ttl) => writer.uint(ttl.as_millis().min(u32::MAX as u128) as u32),
         None => writer.null(),
     }
@@ -512,7 +512,7 @@ pub fn encode_delivery(view: DeliveryView<'_>, output: &mut BytesMut) {
 /// `absolute-expiry-time` = `creation-time` + the effective TTL: the JS SDK derives
 /// `timeToLive` from those two timestamps when both are present.
 fn lowered_ttl_properties(record: &Record) -> Option<Vec<u8>> {
-    let effective = record.time_to_live?;
+    let effective = record.time_to_live.get()?;
     if record.message.header().time_to_live == Some(effective)
         || record.message.properties_section().is_empty()
     {

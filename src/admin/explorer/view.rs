@@ -185,10 +185,14 @@ pub(super) fn detail(delivery: &Delivery) -> Json {
             json!(
                 delivery
                     .time_to_live
+                    .get()
                     .map(crate::admin::atom::format_duration)
             ),
         ),
-        ("ExpiresAt", json!(delivery.expires_at.map(timestamp_text))),
+        (
+            "ExpiresAt",
+            json!(delivery.expires_at.get().map(timestamp_text)),
+        ),
         (
             "LockedUntil",
             json!(delivery.lock.map(|lock| timestamp_text(lock.until))),

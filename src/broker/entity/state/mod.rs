@@ -39,8 +39,8 @@ use super::duplicates::DuplicateDetector;
 use super::settings::EntitySettings;
 use crate::broker::message::Message;
 use crate::broker::types::{
-    EntityError, LockToken, MessageState, OutboxTarget, PropertyChanges, ReceiveMode, ReceiverId,
-    SequenceNumber, Settlement, SubQueue, Timestamp,
+    EntityError, LockToken, MessageState, OptionalTimestamp, OutboxTarget, PropertyChanges,
+    ReceiveMode, ReceiverId, SequenceNumber, Settlement, SubQueue, Timestamp,
 };
 
 /// Reason recorded when the delivery count reaches the maximum (rule LCK-2).
@@ -63,10 +63,11 @@ pub struct Record {
     pub sequence_number: SequenceNumber,
     /// Stamped by the broker at enqueue (rule SEQ-3).
     pub enqueued_time: Timestamp,
-    /// Effective TTL: the message's own, lowered to the entity default (rule TTL-2).
-    pub time_to_live: Option<Duration>,
-    /// Absolute expiry (rule TTL-1); `None` never expires.
-    pub expires_at: Option<Timestamp>,
+    /// Effective TTL: the message's own, lowered to the entity default (rule TTL-2), in
+    /// whole milliseconds.
+    pub time_to_live: crate::broker::types::OptionalMillis,
+    /// Absolute expiry (rule TTL-1); none never expires.
+    pub expires_at: crate::broker::types::OptionalTimestamp,
     /// Failed deliveries so far (`header.delivery-count`).
     pub delivery_count: u32,
     /// Active, deferred or scheduled.
@@ -745,8 +746,8 @@ impl EntityState {
         }
         let mut record = self.arrival_record(message, sequence_number, now, property_changes);
         record.delivery_count = delivery_count;
-        record.expires_at = record.time_to_live.map(|ttl| now.plus(ttl));
-        if let Some(at) = record.expires_at {
+        record.expires_at = (record.time_to_live.get().map(|ttl| now.plus(ttl))).into();
+        if let Some(at) = record.expires_at.get() {
             self.deadlines
                 .insert((at, Deadline::Expiry(sequence_number)));
         }
@@ -775,8 +776,8 @@ impl EntityState {
             message,
             sequence_number,
             enqueued_time: now,
-            time_to_live,
-            expires_at: None,
+            time_to_live: time_to_live.into(),
+            expires_at: OptionalTimestamp::NONE,
             delivery_count: 0,
             state: MessageState::Active,
             property_changes: property_changes.into(),
@@ -814,7 +815,7 @@ impl EntityState {
         let already_expired = self
             .log
             .get(SubQueue::Main, sequence_number)
-            .and_then(|record| record.time_to_live)
+            .and_then(|record| record.time_to_live.get())
             .is_some_and(|ttl| at.plus(ttl) <= now);
         if already_expired {
             // The timer ran so late that the message expired before it could be seen:
@@ -822,7 +823,7 @@ impl EntityState {
             self.log.update(SubQueue::Main, sequence_number, |record| {
                 record.state = MessageState::Active;
                 record.enqueued_time = at;
-                record.expires_at = record.time_to_live.map(|ttl| at.plus(ttl));
+                record.expires_at = (record.time_to_live.get().map(|ttl| at.plus(ttl))).into();
             });
             self.expire(now, sequence_number);
             return;
@@ -857,7 +858,7 @@ impl EntityState {
                 // Removed on delivery: restore it where receive-and-delete took it from.
                 self.stored_bytes += record.message.size() as u64;
                 if sub_queue == SubQueue::Main
-                    && let Some(at) = record.expires_at
+                    && let Some(at) = record.expires_at.get()
                 {
                     self.deadlines
                         .insert((at, Deadline::Expiry(sequence_number)));

@@ -48,9 +48,9 @@ impl Harness {
                         record.state
                     );
                     prop_assert!(
-                        record.expires_at.is_none_or(|at| at > now),
+                        record.expires_at.get().is_none_or(|at| at > now),
                         "rule TTL-4: message {body} delivered at {now:?} after expiry {:?}",
-                        record.expires_at
+                        record.expires_at.get()
                     );
                     let tracked = self
                         .messages
@@ -333,7 +333,11 @@ impl Harness {
             let droppable = tracked.last.as_ref().is_some_and(|placement| {
                 placement.sub_queue == SubQueue::Main
                     && placement.record.state == MessageState::Active
-                    && placement.record.expires_at.is_some_and(|at| at <= now)
+                    && placement
+                        .record
+                        .expires_at
+                        .get()
+                        .is_some_and(|at| at <= now)
             });
             prop_assert!(
                 !dead_letter_on_expiration && droppable && !held,
@@ -355,25 +359,29 @@ impl Harness {
             tracked.highest_delivery_count = record.delivery_count;
             match placement.sub_queue {
                 SubQueue::DeadLetter => {
-                    prop_assert_eq!(record.expires_at, None, "rule TTL-8");
+                    prop_assert_eq!(record.expires_at.get(), None, "rule TTL-8");
                     prop_assert!(record.state != MessageState::Scheduled);
                 }
                 _ => {
-                    prop_assert_eq!(record.time_to_live, tracked.effective_ttl, "rule TTL-2");
+                    prop_assert_eq!(
+                        record.time_to_live.get(),
+                        tracked.effective_ttl,
+                        "rule TTL-2"
+                    );
                     let enqueued = tracked.activated_at.unwrap_or(tracked.accepted_at);
                     prop_assert_eq!(record.enqueued_time, enqueued, "rule SEQ-3");
                     if record.state == MessageState::Scheduled {
-                        prop_assert_eq!(record.expires_at, None, "rule TTL-10");
+                        prop_assert_eq!(record.expires_at.get(), None, "rule TTL-10");
                     } else {
                         prop_assert_eq!(
-                            record.expires_at,
+                            record.expires_at.get(),
                             tracked.effective_ttl.map(|ttl| enqueued.plus(ttl)),
                             "rule TTL-1"
                         );
                     }
                     if record.state == MessageState::Active && placement.lock.is_none() {
                         prop_assert!(
-                            record.expires_at.is_none_or(|at| at > now),
+                            record.expires_at.get().is_none_or(|at| at > now),
                             "rule TTL-6: message {body} unlocked past its expiry at {now:?}"
                         );
                     }
@@ -411,7 +419,7 @@ impl Harness {
                 let deliverable = placement.sub_queue == receiver.sub_queue
                     && record.state == MessageState::Active
                     && placement.lock.is_none()
-                    && record.expires_at.is_none_or(|at| at > now);
+                    && record.expires_at.get().is_none_or(|at| at > now);
                 prop_assert!(
                     !deliverable,
                     "receiver {id} has credit but message {} waits",
@@ -480,7 +488,7 @@ impl Harness {
                             && placement.record.state == MessageState::Active
                             && placement.lock.is_none()
                     })
-                    .filter_map(|placement| placement.record.expires_at),
+                    .filter_map(|placement| placement.record.expires_at.get()),
             )
             .min();
         if let Some(earliest) = earliest {
