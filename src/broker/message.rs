@@ -400,11 +400,11 @@ impl std::fmt::Debug for Message {
 /// Memory one stored message costs beyond its encoded bytes: its allocation's reference
 /// count, length, fixed fields and rounding, the record in its sub-queue's `RecordMap` run
 /// and its entry in the available index — measured by `tests/memory.rs` (counting
-/// allocator) at 149 bytes for an SDK-encoded message (772 before issue 16, 229 before the
+/// allocator) at 125–134 bytes for SDK-encoded messages (772 before issue 16, 229 before the
 /// one-allocation layout), rounded up. Counting it makes `max_size_in_megabytes` bound what
 /// a queue of tiny messages really holds (issue 10, item 9: a 10 MiB queue of empty
 /// messages used to hold 143 MiB).
-pub const MESSAGE_OVERHEAD: usize = 288;
+pub const MESSAGE_OVERHEAD: usize = 160;
 
 /// Builds a message's one allocation from its sections back to back (`joined`, each
 /// section `lengths[i]` long), then the text of the system properties the properties

@@ -371,7 +371,7 @@ impl TopicState {
                         sequence_number,
                         enqueued_time: now,
                         time_to_live: message.header().time_to_live.into(),
-                        expires_at: crate::broker::types::OptionalTimestamp::NONE,
+                        expires: false,
                         delivery_count: 0,
                         state: MessageState::Scheduled,
                         property_changes: Default::default(),

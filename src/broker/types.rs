@@ -20,37 +20,6 @@ impl Timestamp {
     }
 }
 
-/// An `Option<Timestamp>` in 8 bytes (`Option<Timestamp>` takes 16): every stored record
-/// keeps one (issue 16). `i64::MIN` milliseconds, 292 million years before the epoch, is
-/// none.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct OptionalTimestamp(i64);
-
-impl OptionalTimestamp {
-    /// None.
-    pub const NONE: OptionalTimestamp = OptionalTimestamp(i64::MIN);
-
-    /// The timestamp, if there is one.
-    pub fn get(self) -> Option<Timestamp> {
-        (self.0 != i64::MIN).then_some(Timestamp(self.0))
-    }
-}
-
-impl From<Option<Timestamp>> for OptionalTimestamp {
-    fn from(value: Option<Timestamp>) -> Self {
-        match value {
-            Some(Timestamp(millis)) => OptionalTimestamp(millis.max(i64::MIN + 1)),
-            None => OptionalTimestamp::NONE,
-        }
-    }
-}
-
-impl std::fmt::Debug for OptionalTimestamp {
-    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.get().fmt(formatter)
-    }
-}
-
 /// An `Option<Duration>` in whole milliseconds in 8 bytes (`Option<Duration>` takes 16;
 /// time to live is milliseconds on the wire and in timestamps): every stored record keeps
 /// one (issue 16). `u64::MAX` is none.
@@ -301,22 +270,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn optional_times_in_eight_bytes_keep_what_they_are_given() {
-        assert_eq!(std::mem::size_of::<OptionalTimestamp>(), 8);
+    fn an_optional_duration_in_eight_bytes_keeps_whole_milliseconds() {
         assert_eq!(std::mem::size_of::<OptionalMillis>(), 8);
-        for at in [
-            None,
-            Some(Timestamp(0)),
-            Some(Timestamp(-5)),
-            Some(Timestamp(i64::MAX)),
-        ] {
-            assert_eq!(OptionalTimestamp::from(at).get(), at);
-        }
-        // The one value that stands for none is kept as the nearest other.
-        assert_eq!(
-            OptionalTimestamp::from(Some(Timestamp(i64::MIN))).get(),
-            Some(Timestamp(i64::MIN + 1))
-        );
         for ttl in [
             None,
             Some(Duration::ZERO),

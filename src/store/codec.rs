@@ -249,7 +249,7 @@ impl Out {
         self.i64(record.sequence_number.0);
         self.i64(record.enqueued_time.0);
         self.duration(record.time_to_live.get());
-        self.opt_i64(record.expires_at.get().map(|at| at.0));
+        self.opt_i64(record.expires_at().map(|at| at.0));
         self.u64(u64::from(record.delivery_count));
         self.state(record.state);
         self.properties(&record.property_changes);
@@ -582,7 +582,7 @@ impl<'a> In<'a> {
             sequence_number: SequenceNumber(self.i64()?),
             enqueued_time: Timestamp(self.i64()?),
             time_to_live: self.duration()?.into(),
-            expires_at: self.opt_i64()?.map(Timestamp).into(),
+            expires: self.opt_i64()?.is_some(),
             delivery_count: self.u32()?,
             state: self.state()?,
             property_changes: self.properties()?.into(),
@@ -742,8 +742,8 @@ mod tests {
             message,
             sequence_number: SequenceNumber(sequence_number),
             enqueued_time: Timestamp(1_700_000_000_001),
-            time_to_live: None.into(),
-            expires_at: Some(Timestamp(i64::MAX)).into(),
+            time_to_live: Some(Duration::from_millis(2500)).into(),
+            expires: true,
             delivery_count: 3,
             state: MessageState::Deferred,
             property_changes: vec![

@@ -191,7 +191,7 @@ pub(super) fn detail(delivery: &Delivery) -> Json {
         ),
         (
             "ExpiresAt",
-            json!(delivery.expires_at.get().map(timestamp_text)),
+            json!(delivery.expires_at().map(timestamp_text)),
         ),
         (
             "LockedUntil",

@@ -299,7 +299,7 @@ async fn an_expired_message_moves_to_the_dead_letter_queue_at_its_expiry_with_no
         "dead-lettered exactly at expiry"
     );
     assert_eq!(dead.sequence_number, SequenceNumber(1));
-    assert_eq!(dead.expires_at.get(), None);
+    assert_eq!(dead.expires_at(), None);
     assert!(dead.property_changes.contains(&(
         "DeadLetterReason".to_string(),
         PropertyValue::String(TTL_EXPIRED.to_string())

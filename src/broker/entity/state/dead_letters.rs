@@ -140,7 +140,7 @@ impl EntityState {
         description: Option<String>,
     ) {
         record.state = MessageState::Active;
-        record.expires_at = (None).into();
+        record.set_expires_at(None);
         record
             .property_changes
             .extend(dead_letter_properties(reason.clone(), description));
@@ -250,7 +250,7 @@ impl EntityState {
             self.log
                 .update(SubQueue::DeadLetter, sequence_number, |record| {
                     record.state = MessageState::Active;
-                    record.expires_at = (None).into();
+                    record.set_expires_at(None);
                     record.property_changes.extend(added);
                 });
             self.log

@@ -227,7 +227,7 @@ impl EntityState {
         };
         let expired = matches!(
             self.log.get(SubQueue::Main, sequence_number),
-            Some(record) if record.expires_at.get().is_some_and(|at| at <= now)
+            Some(record) if record.expires_at().is_some_and(|at| at <= now)
         );
         if expired {
             self.expire_session(now, session_id);
@@ -252,7 +252,7 @@ impl EntityState {
             let expired = sub_queue == SubQueue::Main
                 && matches!(
                     self.log.get(SubQueue::Main, sequence_number),
-                    Some(record) if record.expires_at.get().is_some_and(|at| at <= now)
+                    Some(record) if record.expires_at().is_some_and(|at| at <= now)
                 );
             if expired {
                 // Rule TTL-4: an expired message is never delivered.

@@ -9,7 +9,7 @@ impl EntityState {
             && matches!(
                 self.log.get(SubQueue::Main, sequence_number),
                 Some(record) if record.state == MessageState::Active
-                    && matches!(record.expires_at.get(), Some(at) if at <= now)
+                    && matches!(record.expires_at(), Some(at) if at <= now)
             );
         if due {
             let session_id = self.session_of(sequence_number);
@@ -51,7 +51,7 @@ impl EntityState {
     /// deadline set stays as small as the set of live records.
     /// (A record's lock is always released before the record leaves.)
     pub(super) fn forget_deadlines(&mut self, record: &Record) {
-        if let Some(at) = record.expires_at.get() {
+        if let Some(at) = record.expires_at() {
             self.deadlines
                 .remove(&(at, Deadline::Expiry(record.sequence_number)));
         }

@@ -261,7 +261,7 @@ impl EntityState {
         let expired = sub_queue == SubQueue::Main
             && matches!(
                 self.log.get(SubQueue::Main, sequence_number),
-                Some(record) if record.expires_at.get().is_some_and(|at| at <= now)
+                Some(record) if record.expires_at().is_some_and(|at| at <= now)
             );
         let deferred = matches!(
             self.store(sub_queue).records.get(&sequence_number),

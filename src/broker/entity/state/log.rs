@@ -468,7 +468,7 @@ impl MessageLog {
                 delivery_count: record.delivery_count,
                 state: record.state,
                 enqueued_time: record.enqueued_time,
-                expires_at: record.expires_at.get(),
+                expires_at: record.expires_at(),
                 property_changes: record.property_changes.to_vec(),
             });
         }
@@ -578,7 +578,7 @@ impl MessageLog {
                     record.delivery_count = delivery_count;
                     record.state = state;
                     record.enqueued_time = enqueued_time;
-                    record.expires_at = (expires_at).into();
+                    record.set_expires_at(expires_at);
                     record.property_changes = property_changes.into();
                 });
             }

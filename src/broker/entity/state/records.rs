@@ -217,7 +217,7 @@ mod tests {
             sequence_number: SequenceNumber(number),
             enqueued_time: Timestamp(number),
             time_to_live: None.into(),
-            expires_at: None.into(),
+            expires: false,
             delivery_count: 0,
             state: MessageState::Active,
             property_changes: Default::default(),

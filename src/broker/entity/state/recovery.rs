@@ -38,7 +38,7 @@ impl EntityState {
                     (
                         record.sequence_number,
                         record.state,
-                        record.expires_at.get(),
+                        record.expires_at(),
                         record
                             .message
                             .extras()

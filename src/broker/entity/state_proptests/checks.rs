@@ -48,9 +48,9 @@ impl Harness {
                         record.state
                     );
                     prop_assert!(
-                        record.expires_at.get().is_none_or(|at| at > now),
+                        record.expires_at().is_none_or(|at| at > now),
                         "rule TTL-4: message {body} delivered at {now:?} after expiry {:?}",
-                        record.expires_at.get()
+                        record.expires_at()
                     );
                     let tracked = self
                         .messages
@@ -333,11 +333,7 @@ impl Harness {
             let droppable = tracked.last.as_ref().is_some_and(|placement| {
                 placement.sub_queue == SubQueue::Main
                     && placement.record.state == MessageState::Active
-                    && placement
-                        .record
-                        .expires_at
-                        .get()
-                        .is_some_and(|at| at <= now)
+                    && placement.record.expires_at().is_some_and(|at| at <= now)
             });
             prop_assert!(
                 !dead_letter_on_expiration && droppable && !held,
@@ -359,7 +355,7 @@ impl Harness {
             tracked.highest_delivery_count = record.delivery_count;
             match placement.sub_queue {
                 SubQueue::DeadLetter => {
-                    prop_assert_eq!(record.expires_at.get(), None, "rule TTL-8");
+                    prop_assert_eq!(record.expires_at(), None, "rule TTL-8");
                     prop_assert!(record.state != MessageState::Scheduled);
                 }
                 _ => {
@@ -371,17 +367,17 @@ impl Harness {
                     let enqueued = tracked.activated_at.unwrap_or(tracked.accepted_at);
                     prop_assert_eq!(record.enqueued_time, enqueued, "rule SEQ-3");
                     if record.state == MessageState::Scheduled {
-                        prop_assert_eq!(record.expires_at.get(), None, "rule TTL-10");
+                        prop_assert_eq!(record.expires_at(), None, "rule TTL-10");
                     } else {
                         prop_assert_eq!(
-                            record.expires_at.get(),
+                            record.expires_at(),
                             tracked.effective_ttl.map(|ttl| enqueued.plus(ttl)),
                             "rule TTL-1"
                         );
                     }
                     if record.state == MessageState::Active && placement.lock.is_none() {
                         prop_assert!(
-                            record.expires_at.get().is_none_or(|at| at > now),
+                            record.expires_at().is_none_or(|at| at > now),
                             "rule TTL-6: message {body} unlocked past its expiry at {now:?}"
                         );
                     }
@@ -419,7 +415,7 @@ impl Harness {
                 let deliverable = placement.sub_queue == receiver.sub_queue
                     && record.state == MessageState::Active
                     && placement.lock.is_none()
-                    && record.expires_at.get().is_none_or(|at| at > now);
+                    && record.expires_at().is_none_or(|at| at > now);
                 prop_assert!(
                     !deliverable,
                     "receiver {id} has credit but message {} waits",
@@ -488,7 +484,7 @@ impl Harness {
                             && placement.record.state == MessageState::Active
                             && placement.lock.is_none()
                     })
-                    .filter_map(|placement| placement.record.expires_at.get()),
+                    .filter_map(|placement| placement.record.expires_at()),
             )
             .min();
         if let Some(earliest) = earliest {

@@ -77,7 +77,7 @@ impl Harness {
         let record = &placement.record;
         let delivery_count = record.delivery_count + u32::from(counted);
         let sub_queue = placement.sub_queue;
-        let expired = record.expires_at.get().is_some_and(|at| at <= self.now);
+        let expired = record.expires_at().is_some_and(|at| at <= self.now);
         if counted && sub_queue == SubQueue::Main && delivery_count >= self.spec.max_delivery_count
         {
             Expect::At {
