@@ -288,8 +288,8 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
     if annotations.1 != 0 {
         message.set_annotation_element_count(annotations.1);
     }
-    if let (Some(partition_key), Some(session_id)) =
-        (&extras.partition_key, message.system().session_id())
+    if let Some(partition_key) = &extras.partition_key
+        && let Some(session_id) = message.system().session_id()
         && **partition_key != *session_id
     {
         return Err(MessageError::PartitionKeyMismatch {

@@ -6,10 +6,26 @@ use std::process::{Command, Stdio};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_ferrobus");
 
-fn scratch_dir(name: &str) -> std::path::PathBuf {
+/// A directory of the test's own, removed when the test is done with it.
+struct ScratchDir(std::path::PathBuf);
+
+impl std::ops::Deref for ScratchDir {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn scratch_dir(name: &str) -> ScratchDir {
     let dir = std::env::temp_dir().join(format!("ferrobus-cli-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
+    ScratchDir(dir)
 }
 
 /// Starts the binary on an ephemeral port in `dir` (no `--config`) and returns it with its
@@ -101,7 +117,8 @@ fn invalid_rule_sql_stops_the_broker_with_the_position() {
 #[test]
 fn without_a_config_file_the_built_in_default_is_served() {
     // No --config and no config/ferrobus.toml in the working directory.
-    let (mut child, _, line) = start_in(&scratch_dir("default"));
+    let dir = scratch_dir("default");
+    let (mut child, _, line) = start_in(&dir);
     let _ = child.kill();
     let _ = child.wait();
     assert!(line.contains("listening on 127.0.0.1:"), "{line}");
@@ -113,7 +130,8 @@ fn without_a_config_file_the_built_in_default_is_served() {
 
 #[test]
 fn sigterm_stops_the_broker_cleanly() {
-    let (mut child, mut stderr, _) = start_in(&scratch_dir("sigterm"));
+    let dir = scratch_dir("sigterm");
+    let (mut child, mut stderr, _) = start_in(&dir);
     let status = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()

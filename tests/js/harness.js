@@ -20,7 +20,7 @@
 // `{ skip: KEYS_MODE ? false : "reason" }` to `brokerTest`.
 
 import { spawn } from "node:child_process";
-import { createWriteStream, existsSync, mkdtempSync, writeFileSync } from "node:fs";
+import { createWriteStream, existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -251,6 +251,8 @@ export function useBroker(configText) {
   });
   after(async () => {
     await broker.stop();
+    // Its config and log (failures carry the log's tail); FERROBUS_KEEP_TEST_DIRS=1 keeps them.
+    if (!process.env.FERROBUS_KEEP_TEST_DIRS) rmSync(broker.workDir, { recursive: true, force: true });
   });
   function brokerTest(name, fn, { skip = false } = {}) {
     test(name, { timeout: TEST_TIMEOUT_MS, skip }, async (t) => {

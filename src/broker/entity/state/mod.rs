@@ -669,7 +669,11 @@ impl EntityState {
                 continue;
             }
             self.stored_bytes += message.size() as u64;
-            let message_id = message.system().message_id().map(str::to_string);
+            // Kept for the detector only: a copy of the id per message costs an allocation.
+            let message_id = self
+                .duplicates
+                .as_ref()
+                .and_then(|_| message.system().message_id().map(str::to_string));
             if message.hop_count() > 0
                 && self.settings.requires_session
                 && message.system().session_id().is_none()
