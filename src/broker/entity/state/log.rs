@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 
 use super::Record;
-use super::records::{RecordMap, Runs};
+use super::records::RecordMap;
 use crate::broker::entity::duplicates::DuplicateDetector;
 use crate::broker::rules::RuleDefinition;
 use crate::broker::types::{
@@ -119,63 +119,7 @@ pub enum Change {
     },
 }
 
-/// The delivery order of a sequence number: within a partition by number, across
-/// partitions interleaved by their counts (the partition moves from the top 16 bits to the
-/// bottom), so that no partition waits for another to empty (rule PRT-1). For an
-/// unpartitioned entity it is the sequence number order.
-pub fn delivery_order(sequence_number: SequenceNumber) -> u64 {
-    (sequence_number.0 as u64).rotate_left(16)
-}
-
-/// Active, unlocked messages in delivery order ([`delivery_order`]), in dense runs.
-#[derive(Debug, Default, Clone)]
-pub struct Available(Runs<u64>);
-
-impl Available {
-    /// Adds a number; false if it was there.
-    pub fn insert(&mut self, sequence_number: SequenceNumber) -> bool {
-        self.0.insert(delivery_order(sequence_number)).is_none()
-    }
-
-    /// Removes a number; false if it was not there.
-    pub fn remove(&mut self, sequence_number: &SequenceNumber) -> bool {
-        self.0.remove(&delivery_order(*sequence_number)).is_some()
-    }
-
-    /// Whether a number is there.
-    pub fn contains(&self, sequence_number: &SequenceNumber) -> bool {
-        self.0.contains_key(&delivery_order(*sequence_number))
-    }
-
-    /// The next in delivery order.
-    pub fn first(&self) -> Option<SequenceNumber> {
-        self.0.first().map(|order| number_of(*order))
-    }
-
-    /// Takes the next in delivery order.
-    pub fn pop_first(&mut self) -> Option<SequenceNumber> {
-        self.0.pop_first().map(number_of)
-    }
-
-    /// Whether it is empty.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    /// How many.
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    /// In delivery order.
-    pub fn iter(&self) -> impl Iterator<Item = SequenceNumber> + '_ {
-        self.0.values().map(|order| number_of(*order))
-    }
-}
-
-fn number_of(order: u64) -> SequenceNumber {
-    SequenceNumber(order.rotate_right(16) as i64)
-}
+pub use super::available::{Available, delivery_order};
 
 /// Messages of one sub-queue.
 #[derive(Debug, Default)]

@@ -15,6 +15,7 @@ use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
+mod available;
 mod browse;
 mod dead_letters;
 mod dispatch;

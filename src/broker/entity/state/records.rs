@@ -8,8 +8,9 @@
 //! and an insert in the middle (a dead letter moved out of order, a partition's numbers
 //! between another's) splits a run that outgrows [`RUN`]. About 90 bytes per record.
 //!
-//! The same runs hold each sub-queue's available index ([`Runs<u64>`], delivery orders):
-//! about 8.5 bytes per entry where a `BTreeSet<u64>` took 20.
+//! The same runs hold a partitioned entity's available index ([`Runs<u64>`], delivery
+//! orders): about 8.5 bytes per entry where a `BTreeSet<u64>` took 20 (an unpartitioned
+//! one keeps ranges of numbers, `available.rs`).
 
 use std::collections::{BTreeMap, VecDeque};
 
