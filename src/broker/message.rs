@@ -400,7 +400,7 @@ impl std::fmt::Debug for Message {
 /// Memory one stored message costs beyond its encoded bytes: its allocation's reference
 /// count, length, fixed fields and rounding, the record in its sub-queue's `RecordMap` run
 /// and its entry in the available index — measured by `tests/memory.rs` (counting
-/// allocator) at 125–134 bytes for SDK-encoded messages (772 before issue 16, 229 before the
+/// allocator) at 116–125 bytes for SDK-encoded messages (772 before issue 16, 229 before the
 /// one-allocation layout), rounded up. Counting it makes `max_size_in_megabytes` bound what
 /// a queue of tiny messages really holds (issue 10, item 9: a 10 MiB queue of empty
 /// messages used to hold 143 MiB).
