@@ -1,7 +1,7 @@
 //! The broker's view of a message: the client's encoded sections kept as bytes, plus the
-//! few fields the rules need, parsed once at ingress. A `Message` is immutable and shared
-//! (`Arc`) by every copy (subscriptions, dead-letter moves); per-copy state lives in the
-//! entity's records.
+//! few fields the rules need, parsed once at ingress, in one allocation. A `Message` is
+//! shared by every copy (subscriptions, dead-letter moves: cloning it counts a reference);
+//! per-copy state lives in the entity's records.
 
 use std::time::Duration;
 
