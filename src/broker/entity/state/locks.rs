@@ -54,6 +54,11 @@ impl EntityState {
         if !self.deadlines.is_empty() {
             self.deadlines.remove(&(until, Deadline::Lock(token)));
         }
+        // Locks settled in the order they were taken are at the front: known stale
+        // without looking them up.
+        if self.lock_deadlines.front() == Some(&(until, token)) {
+            self.lock_deadlines.pop_front();
+        }
         self.trim_lock_deadlines();
     }
 
