@@ -4,8 +4,6 @@
 // the configuration file (README "Storage and durability").
 
 import assert from "node:assert/strict";
-import { mkdtempSync } from "node:fs";
-import { tmpdir } from "node:os";
 import path from "node:path";
 import { test } from "node:test";
 import {
@@ -13,6 +11,7 @@ import {
   TEST_TIMEOUT_MS,
   assertNothingToReceive,
   receiveExactly,
+  scratchDir,
   topicToml,
   withClient,
 } from "./harness.js";
@@ -28,7 +27,7 @@ async function ruleNames(client) {
 }
 
 test("rules changed by a rule manager survive kill -9", { timeout: TEST_TIMEOUT_MS }, async () => {
-  const dataDir = path.join(mkdtempSync(path.join(tmpdir(), "ferrobus-js-durable-")), "data");
+  const dataDir = path.join(scratchDir("ferrobus-js-durable-"), "data");
   let broker = new Broker(CONFIG, dataDir);
   await broker.start();
   try {

@@ -114,6 +114,21 @@ export function brokerBinary() {
   return process.env.FERROBUS_BIN || DEFAULT_BINARY;
 }
 
+/** Every broker's config and log directory, removed when the test file's process exits
+ * (failures carry the log's tail); FERROBUS_KEEP_TEST_DIRS=1 keeps them. */
+const workDirs = new Set();
+process.on("exit", () => {
+  if (process.env.FERROBUS_KEEP_TEST_DIRS) return;
+  for (const dir of workDirs) rmSync(dir, { recursive: true, force: true });
+});
+
+/** A directory of the test's own under the temporary directory, removed with the brokers'. */
+export function scratchDir(prefix) {
+  const dir = mkdtempSync(path.join(tmpdir(), prefix));
+  workDirs.add(dir);
+  return dir;
+}
+
 /** One ferrobus process with its own config file and log file. */
 export class Broker {
   /** `dataDir`: a data directory of the test's own (durability tests restart on it). */
@@ -121,6 +136,7 @@ export class Broker {
     this.configText = withTestAuth(configText);
     this.dataDir = dataDir;
     this.workDir = mkdtempSync(path.join(tmpdir(), "ferrobus-js-"));
+    workDirs.add(this.workDir);
     this.configPath = path.join(this.workDir, "ferrobus.toml");
     this.logPath = path.join(this.workDir, "ferrobus.stderr.log");
     this.port = undefined;
@@ -251,8 +267,6 @@ export function useBroker(configText) {
   });
   after(async () => {
     await broker.stop();
-    // Its config and log (failures carry the log's tail); FERROBUS_KEEP_TEST_DIRS=1 keeps them.
-    if (!process.env.FERROBUS_KEEP_TEST_DIRS) rmSync(broker.workDir, { recursive: true, force: true });
   });
   function brokerTest(name, fn, { skip = false } = {}) {
     test(name, { timeout: TEST_TIMEOUT_MS, skip }, async (t) => {

@@ -6,15 +6,14 @@
 
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { existsSync, mkdtempSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { after, before, test } from "node:test";
 import { ServiceBusClient } from "@azure/service-bus";
 import WebSocket from "ws";
 import { readFileSync } from "node:fs";
-import { Broker, SAS_KEY_NAME, SAS_KEY_VALUE, TEST_TIMEOUT_MS, delay, queueToml, receiveExactly } from "./harness.js";
+import { Broker, SAS_KEY_NAME, SAS_KEY_VALUE, TEST_TIMEOUT_MS, delay, queueToml, receiveExactly, scratchDir } from "./harness.js";
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const CLOUD_CONNECTION_STRING = `Endpoint=sb://localhost/;SharedAccessKeyName=${SAS_KEY_NAME};SharedAccessKey=${SAS_KEY_VALUE}`;
@@ -25,7 +24,7 @@ const CONFIG =
   queueToml("js-ws") +
   queueToml("js-ws-session", { requires_session: true });
 
-const dataDir = path.join(mkdtempSync(path.join(tmpdir(), "ferrobus-js-transports-")), "data");
+const dataDir = path.join(scratchDir("ferrobus-js-transports-"), "data");
 const broker = new Broker(CONFIG, dataDir);
 const caPath = path.join(dataDir, "dev-ca.pem");
 let tlsPort;
