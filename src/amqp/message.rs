@@ -357,17 +357,17 @@ fn join_ranges<'a>(
     bytes: &'a [u8],
     ranges: &[std::ops::Range<usize>],
 ) -> std::borrow::Cow<'a, [u8]> {
-    match ranges {
-        [] => std::borrow::Cow::Borrowed(&[]),
-        [only] => std::borrow::Cow::Borrowed(&bytes[only.clone()]),
-        [first, .., last] if ranges.windows(2).all(|pair| pair[0].end == pair[1].start) => {
+    match (ranges.first(), ranges.last()) {
+        (Some(first), Some(last)) if contiguous(ranges) => {
             std::borrow::Cow::Borrowed(&bytes[first.start..last.end])
         }
+        (None, _) | (_, None) => std::borrow::Cow::Borrowed(&[]),
         _ => std::borrow::Cow::Owned(
             ranges
                 .iter()
-                .flat_map(|range| bytes[range.clone()].iter().copied())
-                .collect(),
+                .map(|range| &bytes[range.clone()])
+                .collect::<Vec<_>>()
+                .concat(),
         ),
     }
 }
@@ -594,4 +594,28 @@ pub fn application_property_text(message: &Message, key: &str) -> Option<String>
         }
         _ => None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A data section with this content.
+    fn data(content: &[u8]) -> Vec<u8> {
+        [&[0x00, 0x53, 0x75, 0xa0, content.len() as u8][..], content].concat()
+    }
+
+    #[test]
+    fn the_body_is_every_body_section_in_order_whatever_lies_between() {
+        let application = vec![0x00, 0x53, 0x74, 0xc1, 0x01, 0x00];
+        let back_to_back = [data(b"one"), data(b"two")].concat();
+        let message = parse_message(Bytes::from(back_to_back.clone())).expect("parsed");
+        assert_eq!(message.body(), &back_to_back[..]);
+        // A section between two body sections (out of the spec's order, accepted): the
+        // body sections are joined without it.
+        let apart = [data(b"one"), application.clone(), data(b"two")].concat();
+        let message = parse_message(Bytes::from(apart)).expect("parsed");
+        assert_eq!(message.body(), &back_to_back[..]);
+        assert_eq!(message.application_properties_section(), &application[..]);
+    }
 }

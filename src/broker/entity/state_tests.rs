@@ -54,9 +54,15 @@ fn receive_one(
 }
 
 /// Enqueues one message ("a") and delivers it, peek-locked, to [`RECEIVER`].
-fn one_locked(state: &mut EntityState, credit: &mut u32) -> super::state::Delivery {
-    state.enqueue(START, vec![message("a")]).expect("accepted");
+/// Enqueues messages of these bodies and attaches a peek-lock receiver (no credit yet).
+fn with_peek_lock_receiver(state: &mut EntityState, bodies: &[&str]) {
+    let messages = bodies.iter().map(|body| message(body)).collect();
+    state.enqueue(START, messages).expect("accepted");
     state.attach_receiver(START, RECEIVER, SubQueue::Main, ReceiveMode::PeekLock);
+}
+
+fn one_locked(state: &mut EntityState, credit: &mut u32) -> super::state::Delivery {
+    with_peek_lock_receiver(state, &["a"]);
     receive_one(state, START, credit).expect("delivered")
 }
 
@@ -204,10 +210,7 @@ fn a_dead_letter_lock_settles_the_dead_lettered_record() {
 fn the_timer_follows_the_locks_still_held_through_settles_and_renewals() {
     // rule LCK-2, LCK-4: settled and renewed locks leave no earlier wake-up behind
     let mut state = entity(|_| {});
-    state
-        .enqueue(START, vec![message("a"), message("b"), message("c")])
-        .expect("accepted");
-    state.attach_receiver(START, RECEIVER, SubQueue::Main, ReceiveMode::PeekLock);
+    with_peek_lock_receiver(&mut state, &["a", "b", "c"]);
     let mut credit = 0;
     let tokens: Vec<_> = (0..3)
         .map(|_| {
@@ -792,10 +795,7 @@ fn explorer_takes_messages_by_sequence_number_and_skips_locked_ones() {
     // The explorer's single-message actions: active and deferred messages are taken by
     // number, locked ones are refused whole (rule LCK-1: a lock belongs to its holder).
     let mut state = entity(|_| {});
-    state
-        .enqueue(START, vec![message("a"), message("b"), message("c")])
-        .expect("accepted");
-    state.attach_receiver(START, RECEIVER, SubQueue::Main, ReceiveMode::PeekLock);
+    with_peek_lock_receiver(&mut state, &["a", "b", "c"]);
     let mut credit = 0;
     let held = receive_one(&mut state, START, &mut credit).expect("delivered");
     assert_eq!(held.sequence_number, SequenceNumber(1));
