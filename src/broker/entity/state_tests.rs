@@ -54,6 +54,15 @@ fn receive_one(
 }
 
 /// Enqueues one message ("a") and delivers it, peek-locked, to [`RECEIVER`].
+/// Dead-lettering with this reason, no description, no properties changed.
+fn dead_letter(reason: &str) -> Settlement {
+    Settlement::DeadLetter {
+        reason: Some(reason.to_string()),
+        description: None,
+        properties: Vec::new(),
+    }
+}
+
 /// Enqueues messages of these bodies and attaches a peek-lock receiver (no credit yet).
 fn with_peek_lock_receiver(state: &mut EntityState, bodies: &[&str]) {
     let messages = bodies.iter().map(|body| message(body)).collect();
@@ -174,11 +183,7 @@ fn a_dead_letter_lock_settles_the_dead_lettered_record() {
         .settle(
             START,
             delivered.lock.expect("locked").token,
-            Settlement::DeadLetter {
-                reason: Some("bad".to_string()),
-                description: None,
-                properties: Vec::new(),
-            },
+            dead_letter("bad"),
         )
         .expect("dead-lettered");
     let dead_receiver = ReceiverId(2);
@@ -768,11 +773,7 @@ fn dead_lettering_is_counted_once_by_reason() {
         .settle(
             START,
             second.lock.expect("locked").token,
-            Settlement::DeadLetter {
-                reason: Some("poison".into()),
-                description: None,
-                properties: Vec::new(),
-            },
+            dead_letter("poison"),
         )
         .expect("dead-lettered");
     state.enqueue_dead_lettered(
@@ -900,14 +901,7 @@ fn a_transaction_commits_its_settlements_sends_and_via_sends_in_one_record() {
         via: vec![("elsewhere".into(), message("out-there"))],
         settlements: vec![
             (first.lock.expect("locked").token, Settlement::Complete),
-            (
-                second.lock.expect("locked").token,
-                Settlement::DeadLetter {
-                    reason: Some("r".into()),
-                    description: None,
-                    properties: Vec::new(),
-                },
-            ),
+            (second.lock.expect("locked").token, dead_letter("r")),
         ],
     };
     let numbers = state.commit_transaction(START, work).expect("committed");
