@@ -11,8 +11,8 @@ use super::types::Timestamp;
 
 mod system;
 
-use system::{ABSENT, SystemSpans};
 pub use system::{MAX_SYSTEM_TEXT, System, SystemField, SystemProperties};
+use system::{text_apart, text_apart_len};
 
 /// Sender-chosen header fields kept for redelivery (the broker sets `delivery-count`).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -59,47 +59,33 @@ static NO_EXTRAS: Extras = Extras {
     partition_key: None,
 };
 
-/// A message's fixed fields, kept in front of its bytes in its one allocation.
-#[derive(Debug, Clone)]
+/// A message's fixed fields, kept in front of its bytes in its one allocation (32 bytes:
+/// issue 16).
+#[derive(Debug, Clone, Default)]
 struct Head {
-    /// Where the annotations, the properties, the application properties and the body end.
-    ends: [u32; 4],
+    /// Where the annotations, the properties and the application properties end. The body
+    /// follows up to the text of the system properties kept apart, or to the end.
+    ends: [u32; 3],
     /// Number of encoded elements in the annotation entries (keys plus values).
     annotation_element_count: u32,
-    /// Where the system properties lie ([`SystemSpans::at`]; kept as two fields, not a
-    /// `SystemSpans`, so that the head packs into 56 bytes).
-    system_at: [u16; 8],
-    /// [`SystemSpans::in_text`].
-    system_in_text: u8,
-    /// `header.durable`.
-    durable: bool,
+    /// `header.ttl` in milliseconds, as AMQP carries it (when [`HAS_TTL`] is set).
+    ttl_millis: u32,
+    /// [`DURABLE`], [`HAS_TTL`].
+    flags: u8,
     /// `header.priority`.
     priority: u8,
     /// Auto-forwarding hops this message has made (rule FWD-2).
     hop_count: u8,
-    /// `header.ttl` in milliseconds (as AMQP carries it); [`NO_TTL`] when none.
-    ttl_millis: u64,
+    /// Bit `i`: system field `i` is kept in the text after the body instead of read from
+    /// the properties section (`system::text_apart`).
+    system_in_text: u8,
     extras: Option<Box<Extras>>,
 }
 
-/// `Head::ttl_millis` of a message without a time to live.
-const NO_TTL: u64 = u64::MAX;
-
-impl Default for Head {
-    fn default() -> Self {
-        Head {
-            ends: [0; 4],
-            annotation_element_count: 0,
-            system_at: [ABSENT; 8],
-            system_in_text: 0,
-            durable: false,
-            priority: 0,
-            hop_count: 0,
-            ttl_millis: NO_TTL,
-            extras: None,
-        }
-    }
-}
+/// `Head::flags`: `header.durable`.
+const DURABLE: u8 = 1;
+/// `Head::flags`: the message has a time to live.
+const HAS_TTL: u8 = 2;
 
 /// One message as accepted from a client, immutable and shared by every copy (clones
 /// share it; the `set_*` and `edit_*` methods copy it first when it is shared). Its
@@ -166,14 +152,12 @@ fn assemble(
     system: [Option<&str>; 8],
 ) -> ThinArc<Head, u8> {
     let mut end = 0;
-    for (index, section) in sections.iter().enumerate() {
+    for (index, section) in sections.iter().take(3).enumerate() {
         end += section.len();
         head.ends[index] = u32::try_from(end).unwrap_or(u32::MAX);
     }
     let mut text = Vec::new();
-    let spans = SystemSpans::locate(sections[1], system, &mut text);
-    head.system_at = spans.at;
-    head.system_in_text = spans.in_text;
+    head.system_in_text = text_apart(sections[1], system, &mut text);
     if text.is_empty() {
         if let Some(whole) = whole {
             return ThinArc::from_header_and_slice(head, whole);
@@ -256,24 +240,27 @@ impl Message {
     pub fn header(&self) -> HeaderFields {
         let head = self.head();
         HeaderFields {
-            durable: head.durable,
+            durable: head.flags & DURABLE != 0,
             priority: head.priority,
-            time_to_live: (head.ttl_millis != NO_TTL)
-                .then(|| Duration::from_millis(head.ttl_millis)),
+            time_to_live: (head.flags & HAS_TTL != 0)
+                .then(|| Duration::from_millis(head.ttl_millis.into())),
         }
     }
 
-    /// Gives the message these header fields (a time to live in whole milliseconds, as AMQP
-    /// carries it).
+    /// Gives the message these header fields (a time to live in whole milliseconds up to
+    /// `u32::MAX`, as AMQP carries it: `header.ttl` is a `uint`).
     pub fn set_header(&mut self, header: HeaderFields) {
         self.edit_head(|head| {
-            head.durable = header.durable;
+            head.flags = if header.durable { DURABLE } else { 0 }
+                | if header.time_to_live.is_some() {
+                    HAS_TTL
+                } else {
+                    0
+                };
             head.priority = header.priority;
-            head.ttl_millis = header.time_to_live.map_or(NO_TTL, |ttl| {
-                u64::try_from(ttl.as_millis())
-                    .unwrap_or(NO_TTL - 1)
-                    .min(NO_TTL - 1)
-            });
+            head.ttl_millis = header
+                .time_to_live
+                .map_or(0, |ttl| u32::try_from(ttl.as_millis()).unwrap_or(u32::MAX));
         });
     }
 
@@ -299,16 +286,11 @@ impl Message {
 
     /// The parsed system properties.
     pub fn system(&self) -> System<'_> {
-        let head = self.head();
         let bytes = self.bytes();
-        System::of_message(
-            self.section(1),
-            bytes.get(head.ends[3] as usize..).unwrap_or_default(),
-            SystemSpans {
-                at: head.system_at,
-                in_text: head.system_in_text,
-            },
-        )
+        let text = bytes
+            .get(self.body_end()..bytes.len().saturating_sub(4))
+            .unwrap_or_default();
+        System::of_message(self.section(1), text, self.head().system_in_text)
     }
 
     /// Gives the message these system properties.
@@ -325,6 +307,12 @@ impl Message {
         self.0 = assemble(self.head().clone(), sections, None, system);
     }
 
+    /// Where the body ends: before the text of the system properties kept apart.
+    fn body_end(&self) -> usize {
+        let bytes = self.bytes();
+        bytes.len() - text_apart_len(bytes, self.head().system_in_text)
+    }
+
     fn section(&self, index: usize) -> &[u8] {
         let ends = &self.head().ends;
         let start = if index == 0 {
@@ -332,9 +320,11 @@ impl Message {
         } else {
             ends[index - 1] as usize
         };
-        self.bytes()
-            .get(start..ends[index] as usize)
-            .unwrap_or_default()
+        let end = match ends.get(index) {
+            Some(end) => *end as usize,
+            None => self.body_end(),
+        };
+        self.bytes().get(start..end).unwrap_or_default()
     }
 
     /// The client's message annotations as encoded map entries (keys and values, without
@@ -391,7 +381,7 @@ impl Message {
 
     /// Size of the message as the client encoded it (Service Bus `Size`), in bytes.
     pub fn encoded_size(&self) -> usize {
-        self.head().ends[3] as usize + 16
+        self.body_end() + 16
     }
 
     /// Bytes this message holds in memory, counted against entity quotas and the broker's
@@ -408,9 +398,7 @@ impl Message {
 
     /// Bytes of system-property text held apart from the properties section.
     fn system_text_len(&self) -> usize {
-        self.bytes()
-            .len()
-            .saturating_sub(self.head().ends[3] as usize)
+        text_apart_len(self.bytes(), self.head().system_in_text)
     }
 }
 

@@ -65,8 +65,14 @@ fn identifiers_that_are_not_strings_keep_their_text_beside_the_section() {
     assert_eq!(message.system().message_id(), Some("42"));
     assert_eq!(message.system().correlation_id(), expected[1].as_deref());
     assert_eq!(message.system().session_id(), Some("s"));
+    // Each kept apart with its 2-byte length, then the text's 4-byte length.
     let text = expected[0].as_deref().unwrap().len() + expected[1].as_deref().unwrap().len();
-    assert_eq!(message.system_text_len(), text);
+    assert_eq!(message.system_text_len(), text + 2 * 2 + 4);
+    assert_eq!(
+        message.body(),
+        b"\x00\x53\x75\xa0\x02hi",
+        "the body ends before the text"
+    );
     assert_eq!(message.system().to(), None);
 }
 
@@ -89,9 +95,9 @@ fn a_binary_message_id_and_values_the_section_does_not_hold_are_kept_as_text() {
 }
 
 #[test]
-fn a_section_longer_than_the_offsets_reach_keeps_the_text_beside_it() {
+fn values_far_into_a_long_section_are_read_from_it() {
     // The user id comes before `to` in the list: 70,000 bytes of it push `to` past what a
-    // 16-bit offset reaches.
+    // 16-bit offset reaches (no offset is kept: the section is read when asked).
     let properties = Properties {
         user_id: Some(Binary::from(vec![0u8; 70_000])),
         to: Some("far".into()),
@@ -101,7 +107,7 @@ fn a_section_longer_than_the_offsets_reach_keeps_the_text_beside_it() {
     let message = with_properties(&properties);
     assert_eq!(message.system().to(), Some("far"));
     assert_eq!(message.system().message_id(), Some("near"));
-    assert_eq!(message.system_text_len(), 3);
+    assert_eq!(message.system_text_len(), 0);
 }
 
 #[test]
@@ -198,7 +204,7 @@ fn a_time_to_live_is_kept_in_whole_milliseconds_and_none_stays_none() {
     for ttl in [
         Duration::ZERO,
         Duration::from_millis(1),
-        Duration::from_secs(86_400 * 365 * 1000),
+        Duration::from_millis(u32::MAX.into()),
     ] {
         message.set_header(HeaderFields {
             time_to_live: Some(ttl),
@@ -206,13 +212,45 @@ fn a_time_to_live_is_kept_in_whole_milliseconds_and_none_stays_none() {
         });
         assert_eq!(message.header().time_to_live, Some(ttl));
     }
+    // `header.ttl` is a `uint` of milliseconds: a longer one is the longest AMQP carries.
+    message.set_header(HeaderFields {
+        time_to_live: Some(Duration::from_secs(86_400 * 365 * 1000)),
+        ..HeaderFields::default()
+    });
+    assert_eq!(
+        message.header().time_to_live,
+        Some(Duration::from_millis(u32::MAX.into()))
+    );
     message.set_header(HeaderFields::default());
     assert_eq!(message.header().time_to_live, None);
 }
 
 #[test]
-fn the_fixed_fields_fit_in_56_bytes() {
+fn a_value_the_message_no_longer_has_is_absent_though_the_section_holds_it() {
+    let mut message = with_properties(&full_properties());
+    let changed = message.system().with(SystemField::Subject, None);
+    message.set_system(changed);
+    assert_eq!(message.system().subject(), None);
+    assert_eq!(message.system().to(), Some("to-1"));
+    assert_eq!(message.system().session_id(), Some("session-1"));
+    let values = message.system().values();
+    assert_eq!(values[SystemField::Subject as usize], None);
+    assert_eq!(
+        values[SystemField::ContentType as usize],
+        Some("application/json")
+    );
+    // A length marking it absent, then the text's length.
+    assert_eq!(message.system_text_len(), 2 + 4);
+    assert_eq!(message.body(), b"\x00\x53\x75\xa0\x02hi");
+    assert_eq!(
+        message.encoded_size(),
+        with_properties(&full_properties()).encoded_size()
+    );
+}
+
+#[test]
+fn the_fixed_fields_fit_in_32_bytes() {
     // Issue 16: the head rides in front of the bytes of every stored message.
-    assert_eq!(std::mem::size_of::<Head>(), 56);
+    assert_eq!(std::mem::size_of::<Head>(), 32);
     assert_eq!(std::mem::size_of::<Message>(), 8);
 }

@@ -1,7 +1,7 @@
 //! A message's system properties (Service Bus: message id, correlation id, to, reply-to,
-//! label, session id, reply-to session id, content type) as text: found in the encoded
-//! properties section where it holds them as strings or symbols, kept as text after the
-//! body otherwise (issue 16).
+//! label, session id, reply-to session id, content type) as text: read from the encoded
+//! properties section when asked for where it holds them as strings or symbols, kept as
+//! text after the body otherwise (issue 16).
 
 /// The system properties the broker reads (filters, sessions, duplicate detection).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,41 +39,19 @@ impl SystemField {
 }
 
 /// Most bytes of system-property text a message carries (Service Bus: at most 64 KB of
-/// message header). Offsets into it fit 16 bits.
+/// message header).
 pub const MAX_SYSTEM_TEXT: usize = u16::MAX as usize;
 
-/// A field that is not there.
-pub(super) const ABSENT: u16 = u16::MAX;
-
-/// Where each system property's value lies (issue 16: not a copy of the text). Most lie in
-/// the encoded properties section, where a string or symbol holds the text as it is; the
-/// rest (identifiers that are not strings, values a rule set, a section too long for 16-bit
-/// offsets) in a text after the body, back to back in field order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct SystemSpans {
-    /// Per field: the offset of its string or symbol constructor in the properties section,
-    /// or (its bit set in `in_text`) of its text in the text after the body; [`ABSENT`]
-    /// when the field is not there.
-    pub(super) at: [u16; 8],
-    /// Bit `i` set: field `i` lies in the text after the body.
-    pub(super) in_text: u8,
-}
-
-impl Default for SystemSpans {
-    fn default() -> Self {
-        SystemSpans {
-            at: [ABSENT; 8],
-            in_text: 0,
-        }
-    }
-}
+/// The length written for a field the text holds as absent (a value the section holds
+/// that the message no longer has).
+const ABSENT_TEXT: u16 = u16::MAX;
 
 /// Each system field's position in the AMQP properties list.
 const LIST_INDEX: [usize; 8] = [0, 5, 2, 4, 3, 10, 12, 6];
 
-/// The offsets of the first 13 elements of an encoded properties section (descriptor
-/// included), `None` where the list is shorter or the encoding is not one.
-fn property_elements(section: &[u8]) -> [Option<usize>; 13] {
+/// The offsets of the first `take` (at most 13) elements of an encoded properties section
+/// (descriptor included), `None` where the list is shorter or the encoding is not one.
+fn property_elements(section: &[u8], take: usize) -> [Option<usize>; 13] {
     use crate::amqp::codec::value_length;
     let mut elements = [None; 13];
     if section.first() != Some(&0x00) {
@@ -94,7 +72,7 @@ fn property_elements(section: &[u8]) -> [Option<usize>; 13] {
         },
         _ => return elements,
     };
-    for element in elements.iter_mut().take(count) {
+    for element in elements.iter_mut().take(count.min(take)) {
         let Ok(length) = value_length(section, at) else {
             break;
         };
@@ -114,36 +92,74 @@ fn encoded_text(bytes: &[u8], at: usize) -> Option<&str> {
     std::str::from_utf8(bytes.get(start..start.checked_add(length)?)?).ok()
 }
 
-impl SystemSpans {
-    /// Finds each present value in the encoded properties section, or else appends it to
-    /// `text` (which starts empty). A value that would take the text past
-    /// [`MAX_SYSTEM_TEXT`] is left out (ingress refuses such messages first; a rule action
-    /// or an old record is the only way here).
-    pub(super) fn locate(
-        properties: &[u8],
-        values: [Option<&str>; 8],
-        text: &mut Vec<u8>,
-    ) -> SystemSpans {
-        let mut spans = SystemSpans::default();
-        if values.iter().all(Option::is_none) {
-            return spans;
+/// Field `index`'s value as the properties section holds it, given its elements.
+fn held<'a>(section: &'a [u8], elements: &[Option<usize>; 13], index: usize) -> Option<&'a str> {
+    elements[LIST_INDEX[index]].and_then(|at| encoded_text(section, at))
+}
+
+/// Appends to `text` (which starts empty) the values the properties section does not hold
+/// as they are (identifiers that are not strings, values a rule set): per such field, in
+/// field order, a 16-bit little-endian length ([`ABSENT_TEXT`] for none) and the text;
+/// then, when there is any, the whole text's length (these 4 bytes included) as a 32-bit
+/// little-endian number, so that it is found from the end of the message. Returns which
+/// fields it holds (bit `i`: field `i`). A value too long for its length is held as absent
+/// (ingress refuses such messages first; a rule action or an old record is the only way
+/// here). Every other value is read from the section when asked for (issue 16: the head
+/// keeps no offsets).
+pub(super) fn text_apart(properties: &[u8], values: [Option<&str>; 8], text: &mut Vec<u8>) -> u8 {
+    if values.iter().all(Option::is_none) && properties.is_empty() {
+        return 0;
+    }
+    let elements = property_elements(properties, 13);
+    let mut in_text = 0;
+    for (index, value) in values.iter().enumerate() {
+        if held(properties, &elements, index) == *value {
+            continue;
         }
-        let elements = property_elements(properties);
-        for (index, value) in values.iter().enumerate() {
-            let Some(value) = value else { continue };
-            if let Some(at) = elements[LIST_INDEX[index]]
-                && at < ABSENT as usize
-                && encoded_text(properties, at) == Some(value)
-            {
-                spans.at[index] = at as u16;
-            } else if text.len() + value.len() <= MAX_SYSTEM_TEXT && text.len() < ABSENT as usize {
-                spans.at[index] = text.len() as u16;
-                spans.in_text |= 1 << index;
+        match value {
+            Some(value) if value.len() < ABSENT_TEXT as usize => {
+                text.extend_from_slice(&(value.len() as u16).to_le_bytes());
                 text.extend_from_slice(value.as_bytes());
             }
+            _ => text.extend_from_slice(&ABSENT_TEXT.to_le_bytes()),
         }
-        spans
+        in_text |= 1 << index;
     }
+    if in_text != 0 {
+        let length = text.len() + 4;
+        text.extend_from_slice(&(length as u32).to_le_bytes());
+    }
+    in_text
+}
+
+/// The length of the text [`text_apart`] wrote at the end of `bytes` (0 when `in_text`
+/// says there is none).
+pub(super) fn text_apart_len(bytes: &[u8], in_text: u8) -> usize {
+    if in_text == 0 {
+        return 0;
+    }
+    match bytes.last_chunk::<4>() {
+        Some(length) => (u32::from_le_bytes(*length) as usize).min(bytes.len()),
+        None => 0,
+    }
+}
+
+/// Field `index`'s value in a text [`text_apart`] wrote (its length trailer excluded).
+fn text_value(text: &[u8], in_text: u8, index: usize) -> Option<&str> {
+    let mut at = 0;
+    for field in 0..8 {
+        if in_text & (1 << field) == 0 {
+            continue;
+        }
+        let length = u16::from_le_bytes([*text.get(at)?, *text.get(at + 1)?]);
+        at += 2;
+        let value = (length != ABSENT_TEXT).then(|| at..at + length as usize);
+        if field == index {
+            return std::str::from_utf8(text.get(value?)?).ok();
+        }
+        at += value.map_or(0, |range| range.len());
+    }
+    None
 }
 
 /// The system properties as text, parsed once at ingress: a view of a message's
@@ -159,21 +175,21 @@ enum Source<'a> {
     Message {
         properties: &'a [u8],
         text: &'a [u8],
-        spans: SystemSpans,
+        in_text: u8,
     },
     /// Owned values.
     Values(&'a [Option<String>; 8]),
 }
 
 impl<'a> System<'a> {
-    /// The view of a message's: its properties section, the text after its body, where
-    /// each field lies.
-    pub(super) fn of_message(properties: &'a [u8], text: &'a [u8], spans: SystemSpans) -> Self {
+    /// The view of a message's: its properties section, the text after its body (without
+    /// its length) and which fields that text holds.
+    pub(super) fn of_message(properties: &'a [u8], text: &'a [u8], in_text: u8) -> Self {
         System {
             source: Source::Message {
                 properties,
                 text,
-                spans,
+                in_text,
             },
         }
     }
@@ -186,25 +202,37 @@ impl<'a> System<'a> {
             Source::Message {
                 properties,
                 text,
-                spans,
+                in_text,
             } => {
-                let at = spans.at[index];
-                if at == ABSENT {
-                    None
-                } else if spans.in_text & (1 << index) == 0 {
-                    encoded_text(properties, at as usize)
+                if in_text & (1 << index) != 0 {
+                    text_value(text, in_text, index)
                 } else {
-                    let end = (index + 1..8)
-                        .find(|next| spans.in_text & (1 << next) != 0 && spans.at[*next] != ABSENT)
-                        .map_or(text.len(), |next| spans.at[next] as usize);
-                    std::str::from_utf8(text.get(at as usize..end)?).ok()
+                    let elements = property_elements(properties, LIST_INDEX[index] + 1);
+                    held(properties, &elements, index)
                 }
             }
         }
     }
-    /// Every field's value, in [`SystemField::ALL`] order.
+
+    /// Every field's value, in [`SystemField::ALL`] order (the section read once).
     pub fn values(&self) -> [Option<&'a str>; 8] {
-        SystemField::ALL.map(|field| self.get(field))
+        match self.source {
+            Source::Values(values) => values.each_ref().map(|value| value.as_deref()),
+            Source::Message {
+                properties,
+                text,
+                in_text,
+            } => {
+                let elements = property_elements(properties, 13);
+                std::array::from_fn(|index| {
+                    if in_text & (1 << index) != 0 {
+                        text_value(text, in_text, index)
+                    } else {
+                        held(properties, &elements, index)
+                    }
+                })
+            }
+        }
     }
 
     /// The same properties with one field changed.
