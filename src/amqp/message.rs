@@ -239,6 +239,12 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
     if length > MAX_SYSTEM_TEXT {
         return Err(MessageError::PropertiesTooLong { length });
     }
+    // The section holds every value as text but identifiers that are not strings (the
+    // ones made into text here): only those are kept apart.
+    let apart = values.each_ref().map(|value| match value {
+        Some(std::borrow::Cow::Owned(text)) => Some(text.as_str()),
+        _ => None,
+    });
     // One allocation sized to what is kept: never a slice of the connection's read buffer
     // (issue 10, item 9 and issue 16: slices pinned whole 64 KiB buffers). The properties,
     // application properties and body usually lie back to back in the transfer: then they
@@ -270,16 +276,16 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
             .iter()
             .find(|range| !range.is_empty())
             .map_or(0, |range| range.start);
-        Message::from_joined(&bytes[start..body_range.end], lengths, system)
+        Message::from_joined(&bytes[start..body_range.end], lengths, apart)
     } else {
-        Message::from_parts(
+        Message::from_parts_apart(
             [
                 &annotations.0,
                 properties_bytes,
                 &bytes[application_properties_range],
                 &body,
             ],
-            system,
+            apart,
         )
     };
     if header_fields != HeaderFields::default() {

@@ -12,7 +12,7 @@ use super::types::Timestamp;
 mod system;
 
 pub use system::{MAX_SYSTEM_TEXT, System, SystemField, SystemProperties};
-use system::{text_apart, text_apart_len};
+use system::{text_apart, text_apart_given, text_apart_len};
 
 /// Sender-chosen header fields kept for redelivery (the broker sets `delivery-count`).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -143,13 +143,22 @@ thread_local! {
 /// A joining buffer grown past this is let go after use.
 const JOINED_KEPT: usize = 256 * 1024;
 
+/// A message's system properties, as given to build it.
+#[derive(Clone, Copy)]
+enum Given<'a> {
+    /// Every value: those the properties section does not hold are found by reading it.
+    All([Option<&'a str>; 8]),
+    /// Only the values the properties section does not hold (the ingress parser knows).
+    Apart([Option<&'a str>; 8]),
+}
+
 /// Builds a message's one allocation: its sections back to back (`whole`, when they already
 /// lie so), then the text of the system properties the properties section does not hold.
 fn assemble(
     mut head: Head,
     sections: [&[u8]; 4],
     whole: Option<&[u8]>,
-    system: [Option<&str>; 8],
+    system: Given<'_>,
 ) -> ThinArc<Head, u8> {
     let mut end = 0;
     for (index, section) in sections.iter().take(3).enumerate() {
@@ -157,7 +166,10 @@ fn assemble(
         head.ends[index] = u32::try_from(end).unwrap_or(u32::MAX);
     }
     let mut text = Vec::new();
-    head.system_in_text = text_apart(sections[1], system, &mut text);
+    head.system_in_text = match system {
+        Given::All(values) => text_apart(sections[1], values, &mut text),
+        Given::Apart(values) => text_apart_given(values, &mut text),
+    };
     if text.is_empty() {
         if let Some(whole) = whole {
             return ThinArc::from_header_and_slice(head, whole);
@@ -188,13 +200,30 @@ impl Message {
     /// A message of these sections and system properties ([`SystemField::ALL`] order), in
     /// one allocation built once (ingress and recovery).
     pub fn from_parts(sections: [&[u8]; 4], system: [Option<&str>; 8]) -> Message {
-        Message(assemble(Head::default(), sections, None, system))
+        Message(assemble(
+            Head::default(),
+            sections,
+            None,
+            Given::All(system),
+        ))
     }
 
-    /// A message of its four sections lying back to back in `joined` (as a transfer
-    /// usually carries them), each `lengths[i]` bytes long: one copy, into the message's
-    /// allocation.
-    pub fn from_joined(joined: &[u8], lengths: [usize; 4], system: [Option<&str>; 8]) -> Message {
+    /// A message of these sections whose properties section holds every system property
+    /// as text but those in `apart` (ingress: identifiers that are not strings), which is
+    /// then not read.
+    pub fn from_parts_apart(sections: [&[u8]; 4], apart: [Option<&str>; 8]) -> Message {
+        Message(assemble(
+            Head::default(),
+            sections,
+            None,
+            Given::Apart(apart),
+        ))
+    }
+
+    /// [`Message::from_parts_apart`] of four sections lying back to back in `joined` (as a
+    /// transfer usually carries them), each `lengths[i]` bytes long: one copy, into the
+    /// message's allocation.
+    pub fn from_joined(joined: &[u8], lengths: [usize; 4], apart: [Option<&str>; 8]) -> Message {
         let mut sections: [&[u8]; 4] = [&[]; 4];
         let mut rest = joined;
         for (section, length) in sections.iter_mut().zip(lengths) {
@@ -202,7 +231,12 @@ impl Message {
             *section = this;
             rest = after;
         }
-        Message(assemble(Head::default(), sections, Some(joined), system))
+        Message(assemble(
+            Head::default(),
+            sections,
+            Some(joined),
+            Given::Apart(apart),
+        ))
     }
 
     /// A message with this body and nothing else (tests, management replies).
@@ -304,7 +338,7 @@ impl Message {
         if let Some((index, section)) = replace {
             sections[index] = section;
         }
-        self.0 = assemble(self.head().clone(), sections, None, system);
+        self.0 = assemble(self.head().clone(), sections, None, Given::All(system));
     }
 
     /// Where the body ends: before the text of the system properties kept apart.

@@ -254,3 +254,42 @@ fn the_fixed_fields_fit_in_32_bytes() {
     assert_eq!(std::mem::size_of::<Head>(), 32);
     assert_eq!(std::mem::size_of::<Message>(), 8);
 }
+
+#[test]
+fn ingress_keeps_apart_only_the_identifiers_that_are_not_strings() {
+    for (properties, apart) in [
+        (full_properties(), 0),
+        (
+            Properties {
+                message_id: Some(MessageId::Ulong(42)),
+                correlation_id: Some(MessageId::Uuid(Uuid::from([7u8; 16]))),
+                subject: Some("label".into()),
+                group_id: Some("s".into()),
+                ..Properties::default()
+            },
+            2,
+        ),
+    ] {
+        let mut encoded = encoded(&properties);
+        encoded.extend_from_slice(b"\x00\x53\x75\xa0\x02hi");
+        let message =
+            crate::amqp::message::parse_message(bytes::Bytes::from(encoded)).expect("parses");
+        let expected = crate::amqp::message::system_values(&properties);
+        assert_eq!(
+            message.system().values(),
+            expected.each_ref().map(|value| value.as_deref())
+        );
+        let text: usize = expected
+            .iter()
+            .filter_map(|value| match value {
+                Some(std::borrow::Cow::Owned(text)) => Some(text.len() + 2),
+                _ => None,
+            })
+            .sum();
+        assert_eq!(
+            message.system_text_len(),
+            text + if apart > 0 { 4 } else { 0 }
+        );
+        assert_eq!(message.body(), b"\x00\x53\x75\xa0\x02hi");
+    }
+}

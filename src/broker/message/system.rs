@@ -111,9 +111,21 @@ pub(super) fn text_apart(properties: &[u8], values: [Option<&str>; 8], text: &mu
         return 0;
     }
     let elements = property_elements(properties, 13);
+    let differs = std::array::from_fn(|index| held(properties, &elements, index) != values[index]);
+    text_of(values, differs, text)
+}
+
+/// Appends to `text` what [`text_apart`] would for these values, all of which the properties
+/// section does not hold (the ingress parser knows which: identifiers that are not strings),
+/// without reading the section.
+pub(super) fn text_apart_given(apart: [Option<&str>; 8], text: &mut Vec<u8>) -> u8 {
+    text_of(apart, apart.map(|value| value.is_some()), text)
+}
+
+fn text_of(values: [Option<&str>; 8], apart: [bool; 8], text: &mut Vec<u8>) -> u8 {
     let mut in_text = 0;
     for (index, value) in values.iter().enumerate() {
-        if held(properties, &elements, index) == *value {
+        if !apart[index] {
             continue;
         }
         match value {
