@@ -9,7 +9,9 @@ use super::codec::{self, CodecError, Writer};
 use super::depth;
 use super::ids;
 use crate::broker::entity::Record;
-use crate::broker::message::{Extras, HeaderFields, MAX_SYSTEM_TEXT, Message, SystemField};
+use crate::broker::message::{
+    Extras, HeaderFields, MAX_HEADER_SECTIONS, MAX_SYSTEM_TEXT, Message, SystemField,
+};
 use crate::broker::types::{LockToken, MessageState, PropertyValue, Timestamp};
 
 /// Message format of a Service Bus batch: every `data` section is a whole message.
@@ -69,6 +71,14 @@ pub enum MessageError {
     #[error("the message's properties hold {length} bytes of text; at most 65535 are allowed")]
     PropertiesTooLong {
         /// Their text's length in bytes.
+        length: usize,
+    },
+    /// Annotations, properties and application properties larger than the broker keeps.
+    #[error(
+        "the message's annotations, properties and application properties take {length} bytes; at most {MAX_HEADER_SECTIONS} are allowed (Service Bus allows 64 KB of header)"
+    )]
+    HeaderTooLarge {
+        /// Their encoded length in bytes.
         length: usize,
     },
     /// No data, amqp-sequence or amqp-value section (AMQP 1.0 §3.2 requires one).
@@ -154,7 +164,7 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
     depth::check_values(&bytes)?;
     let mut header_fields = HeaderFields::default();
     let mut extras = Extras::default();
-    let mut annotations: (Vec<u8>, u32) = (Vec::new(), 0);
+    let mut annotations = Vec::new();
     let mut properties_range = 0..0;
     let mut application_properties_range = 0..0;
     let mut body_ranges: Vec<std::ops::Range<usize>> = Vec::new();
@@ -253,11 +263,17 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
         .as_deref()
         .unwrap_or(&bytes[properties_range.clone()]);
     let lengths = [
-        annotations.0.len(),
+        annotations.len(),
         properties_bytes.len(),
         application_properties_range.len(),
         body.len(),
     ];
+    let header_length: usize = lengths[..3].iter().sum();
+    if header_length > MAX_HEADER_SECTIONS {
+        return Err(MessageError::HeaderTooLarge {
+            length: header_length,
+        });
+    }
     let body_range = match (&body, body_ranges.first()) {
         (std::borrow::Cow::Borrowed(_), Some(first)) => first.start..first.start + body.len(),
         _ => 0..0,
@@ -267,7 +283,7 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
         application_properties_range.clone(),
         body_range.clone(),
     ];
-    let back_to_back = annotations.0.is_empty()
+    let back_to_back = annotations.is_empty()
         && assigned_properties.is_none()
         && !body_range.is_empty()
         && contiguous(&kept);
@@ -280,7 +296,7 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
     } else {
         Message::from_parts_apart(
             [
-                &annotations.0,
+                &annotations,
                 properties_bytes,
                 &bytes[application_properties_range],
                 &body,
@@ -290,9 +306,6 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
     };
     if header_fields != HeaderFields::default() {
         message.set_header(header_fields);
-    }
-    if annotations.1 != 0 {
-        message.set_annotation_element_count(annotations.1);
     }
     if let Some(partition_key) = &extras.partition_key
         && let Some(session_id) = message.system().session_id()
@@ -394,11 +407,10 @@ fn parse_annotations(
     bytes: &[u8],
     at: usize,
     extras: &mut Extras,
-) -> Result<(Vec<u8>, u32), MessageError> {
+) -> Result<Vec<u8>, MessageError> {
     let value_at = at + descriptor_length(bytes, at)?;
     let elements = codec::compound_elements(bytes, value_at)?;
     let mut kept = Vec::new();
-    let mut count = 0;
     for pair in elements.chunks(2) {
         let [key, value] = pair else {
             return Err(section_error(
@@ -420,9 +432,8 @@ fn parse_annotations(
             continue;
         }
         kept.extend_from_slice(&bytes[key.start..value.end]);
-        count += 2;
     }
-    Ok((kept, count))
+    Ok(kept)
 }
 
 /// The broker-side view of a delivery to encode.

@@ -59,33 +59,54 @@ static NO_EXTRAS: Extras = Extras {
     partition_key: None,
 };
 
-/// A message's fixed fields, kept in front of its bytes in its one allocation (32 bytes:
+/// A message's fixed fields, kept in front of its bytes in its one allocation (24 bytes:
 /// issue 16).
 #[derive(Debug, Clone, Default)]
 struct Head {
-    /// Where the annotations, the properties and the application properties end. The body
-    /// follows up to the text of the system properties kept apart, or to the end.
-    ends: [u32; 3],
-    /// Number of encoded elements in the annotation entries (keys plus values).
-    annotation_element_count: u32,
-    /// `header.ttl` in milliseconds, as AMQP carries it (when [`HAS_TTL`] is set).
-    ttl_millis: u32,
-    /// [`DURABLE`], [`HAS_TTL`].
-    flags: u8,
+    /// Where the annotations, the properties and the application properties end, as 24-bit
+    /// little-endian numbers (ingress keeps these sections within [`MAX_HEADER_SECTIONS`]).
+    /// The body follows up to the text of the system properties kept apart, or to the end.
+    ends: [[u8; 3]; 3],
+    /// [`DURABLE`], [`HAS_TTL`], and above them ([`HOP_SHIFT`]) the auto-forwarding hops
+    /// this message has made (rule FWD-2; at most [`MAX_HOPS`]).
+    bits: u8,
     /// `header.priority`.
     priority: u8,
-    /// Auto-forwarding hops this message has made (rule FWD-2).
-    hop_count: u8,
     /// Bit `i`: system field `i` is kept in the text after the body instead of read from
     /// the properties section (`system::text_apart`).
     system_in_text: u8,
+    /// `header.ttl` in milliseconds, as AMQP carries it (when [`HAS_TTL`] is set).
+    ttl_millis: u32,
     extras: Option<Box<Extras>>,
 }
 
-/// `Head::flags`: `header.durable`.
+/// `Head::bits`: `header.durable`.
 const DURABLE: u8 = 1;
-/// `Head::flags`: the message has a time to live.
+/// `Head::bits`: the message has a time to live.
 const HAS_TTL: u8 = 2;
+/// `Head::bits`: where the hop count starts.
+const HOP_SHIFT: u32 = 2;
+/// The most hops a message's head counts (far above the forwarding limit, rule FWD-2).
+pub const MAX_HOPS: u8 = u8::MAX >> HOP_SHIFT;
+
+/// How many bytes a message's annotations, properties and application properties may take
+/// together: their ends are kept in 24 bits, and this leaves room for what the broker adds
+/// to them later (rule actions, dead-letter reasons). Service Bus allows 64 KB of header;
+/// ingress refuses more than this with an error naming the size.
+pub const MAX_HEADER_SECTIONS: usize = 8 * 1024 * 1024;
+
+/// The largest end a head can hold.
+const MAX_END: usize = (1 << 24) - 1;
+
+fn end_to_bytes(end: usize) -> [u8; 3] {
+    debug_assert!(end <= MAX_END, "header sections of {end} bytes");
+    let [a, b, c, _] = (end.min(MAX_END) as u32).to_le_bytes();
+    [a, b, c]
+}
+
+fn end_from_bytes([a, b, c]: [u8; 3]) -> usize {
+    u32::from_le_bytes([a, b, c, 0]) as usize
+}
 
 /// One message as accepted from a client, immutable and shared by every copy (clones
 /// share it; the `set_*` and `edit_*` methods copy it first when it is shared). Its
@@ -163,7 +184,7 @@ fn assemble(
     let mut end = 0;
     for (index, section) in sections.iter().take(3).enumerate() {
         end += section.len();
-        head.ends[index] = u32::try_from(end).unwrap_or(u32::MAX);
+        head.ends[index] = end_to_bytes(end);
     }
     let mut text = Vec::new();
     head.system_in_text = match system {
@@ -274,9 +295,9 @@ impl Message {
     pub fn header(&self) -> HeaderFields {
         let head = self.head();
         HeaderFields {
-            durable: head.flags & DURABLE != 0,
+            durable: head.bits & DURABLE != 0,
             priority: head.priority,
-            time_to_live: (head.flags & HAS_TTL != 0)
+            time_to_live: (head.bits & HAS_TTL != 0)
                 .then(|| Duration::from_millis(head.ttl_millis.into())),
         }
     }
@@ -285,7 +306,8 @@ impl Message {
     /// `u32::MAX`, as AMQP carries it: `header.ttl` is a `uint`).
     pub fn set_header(&mut self, header: HeaderFields) {
         self.edit_head(|head| {
-            head.flags = if header.durable { DURABLE } else { 0 }
+            head.bits = (head.bits & !(DURABLE | HAS_TTL))
+                | if header.durable { DURABLE } else { 0 }
                 | if header.time_to_live.is_some() {
                     HAS_TTL
                 } else {
@@ -298,24 +320,34 @@ impl Message {
         });
     }
 
-    /// Number of encoded elements in the annotation entries (keys plus values).
+    /// Number of encoded elements in the annotation entries (keys plus values), counted
+    /// from them (they are few, and most messages have none).
     pub fn annotation_element_count(&self) -> u32 {
-        self.head().annotation_element_count
-    }
-
-    /// Sets it.
-    pub fn set_annotation_element_count(&mut self, count: u32) {
-        self.edit_head(|head| head.annotation_element_count = count);
+        let entries = self.annotation_entries();
+        let mut at = 0;
+        let mut count = 0;
+        while at < entries.len() {
+            match crate::amqp::codec::value_length(entries, at) {
+                Ok(length) if length > 0 => {
+                    at += length;
+                    count += 1;
+                }
+                _ => break,
+            }
+        }
+        count
     }
 
     /// Auto-forwarding hops this message has made (rule FWD-2).
     pub fn hop_count(&self) -> u8 {
-        self.head().hop_count
+        self.head().bits >> HOP_SHIFT
     }
 
-    /// Sets it.
+    /// Sets it (at most [`MAX_HOPS`]).
     pub fn set_hop_count(&mut self, hops: u8) {
-        self.edit_head(|head| head.hop_count = hops);
+        self.edit_head(|head| {
+            head.bits = (head.bits & (DURABLE | HAS_TTL)) | (hops.min(MAX_HOPS) << HOP_SHIFT)
+        });
     }
 
     /// The parsed system properties.
@@ -352,10 +384,10 @@ impl Message {
         let start = if index == 0 {
             0
         } else {
-            ends[index - 1] as usize
+            end_from_bytes(ends[index - 1])
         };
         let end = match ends.get(index) {
-            Some(end) => *end as usize,
+            Some(end) => end_from_bytes(*end),
             None => self.body_end(),
         };
         self.bytes().get(start..end).unwrap_or_default()

@@ -249,10 +249,100 @@ fn a_value_the_message_no_longer_has_is_absent_though_the_section_holds_it() {
 }
 
 #[test]
-fn the_fixed_fields_fit_in_32_bytes() {
+fn the_fixed_fields_fit_in_24_bytes() {
     // Issue 16: the head rides in front of the bytes of every stored message.
-    assert_eq!(std::mem::size_of::<Head>(), 32);
+    assert_eq!(std::mem::size_of::<Head>(), 24);
     assert_eq!(std::mem::size_of::<Message>(), 8);
+}
+
+#[test]
+fn header_fields_and_hop_count_share_a_byte_without_disturbing_each_other() {
+    let mut message = with_properties(&full_properties());
+    let header = HeaderFields {
+        durable: true,
+        priority: 200,
+        time_to_live: Some(Duration::from_millis(7)),
+    };
+    message.set_header(header);
+    message.set_hop_count(3);
+    assert_eq!(message.header(), header);
+    assert_eq!(message.hop_count(), 3);
+    message.set_header(HeaderFields::default());
+    assert_eq!(message.hop_count(), 3, "the header leaves the hops alone");
+    message.set_hop_count(u8::MAX);
+    assert_eq!(
+        message.hop_count(),
+        MAX_HOPS,
+        "hops saturate at what the head holds"
+    );
+    assert_eq!(message.header(), HeaderFields::default());
+    assert_eq!(message.system().message_id(), Some("id-1"));
+}
+
+#[test]
+fn section_ends_are_kept_in_24_bits_up_to_the_header_limit() {
+    // Annotations, properties and application properties right up to MAX_HEADER_SECTIONS
+    // still come back whole, and the body after them.
+    let annotations = [0xa3, 0x01, b'k', 0x41].repeat(2);
+    let application = vec![0x40; MAX_HEADER_SECTIONS - annotations.len() - 100];
+    let message = Message::from_parts([&annotations, &[], &application, b"body"], [None; 8]);
+    assert_eq!(message.annotation_entries(), &annotations[..]);
+    assert_eq!(
+        message.application_properties_section().len(),
+        application.len()
+    );
+    assert_eq!(message.body(), b"body");
+}
+
+#[test]
+fn the_annotation_element_count_is_counted_from_the_entries() {
+    for (entries, count) in [
+        (Vec::new(), 0),
+        // symbol "k" -> true
+        (vec![0xa3, 0x01, b'k', 0x41], 2),
+        // symbol "k" -> true, symbol "long" -> a 300-byte binary
+        (
+            [
+                &[0xa3, 0x01, b'k', 0x41][..],
+                &[0xa3, 0x04, b'l', b'o', b'n', b'g', 0xb0, 0, 0, 1, 44][..],
+                &[7; 300][..],
+            ]
+            .concat(),
+            4,
+        ),
+    ] {
+        let message = Message::from_parts([&entries, &[], &[], b"\x00\x53\x77\x40"], [None; 8]);
+        assert_eq!(message.annotation_element_count(), count);
+    }
+}
+
+#[test]
+fn ingress_refuses_header_sections_past_the_limit_naming_their_size() {
+    let properties = encoded(&Properties {
+        message_id: Some(MessageId::String("m".into())),
+        ..Properties::default()
+    });
+    let mut encoded = properties.clone();
+    encoded.extend_from_slice(&[0x00, 0x53, 0x74, 0xd1]);
+    // An application-properties map of one string key and a binary value past the limit.
+    let value = vec![1u8; MAX_HEADER_SECTIONS];
+    let inner = 4 + 3 + 5 + value.len();
+    encoded.extend_from_slice(&(inner as u32).to_be_bytes());
+    encoded.extend_from_slice(&2u32.to_be_bytes());
+    encoded.extend_from_slice(&[0xa1, 0x01, b'k', 0xb0]);
+    encoded.extend_from_slice(&(value.len() as u32).to_be_bytes());
+    encoded.extend_from_slice(&value);
+    encoded.extend_from_slice(b"\x00\x53\x75\xa0\x02hi");
+    let error =
+        crate::amqp::message::parse_message(bytes::Bytes::from(encoded)).expect_err("refused");
+    let text = error.to_string();
+    assert!(
+        text.contains(&format!(
+            "take {} bytes; at most {MAX_HEADER_SECTIONS}",
+            properties.len() + MAX_HEADER_SECTIONS + 20
+        )),
+        "{text}"
+    );
 }
 
 #[test]

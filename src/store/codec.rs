@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use crate::broker::entity::state::{Change, Record};
-use crate::broker::message::{Extras, HeaderFields, Message};
+use crate::broker::message::{Extras, HeaderFields, MAX_HEADER_SECTIONS, Message};
 use crate::broker::rules::{FilterDefinition, RuleDefinition};
 use crate::broker::types::{
     MessageState, OutboxTarget, PropertyChanges, PropertyValue, SequenceNumber, SubQueue, Timestamp,
@@ -527,13 +527,22 @@ impl<'a> In<'a> {
             time_to_live: self.duration()?,
         };
         let annotation_entries = self.slice()?;
-        let annotation_element_count = self.u32()?;
+        // The element count: written for older builds, counted from the entries here.
+        self.u32()?;
         let properties_section = self.slice()?;
         let application_properties_section = self.slice()?;
         let body = self.slice()?;
         let mut system: [Option<&str>; 8] = [None; 8];
         for field in &mut system {
             *field = self.opt_text()?;
+        }
+        let header_length = annotation_entries.len()
+            + properties_section.len()
+            + application_properties_section.len();
+        if header_length > MAX_HEADER_SECTIONS {
+            return self.fail(&format!(
+                "a message whose annotations and properties take {header_length} bytes (at most {MAX_HEADER_SECTIONS})"
+            ));
         }
         let mut message = Message::from_parts(
             [
@@ -545,7 +554,6 @@ impl<'a> In<'a> {
             system,
         );
         message.set_header(header);
-        message.set_annotation_element_count(annotation_element_count);
         let extras = Extras {
             scheduled_enqueue_time: self.opt_i64()?.map(Timestamp),
             original_sequence_number: self.opt_i64()?,
@@ -715,7 +723,6 @@ mod tests {
             priority: 7,
             time_to_live: Some(Duration::from_millis(1234)),
         });
-        message.set_annotation_element_count(2);
         message.set_system(SystemProperties::new([
             Some("id-1"),
             None,
