@@ -513,14 +513,16 @@ pub fn encode_delivery(view: DeliveryView<'_>, output: &mut BytesMut) {
         Some(properties) => writer.raw(&properties),
         None => writer.raw(message.properties_section()),
     }
-    if record.property_changes.is_empty() && extras.extra_properties.is_empty() {
+    // What the broker set on this copy (dead-letter reason, properties-to-modify) is in the
+    // section already; properties carried from a forwarding source are merged here.
+    if extras.extra_properties.is_empty() {
         writer.raw(message.application_properties_section());
-    } else if extras.extra_properties.is_empty() {
-        write_changed_application_properties(&mut writer, message, &record.property_changes);
     } else {
-        let mut changes = extras.extra_properties.clone();
-        changes.extend(record.property_changes.iter().cloned());
-        write_changed_application_properties(&mut writer, message, &changes);
+        write_changed_application_properties(
+            &mut writer,
+            message.application_properties_section(),
+            &extras.extra_properties,
+        );
     }
     writer.raw(message.body());
 }
@@ -563,12 +565,50 @@ pub fn write_property_value(writer: &mut Writer<'_>, value: &PropertyValue) {
 
 /// Rewrites application properties with the broker's changes merged in (changed keys
 /// replace the sender's values).
+/// An application-properties section: `original`'s entries with `changes` merged in (later
+/// changes to the same key win).
+pub fn merged_application_properties(
+    original: &[u8],
+    changes: &[(String, PropertyValue)],
+) -> Vec<u8> {
+    let mut output = BytesMut::new();
+    write_changed_application_properties(&mut Writer::new(&mut output), original, changes);
+    output.to_vec()
+}
+
+/// An application-properties section: `original`'s entries but those named in `names`;
+/// empty (no section) when none is left.
+pub fn application_properties_without(original: &[u8], names: &[&str]) -> Vec<u8> {
+    let Some(elements) = descriptor_length(original, 0)
+        .ok()
+        .and_then(|value_at| codec::compound_elements(original, value_at).ok())
+    else {
+        return original.to_vec();
+    };
+    let mut output = BytesMut::new();
+    let mut writer = Writer::new(&mut output);
+    writer.descriptor(APPLICATION_PROPERTIES as u8);
+    let mut map = writer.start_map();
+    for pair in elements.chunks(2) {
+        let [key, value] = pair else { break };
+        let name = codec::read_text(original, key.clone()).unwrap_or("");
+        if !names.contains(&name) {
+            writer.raw(&original[key.start..value.end]);
+            map.count += 2;
+        }
+    }
+    if map.count == 0 {
+        return Vec::new();
+    }
+    writer.finish_compound(map);
+    output.to_vec()
+}
+
 fn write_changed_application_properties(
     writer: &mut Writer<'_>,
-    message: &Message,
+    original: &[u8],
     changes: &[(String, PropertyValue)],
 ) {
-    let original = message.application_properties_section();
     writer.descriptor(APPLICATION_PROPERTIES as u8);
     let mut map = writer.start_map();
     if !original.is_empty() {

@@ -147,13 +147,13 @@ impl std::fmt::Debug for Message {
 }
 
 /// Memory one stored message costs beyond its encoded bytes: its allocation's reference
-/// count, length, fixed fields and rounding, the record in its sub-queue's `RecordMap` run
-/// and its entry in the available index — measured by `tests/memory.rs` (counting
-/// allocator) at 116–125 bytes for SDK-encoded messages (772 before issue 16, 229 before the
-/// one-allocation layout), rounded up. Counting it makes `max_size_in_megabytes` bound what
-/// a queue of tiny messages really holds (issue 10, item 9: a 10 MiB queue of empty
-/// messages used to hold 143 MiB).
-pub const MESSAGE_OVERHEAD: usize = 160;
+/// count, length, fixed fields and rounding, and the record in its sub-queue's `RecordMap`
+/// run — measured by `tests/memory.rs` (counting allocator) at 76–85 bytes for SDK-encoded
+/// messages (772 before issue 16, 229 before the one-allocation layout, 116–125 before the
+/// 24-byte head and the 40-byte record), rounded up. Counting it makes
+/// `max_size_in_megabytes` bound what a queue of tiny messages really holds (issue 10,
+/// item 9: a 10 MiB queue of empty messages used to hold 143 MiB).
+pub const MESSAGE_OVERHEAD: usize = 100;
 
 thread_local! {
     /// Where the parts of a message that do not lie back to back are joined before they are
@@ -433,6 +433,55 @@ impl Message {
     /// Replaces the application-properties section.
     pub fn set_application_properties_section(&mut self, section: &[u8]) {
         self.replace_section(2, section);
+    }
+
+    /// Merges application properties the broker sets on this copy (dead-letter reason and
+    /// description, a settling receiver's properties-to-modify) into its
+    /// application-properties section, after those carried from a forwarding source
+    /// ([`Extras::extra_properties`], which it then no longer carries apart). A record keeps
+    /// no list of its own (issue 16: 8 bytes per stored record). Returns how many bytes
+    /// [`Message::size`] grew by (negative when it shrank).
+    pub fn merge_application_properties(
+        &mut self,
+        changes: &[(String, super::types::PropertyValue)],
+    ) -> i64 {
+        if changes.is_empty() {
+            return 0;
+        }
+        let before = self.size() as i64;
+        let carried = if self.extras().extra_properties.is_empty() {
+            Vec::new()
+        } else {
+            self.edit_extras(|extras| std::mem::take(&mut extras.extra_properties))
+        };
+        let section = if carried.is_empty() {
+            crate::amqp::message::merged_application_properties(
+                self.application_properties_section(),
+                changes,
+            )
+        } else {
+            let mut all = carried;
+            all.extend(changes.iter().cloned());
+            crate::amqp::message::merged_application_properties(
+                self.application_properties_section(),
+                &all,
+            )
+        };
+        self.set_application_properties_section(&section);
+        self.size() as i64 - before
+    }
+
+    /// Takes these application properties out of the message (those the broker set when it
+    /// dead-lettered it, for a resubmitted copy).
+    pub fn remove_application_properties(&mut self, names: &[&str]) {
+        let section = self.application_properties_section();
+        if section.is_empty() {
+            return;
+        }
+        let kept = crate::amqp::message::application_properties_without(section, names);
+        if kept.len() != section.len() {
+            self.set_application_properties_section(&kept);
+        }
     }
 
     /// What few messages carry (scheduling, forwarding, topic and partition details).

@@ -383,3 +383,77 @@ fn ingress_keeps_apart_only_the_identifiers_that_are_not_strings() {
         assert_eq!(message.body(), b"\x00\x53\x75\xa0\x02hi");
     }
 }
+
+#[test]
+fn broker_properties_merge_into_the_section_after_those_carried_from_a_source() {
+    use crate::amqp::message::application_property_text;
+    use crate::broker::types::PropertyValue;
+    let mut message = with_properties(&full_properties());
+    // Carried from a forwarding source's dead-letter queue, merged on delivery.
+    message.edit_extras(|extras| {
+        extras.extra_properties = vec![
+            (
+                "DeadLetterReason".into(),
+                PropertyValue::String("first".into()),
+            ),
+            ("kept".into(), PropertyValue::Long(1)),
+        ]
+    });
+    let before = message.size();
+    let grown = message.merge_application_properties(&[(
+        "DeadLetterReason".into(),
+        PropertyValue::String("second".into()),
+    )]);
+    assert_eq!(message.size() as i64 - before as i64, grown);
+    assert!(grown > 0);
+    assert_eq!(
+        application_property_text(&message, "DeadLetterReason").as_deref(),
+        Some("second"),
+        "the later reason wins"
+    );
+    assert!(message.extras().extra_properties.is_empty());
+    assert!(
+        !message.application_properties_section().is_empty(),
+        "the carried ones are in the section now"
+    );
+    assert_eq!(message.system().message_id(), Some("id-1"));
+    // Nothing to merge changes nothing.
+    let same = message.clone();
+    assert_eq!(message.merge_application_properties(&[]), 0);
+    assert_eq!(
+        message.application_properties_section(),
+        same.application_properties_section()
+    );
+}
+
+#[test]
+fn named_application_properties_come_out_and_the_rest_stay() {
+    use crate::amqp::message::application_property_text;
+    use crate::broker::types::PropertyValue;
+    let mut message = with_properties(&full_properties());
+    message.merge_application_properties(&[
+        (
+            "DeadLetterReason".into(),
+            PropertyValue::String("why".into()),
+        ),
+        ("kept".into(), PropertyValue::String("yes".into())),
+        ("DeadLetterErrorDescription".into(), PropertyValue::Long(3)),
+    ]);
+    message.remove_application_properties(&["DeadLetterReason", "DeadLetterErrorDescription"]);
+    assert_eq!(
+        application_property_text(&message, "DeadLetterReason"),
+        None
+    );
+    assert_eq!(
+        application_property_text(&message, "kept").as_deref(),
+        Some("yes")
+    );
+    let kept_only = message.application_properties_section().to_vec();
+    message.remove_application_properties(&["kept"]);
+    assert!(
+        message.application_properties_section().is_empty(),
+        "no section left"
+    );
+    assert!(kept_only.len() > 4);
+    assert_eq!(message.system().message_id(), Some("id-1"));
+}

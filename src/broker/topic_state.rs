@@ -374,7 +374,6 @@ impl TopicState {
                         expires: false,
                         delivery_count: 0,
                         state: MessageState::Scheduled,
-                        property_changes: Default::default(),
                     },
                 );
                 self.scheduled.insert((at, sequence_number), message);

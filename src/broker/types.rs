@@ -123,50 +123,6 @@ pub enum PropertyValue {
 /// Properties to merge into a message's application properties.
 pub type PropertyChanges = Vec<(String, PropertyValue)>;
 
-/// The property changes a stored record carries: most carry none, so none costs one
-/// pointer instead of an empty `Vec`'s three words (issue 16: memory per stored message).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct RecordChanges(Option<Box<PropertyChanges>>);
-
-impl RecordChanges {
-    /// Adds changes after those there.
-    pub fn extend(&mut self, changes: impl IntoIterator<Item = (String, PropertyValue)>) {
-        let mut changes = changes.into_iter().peekable();
-        if changes.peek().is_some() {
-            self.0.get_or_insert_with(Box::default).extend(changes);
-        }
-    }
-}
-
-impl std::ops::Deref for RecordChanges {
-    type Target = [(String, PropertyValue)];
-
-    fn deref(&self) -> &Self::Target {
-        self.0.as_deref().map_or(&[], Vec::as_slice)
-    }
-}
-
-impl From<PropertyChanges> for RecordChanges {
-    fn from(changes: PropertyChanges) -> RecordChanges {
-        RecordChanges((!changes.is_empty()).then(|| Box::new(changes)))
-    }
-}
-
-impl From<RecordChanges> for PropertyChanges {
-    fn from(changes: RecordChanges) -> PropertyChanges {
-        changes.0.map(|changes| *changes).unwrap_or_default()
-    }
-}
-
-impl IntoIterator for RecordChanges {
-    type Item = (String, PropertyValue);
-    type IntoIter = std::vec::IntoIter<(String, PropertyValue)>;
-
-    fn into_iter(self) -> Self::IntoIter {
-        PropertyChanges::from(self).into_iter()
-    }
-}
-
 /// What a receiver decided about a locked message.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Settlement {

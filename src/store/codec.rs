@@ -252,7 +252,8 @@ impl Out {
         self.opt_i64(record.expires_at().map(|at| at.0));
         self.u64(u64::from(record.delivery_count));
         self.state(record.state);
-        self.properties(&record.property_changes);
+        // Where older builds kept the record's property changes: now in its message.
+        self.properties(&[]);
     }
     fn rule(&mut self, rule: &RuleDefinition) {
         self.str(&rule.name);
@@ -585,7 +586,7 @@ impl<'a> In<'a> {
         Ok(message)
     }
     fn record(&mut self) -> Result<Record, DecodeError> {
-        Ok(Record {
+        let mut record = Record {
             message: self.message()?,
             sequence_number: SequenceNumber(self.i64()?),
             enqueued_time: Timestamp(self.i64()?),
@@ -593,8 +594,12 @@ impl<'a> In<'a> {
             expires: self.opt_i64()?.is_some(),
             delivery_count: self.u32()?,
             state: self.state()?,
-            property_changes: self.properties()?.into(),
-        })
+        };
+        // Written by a build that kept them beside the message (none from this one).
+        record
+            .message
+            .merge_application_properties(&self.properties()?);
+        Ok(record)
     }
     fn rule(&mut self) -> Result<RuleDefinition, DecodeError> {
         let name = self.string()?;
@@ -745,7 +750,7 @@ mod tests {
                 partition_key: None,
             }
         });
-        Record {
+        let mut record = Record {
             message,
             sequence_number: SequenceNumber(sequence_number),
             enqueued_time: Timestamp(1_700_000_000_001),
@@ -753,16 +758,22 @@ mod tests {
             expires: true,
             delivery_count: 3,
             state: MessageState::Deferred,
-            property_changes: vec![
-                ("a".into(), PropertyValue::Null),
-                ("b".into(), PropertyValue::Bool(true)),
-                ("c".into(), PropertyValue::Long(i64::MIN)),
-                ("d".into(), PropertyValue::String("é".into())),
-                ("e".into(), PropertyValue::Timestamp(-1)),
-                ("f".into(), PropertyValue::Binary(vec![0, 255])),
-            ]
-            .into(),
-        }
+        };
+        record
+            .message
+            .merge_application_properties(&property_changes());
+        record
+    }
+
+    fn property_changes() -> Vec<(String, PropertyValue)> {
+        vec![
+            ("a".into(), PropertyValue::Null),
+            ("b".into(), PropertyValue::Bool(true)),
+            ("c".into(), PropertyValue::Long(i64::MIN)),
+            ("d".into(), PropertyValue::String("é".into())),
+            ("e".into(), PropertyValue::Timestamp(-1)),
+            ("f".into(), PropertyValue::Binary(vec![0, 255])),
+        ]
     }
 
     fn every_change() -> Vec<Change> {
@@ -847,6 +858,35 @@ mod tests {
         }
         assert_eq!(original.fingerprint(), replayed.fingerprint());
         assert!(original.fingerprint().contains("DeadLetter"));
+    }
+
+    #[test]
+    fn a_record_written_with_its_property_changes_beside_the_message_reads_them_into_it() {
+        // Builds before issue 16's fourth pass kept a record's property changes after its
+        // other fields; they come back merged into the message's application properties.
+        let record = sample_record(7);
+        let mut old = Out(Vec::new());
+        old.message(&record.message);
+        old.i64(record.sequence_number.0);
+        old.i64(record.enqueued_time.0);
+        old.duration(record.time_to_live.get());
+        old.opt_i64(record.expires_at().map(|at| at.0));
+        old.u64(u64::from(record.delivery_count));
+        old.state(record.state);
+        old.properties(&[(
+            "DeadLetterReason".into(),
+            PropertyValue::String("old".into()),
+        )]);
+        let decoded = In {
+            bytes: &old.0,
+            at: 0,
+        }
+        .record()
+        .expect("decodes");
+        let text = |name| crate::amqp::message::application_property_text(&decoded.message, name);
+        assert_eq!(text("DeadLetterReason").as_deref(), Some("old"));
+        assert_eq!(text("d").as_deref(), Some("é"), "the merged ones stay");
+        assert_eq!(decoded.delivery_count, record.delivery_count);
     }
 
     #[test]

@@ -360,6 +360,7 @@ fn resubmitted_copy(message: &Message) -> Message {
         extras.topic_sequence = None;
     });
     copy.set_hop_count(0);
+    copy.remove_application_properties(&["DeadLetterReason", "DeadLetterErrorDescription"]);
     copy
 }
 

@@ -109,21 +109,22 @@ pub(super) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
-/// The broker's property changes on a record (dead-letter reason and description, …),
-/// later ones winning.
+/// A property the broker sets on a record (dead-letter reason and description), as a
+/// receiver gets it: carried from a forwarding source, else in the application properties.
 pub(super) fn broker_property(delivery: &Delivery, name: &str) -> Option<String> {
-    delivery
-        .record
-        .property_changes
+    let carried = delivery
+        .message
+        .extras()
+        .extra_properties
         .iter()
         .rev()
-        .chain(delivery.message.extras().extra_properties.iter().rev())
-        .find(|(key, _)| key == name)
-        .and_then(|(_, value)| match value {
-            PropertyValue::String(text) => Some(text.clone()),
-            PropertyValue::Null => None,
-            other => Some(property_json(other).to_string()),
-        })
+        .find(|(key, _)| key == name);
+    match carried {
+        Some((_, PropertyValue::String(text))) => Some(text.clone()),
+        Some((_, PropertyValue::Null)) => None,
+        Some((_, other)) => Some(property_json(other).to_string()),
+        None => amqp_message::application_property_text(&delivery.message, name),
+    }
 }
 
 /// An application property as text (what the search compares with).

@@ -8,8 +8,8 @@ use super::settings::EntitySettings;
 use super::state::{Effect, EntityState, MAX_DELIVERY_COUNT_EXCEEDED, TTL_EXPIRED};
 use crate::broker::message::Message;
 use crate::broker::types::{
-    EntityError, MessageState, OutboxTarget, PropertyValue, ReceiveMode, ReceiverId,
-    SequenceNumber, Settlement, SubQueue, Timestamp,
+    EntityError, MessageState, OutboxTarget, ReceiveMode, ReceiverId, SequenceNumber, Settlement,
+    SubQueue, Timestamp,
 };
 
 const START: Timestamp = Timestamp(1_700_000_000_000);
@@ -314,10 +314,11 @@ fn abandon_at_max_delivery_count_dead_letters() {
     let dead = state
         .record(SubQueue::DeadLetter, SequenceNumber(1))
         .expect("dead-lettered");
-    assert!(dead.property_changes.contains(&(
-        "DeadLetterReason".to_string(),
-        PropertyValue::String(MAX_DELIVERY_COUNT_EXCEEDED.to_string())
-    )));
+    assert_eq!(
+        crate::amqp::message::application_property_text(&dead.message, "DeadLetterReason")
+            .as_deref(),
+        Some(MAX_DELIVERY_COUNT_EXCEEDED)
+    );
 }
 
 #[test]
@@ -372,10 +373,11 @@ fn expired_messages_are_dead_lettered_by_the_timer() {
     let dead = state
         .record(SubQueue::DeadLetter, SequenceNumber(1))
         .expect("dead-lettered");
-    assert!(dead.property_changes.contains(&(
-        "DeadLetterReason".to_string(),
-        PropertyValue::String(TTL_EXPIRED.to_string())
-    )));
+    assert_eq!(
+        crate::amqp::message::application_property_text(&dead.message, "DeadLetterReason")
+            .as_deref(),
+        Some(TTL_EXPIRED)
+    );
     state.advance(START.plus(Duration::from_secs(1_000_000)));
     assert_eq!(
         state.message_count(SubQueue::DeadLetter),
@@ -993,9 +995,11 @@ fn a_transaction_with_a_lost_lock_changes_nothing() {
 #[test]
 fn a_transaction_that_does_not_fit_changes_nothing() {
     // rule TXN-2: the quota counts sends and via sends together
-    let mut state = entity(|settings| settings.max_size_bytes = 3000);
-    let (first, _) = two_locked(&mut state);
     let big = Message::with_body(&Bytes::from(vec![0u8; 1200]));
+    // Room for the two sends alone, not beside the two messages already stored.
+    let limit = 2 * big.size() as u64;
+    let mut state = entity(|settings| settings.max_size_bytes = limit);
+    let (first, _) = two_locked(&mut state);
     let work = super::TransactionWork {
         sends: vec![big.clone()],
         via: vec![("elsewhere".into(), big)],
@@ -1132,4 +1136,52 @@ fn a_partitioned_entity_numbers_per_partition_and_interleaves_partitions() {
         3,
         "partition b's counter came through the checkpoint"
     );
+}
+
+#[test]
+fn properties_the_broker_merges_are_counted_while_stored_and_released_with_the_record() {
+    // Issue 16: a record's property changes live in its message; the quota counts them.
+    let (mut state, mut credit) = (entity(|_| {}), 0);
+    let record = one_locked(&mut state, &mut credit);
+    let alone = state.stored_bytes();
+    let properties = vec![(
+        "note".to_string(),
+        crate::broker::types::PropertyValue::String("x".repeat(100)),
+    )];
+    state
+        .settle(
+            START,
+            record.lock.expect("locked").token,
+            Settlement::Abandon { properties },
+        )
+        .expect("abandoned");
+    assert!(
+        state.stored_bytes() >= alone + 100,
+        "{} bytes counted, {alone} before",
+        state.stored_bytes()
+    );
+    let again = receive_one(&mut state, START, &mut credit).expect("redelivered");
+    assert_eq!(
+        crate::amqp::message::application_property_text(&again.message, "note").as_deref(),
+        Some("x".repeat(100).as_str())
+    );
+    state
+        .settle(START, again.lock.expect("locked").token, dead_letter("why"))
+        .expect("dead-lettered");
+    state.attach_receiver(
+        START,
+        ReceiverId(2),
+        SubQueue::DeadLetter,
+        ReceiveMode::ReceiveAndDelete,
+    );
+    state.set_credit(START, ReceiverId(2), 1, false);
+    let dead = deliveries(&mut state)
+        .pop()
+        .expect("delivered from the dead-letter queue");
+    assert_eq!(
+        crate::amqp::message::application_property_text(&dead.message, "DeadLetterReason")
+            .as_deref(),
+        Some("why")
+    );
+    assert_eq!(state.stored_bytes(), 0, "what was counted is released");
 }

@@ -17,10 +17,9 @@ impl EntityState {
         now: Timestamp,
         message: Message,
         sequence_number: SequenceNumber,
-        property_changes: PropertyChanges,
     ) {
         if message.hop_count() >= MAX_TRANSFER_HOPS {
-            let record = self.arrival_record(message, sequence_number, now, property_changes);
+            let record = self.arrival_record(message, sequence_number, now);
             self.store_dead_letter(
                 record,
                 Some(MAX_TRANSFER_HOP_COUNT_EXCEEDED.to_string()),
@@ -32,11 +31,8 @@ impl EntityState {
         }
         let mut forwarded = message;
         forwarded.set_hop_count(forwarded.hop_count() + 1);
-        forwarded.edit_extras(|extras| {
-            extras.original_sequence_number = Some(sequence_number.0);
-            extras.extra_properties.extend(property_changes);
-        });
-        let record = self.arrival_record(forwarded, sequence_number, now, Vec::new());
+        forwarded.edit_extras(|extras| extras.original_sequence_number = Some(sequence_number.0));
+        let record = self.arrival_record(forwarded, sequence_number, now);
         self.send_through_outbox(record, OutboxTarget::Forward);
     }
 
@@ -118,11 +114,11 @@ impl EntityState {
     ) {
         self.advance(now);
         let sequence_number = self.allocate_sequence_number();
+        let mut message = message;
+        message
+            .merge_application_properties(&dead_letter_properties(Some(reason), Some(description)));
         self.stored_bytes += message.size() as u64;
-        let mut record = self.arrival_record(message, sequence_number, now, Vec::new());
-        record
-            .property_changes
-            .extend(dead_letter_properties(Some(reason), Some(description)));
+        let record = self.arrival_record(message, sequence_number, now);
         self.log.insert(SubQueue::TransferDeadLetter, record);
         self.log
             .available_mut(SubQueue::TransferDeadLetter)
@@ -141,9 +137,11 @@ impl EntityState {
     ) {
         record.state = MessageState::Active;
         record.set_expires_at(None);
-        record
-            .property_changes
-            .extend(dead_letter_properties(reason.clone(), description));
+        // Its size is counted already: count what the reason adds.
+        let grown = record
+            .message
+            .merge_application_properties(&dead_letter_properties(reason.clone(), description));
+        self.grow_stored(grown);
         let sequence_number = record.sequence_number;
         if self.settings.forward_dead_lettered_messages_to.is_some() {
             self.forward_dead_letter(record);
@@ -169,11 +167,9 @@ impl EntityState {
         forwarded.edit_extras(|extras| {
             extras.original_sequence_number = Some(sequence_number.0);
             extras.dead_letter_source = Some(self.settings.path.clone());
-            extras.extra_properties.extend(record.property_changes);
         });
         let outgoing = Record {
             message: forwarded,
-            property_changes: Default::default(),
             ..record
         };
         self.send_through_outbox(outgoing, OutboxTarget::DeadLetters);
@@ -193,7 +189,7 @@ impl EntityState {
         self.advance(now);
         let (sequence_number, enqueued) = self.arrival_number(now, &message);
         self.stored_bytes += message.size() as u64;
-        let record = self.arrival_record(message, sequence_number, enqueued, Vec::new());
+        let record = self.arrival_record(message, sequence_number, enqueued);
         self.store_dead_letter(record, Some(reason), Some(description));
         self.dispatch(now);
     }
@@ -222,8 +218,7 @@ impl EntityState {
     ) {
         if sub_queue != SubQueue::Main {
             // Already a dead letter: it just becomes receivable again (and not deferred).
-            if self.log.update(sub_queue, sequence_number, |record| {
-                record.property_changes.extend(properties);
+            if self.update_merging(sub_queue, sequence_number, properties, |record| {
                 record.state = MessageState::Active;
             }) {
                 self.log.available_mut(sub_queue).insert(sequence_number);
@@ -242,17 +237,17 @@ impl EntityState {
             let Some(mut record) = self.log.remove(SubQueue::Main, sequence_number) else {
                 return;
             };
-            record.property_changes.extend(added);
+            // Still counted (in the outbox until the target has it).
+            let grown = record.message.merge_application_properties(&added);
+            self.grow_stored(grown);
             self.forward_dead_letter(record);
         } else {
             self.log
                 .move_to(SubQueue::Main, SubQueue::DeadLetter, sequence_number);
-            self.log
-                .update(SubQueue::DeadLetter, sequence_number, |record| {
-                    record.state = MessageState::Active;
-                    record.set_expires_at(None);
-                    record.property_changes.extend(added);
-                });
+            self.update_merging(SubQueue::DeadLetter, sequence_number, added, |record| {
+                record.state = MessageState::Active;
+                record.set_expires_at(None);
+            });
             self.log
                 .available_mut(SubQueue::DeadLetter)
                 .insert(sequence_number);

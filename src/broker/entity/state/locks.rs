@@ -181,8 +181,7 @@ impl EntityState {
                 self.count_failed_delivery_with(now, sub_queue, sequence_number, properties);
             }
             Settlement::Defer { properties } => {
-                self.log.update(sub_queue, sequence_number, |record| {
-                    record.property_changes.extend(properties);
+                self.update_merging(sub_queue, sequence_number, properties, |record| {
                     record.state = MessageState::Deferred;
                 });
             }
@@ -235,8 +234,7 @@ impl EntityState {
     ) {
         let max = self.settings.max_delivery_count;
         let mut delivery_count = 0;
-        let updated = self.log.update(sub_queue, sequence_number, |record| {
-            record.property_changes.extend(properties);
+        let updated = self.update_merging(sub_queue, sequence_number, properties, |record| {
             record.delivery_count += 1;
             delivery_count = record.delivery_count;
         });

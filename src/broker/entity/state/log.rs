@@ -45,7 +45,9 @@ pub enum Change {
         enqueued_time: Timestamp,
         /// The absolute expiry.
         expires_at: Option<Timestamp>,
-        /// Every property change merged so far.
+        /// The application properties this change merged into the record's message (data
+        /// written before issue 16's fourth pass lists every change merged so far: merging
+        /// them again gives the same properties).
         property_changes: PropertyChanges,
     },
     /// A record moved between sub-queues under the same number (dead-lettered).
@@ -397,14 +399,29 @@ impl MessageLog {
         sequence_number: SequenceNumber,
         change: impl FnOnce(&mut Record),
     ) -> bool {
+        self.update_merging(sub_queue, sequence_number, Vec::new(), change)
+            .is_some()
+    }
+
+    /// [`Self::update`], merging `properties` into the record's message first (in the same
+    /// logged change). How many bytes the message's size grew by, if the record is there.
+    pub(super) fn update_merging(
+        &mut self,
+        sub_queue: SubQueue,
+        sequence_number: SequenceNumber,
+        properties: PropertyChanges,
+        change: impl FnOnce(&mut Record),
+    ) -> Option<i64> {
         let store = match sub_queue {
             SubQueue::Main => &mut self.main,
             SubQueue::DeadLetter => &mut self.dead_letter,
             SubQueue::TransferDeadLetter => &mut self.transfer_dead_letter,
         };
-        let Some(record) = store.change(sequence_number, change) else {
-            return false;
-        };
+        let mut grown = 0;
+        let record = store.change(sequence_number, |record| {
+            grown = record.message.merge_application_properties(&properties);
+            change(record);
+        })?;
         if let Some(journal) = &mut self.journal {
             journal.push(Change::Update {
                 sub_queue,
@@ -413,10 +430,10 @@ impl MessageLog {
                 state: record.state,
                 enqueued_time: record.enqueued_time,
                 expires_at: record.expires_at(),
-                property_changes: record.property_changes.to_vec(),
+                property_changes: properties,
             });
         }
-        true
+        Some(grown)
     }
 
     /// Moves a record to another sub-queue under the same number (it leaves the available
@@ -523,7 +540,9 @@ impl MessageLog {
                     record.state = state;
                     record.enqueued_time = enqueued_time;
                     record.set_expires_at(expires_at);
-                    record.property_changes = property_changes.into();
+                    record
+                        .message
+                        .merge_application_properties(&property_changes);
                 });
             }
             Change::Move {

@@ -75,8 +75,9 @@ pub struct Record {
     pub delivery_count: u32,
     /// Active, deferred or scheduled.
     pub state: MessageState,
-    /// Application properties the broker merged in (dead-letter reason, properties-to-modify).
-    pub property_changes: crate::broker::types::RecordChanges,
+    // Application properties the broker sets on a record (dead-letter reason,
+    // properties-to-modify) are merged into its message
+    // (`Message::merge_application_properties`): a record is 40 bytes (issue 16).
 }
 
 impl Record {
@@ -692,7 +693,7 @@ impl EntityState {
             self.totals.sent += 1;
             let sequence_number = match message.extras().scheduled_enqueue_time {
                 Some(at) if at > now => self.insert_scheduled(now, message, at),
-                _ => self.append(now, message, 0, Vec::new()),
+                _ => self.append(now, message, 0),
             };
             if let (Some(detector), Some(id)) = (&mut self.duplicates, message_id) {
                 detector.remember(now, &id, sequence_number);
@@ -764,19 +765,13 @@ impl EntityState {
     }
 
     /// Appends an active message at the tail of the main queue.
-    fn append(
-        &mut self,
-        now: Timestamp,
-        message: Message,
-        delivery_count: u32,
-        property_changes: PropertyChanges,
-    ) -> SequenceNumber {
+    fn append(&mut self, now: Timestamp, message: Message, delivery_count: u32) -> SequenceNumber {
         let (sequence_number, now) = self.arrival_number(now, &message);
         if self.settings.forward_to.is_some() {
-            self.forward(now, message, sequence_number, property_changes);
+            self.forward(now, message, sequence_number);
             return sequence_number;
         }
-        let mut record = self.arrival_record(message, sequence_number, now, property_changes);
+        let mut record = self.arrival_record(message, sequence_number, now);
         record.delivery_count = delivery_count;
         record.set_expires_at(record.time_to_live.get().map(|ttl| now.plus(ttl)));
         if let Some(at) = record.expires_at() {
@@ -801,7 +796,6 @@ impl EntityState {
         message: Message,
         sequence_number: SequenceNumber,
         now: Timestamp,
-        property_changes: PropertyChanges,
     ) -> Record {
         let time_to_live = self.effective_time_to_live(&message);
         Record {
@@ -812,8 +806,33 @@ impl EntityState {
             expires: false,
             delivery_count: 0,
             state: MessageState::Active,
-            property_changes: property_changes.into(),
         }
+    }
+
+    /// Changes a stored record in one logged change, merging `properties` into its message
+    /// first and counting the bytes they add. Whether the record was there.
+    pub(super) fn update_merging(
+        &mut self,
+        sub_queue: SubQueue,
+        sequence_number: SequenceNumber,
+        properties: PropertyChanges,
+        change: impl FnOnce(&mut Record),
+    ) -> bool {
+        match self
+            .log
+            .update_merging(sub_queue, sequence_number, properties, change)
+        {
+            Some(grown) => {
+                self.grow_stored(grown);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Counts `grown` more stored bytes (fewer when negative): a stored message changed size.
+    pub(super) fn grow_stored(&mut self, grown: i64) {
+        self.stored_bytes = self.stored_bytes.saturating_add_signed(grown);
     }
 
     fn insert_scheduled(
@@ -827,7 +846,7 @@ impl EntityState {
         self.totals.scheduled += 1;
         self.deadlines
             .insert((at, Deadline::Activation(sequence_number)));
-        let mut record = self.arrival_record(message, sequence_number, now, Vec::new());
+        let mut record = self.arrival_record(message, sequence_number, now);
         record.state = MessageState::Scheduled;
         self.log.insert(SubQueue::Main, record);
         sequence_number
@@ -861,7 +880,7 @@ impl EntityState {
             return;
         }
         if let Some(record) = self.log.remove(SubQueue::Main, sequence_number) {
-            self.append(at, record.message, 0, record.property_changes.into());
+            self.append(at, record.message, 0);
         }
     }
 

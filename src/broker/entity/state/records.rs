@@ -221,7 +221,6 @@ mod tests {
             expires: false,
             delivery_count: 0,
             state: MessageState::Active,
-            property_changes: Default::default(),
         }
     }
 

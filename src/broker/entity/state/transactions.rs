@@ -74,7 +74,7 @@ impl EntityState {
         for (destination, message) in work.via {
             let sequence_number = self.allocate_sequence_number();
             self.stored_bytes += message.size() as u64;
-            let record = self.arrival_record(message, sequence_number, now, Vec::new());
+            let record = self.arrival_record(message, sequence_number, now);
             self.send_through_outbox(record, OutboxTarget::Via(destination));
         }
         Ok(numbers)

@@ -363,10 +363,8 @@ fn test_message(body: u64) -> Message {
 }
 
 fn has_reason(record: &Record, reason: &str) -> bool {
-    record.property_changes.contains(&(
-        "DeadLetterReason".to_string(),
-        PropertyValue::String(reason.to_string()),
-    ))
+    crate::amqp::message::application_property_text(&record.message, "DeadLetterReason").as_deref()
+        == Some(reason)
 }
 
 fn sub_queue(dead_letter: bool) -> SubQueue {
