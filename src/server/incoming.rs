@@ -213,6 +213,7 @@ impl Connection {
                 let condition = match error {
                     message::MessageError::TooLong { .. }
                     | message::MessageError::PropertiesTooLong { .. }
+                    | message::MessageError::HeaderTooLarge { .. }
                     | message::MessageError::PartitionKeyMismatch { .. } => errors::ARGUMENT_ERROR,
                     _ => errors::DECODE_ERROR,
                 };

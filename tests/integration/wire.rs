@@ -61,6 +61,45 @@ async fn messages_over_the_size_limit_are_rejected() {
 }
 
 #[tokio::test]
+async fn application_properties_past_the_header_limit_are_refused_naming_their_size() {
+    // The broker keeps annotations, properties and application properties within 8 MiB
+    // (Service Bus allows 64 KB of header); the message itself is within its entity's limit.
+    use fe2o3_amqp::types::messaging::{ApplicationProperties, Message};
+    use fe2o3_amqp::types::primitives::SimpleValue;
+    let broker =
+        Broker::start("[[queues]]\nname = \"big\"\nmax_message_size_in_kilobytes = 12288\n").await;
+    let (_connection, mut session) = broker.connect().await;
+    let mut sender = Sender::attach(&mut session, "sender", "big")
+        .await
+        .expect("attach");
+    let message = |value: usize| {
+        Message::builder()
+            .application_properties(
+                ApplicationProperties::builder()
+                    .insert("big", SimpleValue::String("p".repeat(value)))
+                    .build(),
+            )
+            .value("body")
+            .build()
+    };
+    let error = refusal(sender.send(message(9 * 1024 * 1024)).await)
+        .expect("9 MiB of application properties are refused");
+    assert!(
+        error.contains("argument-error") || error.contains("ArgumentError"),
+        "unexpected error {error}"
+    );
+    assert!(
+        error.contains("at most 8388608"),
+        "unexpected error {error}"
+    );
+    assert_eq!(
+        refusal(sender.send(message(1024 * 1024)).await),
+        None,
+        "1 MiB of them is kept"
+    );
+}
+
+#[tokio::test]
 async fn a_full_queue_refuses_sends_with_resource_limit_exceeded() {
     let broker = Broker::start("[[queues]]\nname = \"tiny\"\nmax_size_in_megabytes = 1\n").await;
     let (_connection, mut session) = broker.connect().await;
