@@ -245,6 +245,10 @@ impl Out {
         self.properties(&extras.extra_properties);
     }
     fn record(&mut self, record: &Record) {
+        // Where older builds kept the record's property changes: now in its message.
+        self.record_with_changes(record, &[]);
+    }
+    fn record_with_changes(&mut self, record: &Record, changes: &[(String, PropertyValue)]) {
         self.message(&record.message);
         self.i64(record.sequence_number.0);
         self.i64(record.enqueued_time.0);
@@ -252,8 +256,7 @@ impl Out {
         self.opt_i64(record.expires_at().map(|at| at.0));
         self.u64(u64::from(record.delivery_count));
         self.state(record.state);
-        // Where older builds kept the record's property changes: now in its message.
-        self.properties(&[]);
+        self.properties(changes);
     }
     fn rule(&mut self, rule: &RuleDefinition) {
         self.str(&rule.name);
@@ -866,17 +869,13 @@ mod tests {
         // other fields; they come back merged into the message's application properties.
         let record = sample_record(7);
         let mut old = Out(Vec::new());
-        old.message(&record.message);
-        old.i64(record.sequence_number.0);
-        old.i64(record.enqueued_time.0);
-        old.duration(record.time_to_live.get());
-        old.opt_i64(record.expires_at().map(|at| at.0));
-        old.u64(u64::from(record.delivery_count));
-        old.state(record.state);
-        old.properties(&[(
-            "DeadLetterReason".into(),
-            PropertyValue::String("old".into()),
-        )]);
+        old.record_with_changes(
+            &record,
+            &[(
+                "DeadLetterReason".into(),
+                PropertyValue::String("old".into()),
+            )],
+        );
         let decoded = In {
             bytes: &old.0,
             at: 0,
