@@ -662,8 +662,9 @@ impl EntityState {
         self.admit(&messages, 0)?;
         let mut sequence_numbers = Vec::with_capacity(messages.len());
         for message in messages {
-            if let (Some(detector), Some(id)) =
-                (&mut self.duplicates, &message.system().message_id())
+            // The id is read from the properties section only for the detector.
+            if let Some(detector) = &mut self.duplicates
+                && let Some(id) = message.system().message_id()
                 && let Some(original) = detector.check(now, id)
             {
                 // Accepted but not enqueued again.
