@@ -17,6 +17,8 @@ pub mod state;
 mod state_proptests;
 #[cfg(test)]
 mod state_tests;
+#[cfg(test)]
+mod state_transaction_tests;
 
 use std::sync::Arc;
 
