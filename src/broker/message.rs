@@ -449,24 +449,28 @@ impl Message {
             return 0;
         }
         let before = self.size() as i64;
-        let carried = if self.extras().extra_properties.is_empty() {
-            Vec::new()
-        } else {
-            self.edit_extras(|extras| std::mem::take(&mut extras.extra_properties))
-        };
+        let carried = &self.extras().extra_properties;
         let section = if carried.is_empty() {
             crate::amqp::message::merged_application_properties(
                 self.application_properties_section(),
                 changes,
             )
         } else {
-            let mut all = carried;
-            all.extend(changes.iter().cloned());
+            let all: Vec<_> = carried.iter().chain(changes).cloned().collect();
             crate::amqp::message::merged_application_properties(
                 self.application_properties_section(),
                 &all,
             )
         };
+        let header = self.annotation_entries().len() + self.properties_section().len();
+        if header + section.len() > MAX_HEADER_SECTIONS {
+            // Never past what the head's section ends hold: such a change is not merged
+            // (a receiver abandoning with new keys again and again in a dead-letter queue).
+            return 0;
+        }
+        if !self.extras().extra_properties.is_empty() {
+            self.edit_extras(|extras| extras.extra_properties.clear());
+        }
         self.set_application_properties_section(&section);
         self.size() as i64 - before
     }

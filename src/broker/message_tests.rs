@@ -457,3 +457,27 @@ fn named_application_properties_come_out_and_the_rest_stay() {
     assert!(kept_only.len() > 4);
     assert_eq!(message.system().message_id(), Some("id-1"));
 }
+
+#[test]
+fn merged_properties_never_take_the_header_sections_past_their_limit() {
+    use crate::amqp::message::application_property_text;
+    use crate::broker::types::PropertyValue;
+    let mut message = with_properties(&full_properties());
+    let big = |name: &str| {
+        vec![(
+            name.to_string(),
+            PropertyValue::String("v".repeat(MAX_HEADER_SECTIONS / 2)),
+        )]
+    };
+    assert!(message.merge_application_properties(&big("first")) > 0);
+    let section = message.application_properties_section().to_vec();
+    assert_eq!(message.merge_application_properties(&big("second")), 0);
+    assert_eq!(
+        message.application_properties_section(),
+        &section[..],
+        "left as it was"
+    );
+    assert!(application_property_text(&message, "first").is_some());
+    assert_eq!(application_property_text(&message, "second"), None);
+    assert_eq!(message.system().message_id(), Some("id-1"));
+}
