@@ -563,10 +563,8 @@ pub fn write_property_value(writer: &mut Writer<'_>, value: &PropertyValue) {
     }
 }
 
-/// Rewrites application properties with the broker's changes merged in (changed keys
-/// replace the sender's values).
-/// An application-properties section: `original`'s entries with `changes` merged in (later
-/// changes to the same key win).
+/// An application-properties section: `original`'s entries with `changes` merged in (changed
+/// keys replace the sender's values; later changes to the same key win).
 pub fn merged_application_properties(
     original: &[u8],
     changes: &[(String, PropertyValue)],
@@ -577,55 +575,64 @@ pub fn merged_application_properties(
 }
 
 /// An application-properties section: `original`'s entries but those named in `names`;
-/// empty (no section) when none is left.
+/// empty (no section) when none is left, `original` itself when it cannot be read.
 pub fn application_properties_without(original: &[u8], names: &[&str]) -> Vec<u8> {
-    let Some(elements) = descriptor_length(original, 0)
-        .ok()
-        .and_then(|value_at| codec::compound_elements(original, value_at).ok())
-    else {
-        return original.to_vec();
-    };
     let mut output = BytesMut::new();
-    let mut writer = Writer::new(&mut output);
-    writer.descriptor(APPLICATION_PROPERTIES as u8);
-    let mut map = writer.start_map();
-    for pair in elements.chunks(2) {
-        let [key, value] = pair else { break };
-        let name = codec::read_text(original, key.clone()).unwrap_or("");
-        if !names.contains(&name) {
-            writer.raw(&original[key.start..value.end]);
-            map.count += 2;
-        }
+    let kept = write_application_properties(
+        &mut Writer::new(&mut output),
+        original,
+        |name| !names.contains(&name),
+        &[],
+    );
+    match kept {
+        Some(0) => Vec::new(),
+        Some(_) => output.to_vec(),
+        None => original.to_vec(),
     }
-    if map.count == 0 {
-        return Vec::new();
-    }
-    writer.finish_compound(map);
-    output.to_vec()
 }
 
+/// Rewrites application properties with the broker's changes merged in (changed keys
+/// replace the sender's values).
 fn write_changed_application_properties(
     writer: &mut Writer<'_>,
     original: &[u8],
     changes: &[(String, PropertyValue)],
 ) {
+    write_application_properties(
+        writer,
+        original,
+        |name| !changes.iter().any(|(changed, _)| changed == name),
+        changes,
+    );
+}
+
+/// Writes an application-properties section: the entries of `original` whose names `keep`
+/// accepts, then `changes` (later changes to the same key win). How many map elements it
+/// wrote, or `None` when `original` is not a readable map (its entries are then left out).
+fn write_application_properties(
+    writer: &mut Writer<'_>,
+    original: &[u8],
+    keep: impl Fn(&str) -> bool,
+    changes: &[(String, PropertyValue)],
+) -> Option<u32> {
     writer.descriptor(APPLICATION_PROPERTIES as u8);
     let mut map = writer.start_map();
+    let mut readable = true;
     if !original.is_empty() {
         let value_at = descriptor_length(original, 0).unwrap_or(original.len());
-        if let Ok(elements) = codec::compound_elements(original, value_at) {
-            for pair in elements.chunks(2) {
-                let [key, value] = pair else { break };
-                let name = codec::read_text(original, key.clone()).unwrap_or("");
-                if changes.iter().any(|(changed, _)| changed == name) {
-                    continue;
+        match codec::compound_elements(original, value_at) {
+            Ok(elements) => {
+                for pair in elements.chunks(2) {
+                    let [key, value] = pair else { break };
+                    if keep(codec::read_text(original, key.clone()).unwrap_or("")) {
+                        writer.raw(&original[key.start..value.end]);
+                        map.count += 2;
+                    }
                 }
-                writer.raw(&original[key.start..value.end]);
-                map.count += 2;
             }
+            Err(_) => readable = false,
         }
     }
-    // Later changes to the same key win.
     for (index, (name, value)) in changes.iter().enumerate() {
         if changes[index + 1..].iter().any(|(later, _)| later == name) {
             continue;
@@ -634,7 +641,9 @@ fn write_changed_application_properties(
         write_property_value(writer, value);
         map.count += 2;
     }
+    let count = map.count;
     writer.finish_compound(map);
+    readable.then_some(count)
 }
 
 /// Decodes an application-properties section into name → value for the given keys.

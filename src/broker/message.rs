@@ -450,18 +450,20 @@ impl Message {
         }
         let before = self.size() as i64;
         let carried = &self.extras().extra_properties;
-        let section = if carried.is_empty() {
-            crate::amqp::message::merged_application_properties(
-                self.application_properties_section(),
-                changes,
-            )
+        let all: std::borrow::Cow<'_, [_]> = if carried.is_empty() {
+            changes.into()
         } else {
-            let all: Vec<_> = carried.iter().chain(changes).cloned().collect();
-            crate::amqp::message::merged_application_properties(
-                self.application_properties_section(),
-                &all,
-            )
+            carried
+                .iter()
+                .chain(changes)
+                .cloned()
+                .collect::<Vec<_>>()
+                .into()
         };
+        let section = crate::amqp::message::merged_application_properties(
+            self.application_properties_section(),
+            &all,
+        );
         let header = self.annotation_entries().len() + self.properties_section().len();
         if header + section.len() > MAX_HEADER_SECTIONS {
             // Never past what the head's section ends hold: such a change is not merged

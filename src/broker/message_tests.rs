@@ -456,6 +456,11 @@ fn named_application_properties_come_out_and_the_rest_stay() {
     );
     assert!(kept_only.len() > 4);
     assert_eq!(message.system().message_id(), Some("id-1"));
+    // A section that is not a readable map is left as it was.
+    let unreadable = b"\x00\x53\x74\xc1\x09\x02";
+    let mut odd = Message::from_parts([&[], &[], unreadable, b"\x00\x53\x77\x40"], [None; 8]);
+    odd.remove_application_properties(&["DeadLetterReason"]);
+    assert_eq!(odd.application_properties_section(), unreadable);
 }
 
 #[test]
