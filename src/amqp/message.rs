@@ -3,11 +3,12 @@
 //! annotations with the broker's `x-opt-*` values, then the client's sections as sent).
 
 use bytes::{Bytes, BytesMut};
-use fe2o3_amqp_types::messaging::{Header, MessageId, Properties};
+use fe2o3_amqp_types::messaging::{MessageId, Properties};
 
 use super::codec::{self, CodecError, Writer};
 use super::depth;
 use super::ids;
+use super::sections;
 use crate::broker::entity::Record;
 use crate::broker::message::{
     Extras, HeaderFields, MAX_HEADER_SECTIONS, MAX_SYSTEM_TEXT, Message, SystemField,
@@ -168,35 +169,19 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
     let mut properties_range = 0..0;
     let mut application_properties_range = 0..0;
     let mut body_ranges: Vec<std::ops::Range<usize>> = Vec::new();
-    let mut properties: Option<Properties> = None;
     let mut at = 0;
     while at < bytes.len() {
         let length = codec::value_length(&bytes, at)?;
         let code = codec::section_code(&bytes, at).ok_or(MessageError::NotASection(at))?;
         let section = at..at + length;
         match code {
-            HEADER => {
-                let header: Header = serde_amqp::from_slice(&bytes[section.clone()])
-                    .map_err(|error| section_error("header", error))?;
-                header_fields = HeaderFields {
-                    durable: header.durable,
-                    priority: header.priority.0,
-                    time_to_live: header
-                        .ttl
-                        .map(|ttl| std::time::Duration::from_millis(ttl as u64)),
-                };
-            }
+            HEADER => header_fields = sections::read_header(&bytes, &section)?,
             DELIVERY_ANNOTATIONS => {}
             MESSAGE_ANNOTATIONS => {
                 annotations = parse_annotations(&bytes, at, &mut extras)?;
             }
-            PROPERTIES => {
-                let decoded: Properties = serde_amqp::from_slice(&bytes[section.clone()])
-                    .map_err(|error| section_error("properties", error))?;
-                properties_range = section.clone();
-                properties = Some(decoded);
-            }
-            APPLICATION_PROPERTIES => application_properties_range = section.clone(),
+            PROPERTIES => properties_range = section,
+            APPLICATION_PROPERTIES => application_properties_range = section,
             DATA..=FOOTER => body_ranges.push(section),
             _ => {
                 return Err(section_error(
@@ -216,17 +201,18 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
         return Err(MessageError::NoBody);
     }
     let body = join_ranges(&bytes, &body_ranges);
-    let mut properties = properties.unwrap_or_default();
+    let mut values = if properties_range.is_empty() {
+        Default::default()
+    } else {
+        sections::read_properties(&bytes, &properties_range)?
+    };
     let mut assigned_properties = None;
-    if properties.message_id.is_none() {
-        properties.message_id = Some(MessageId::String(ids::format_guid(
-            &ids::unique_guid_bytes(),
-        )));
-        assigned_properties = Some(
-            serde_amqp::to_vec(&properties).map_err(|error| section_error("properties", error))?,
-        );
+    if values[SystemField::MessageId as usize].is_none() {
+        let id = ids::format_guid(&ids::unique_guid_bytes());
+        let section = sections::with_message_id(&bytes, &properties_range, &id);
+        values[SystemField::MessageId as usize] = Some(std::borrow::Cow::Owned(id));
+        assigned_properties = Some(section);
     }
-    let values = system_values(&properties);
     let system = values.each_ref().map(|value| value.as_deref());
     for (field, value) in [
         ("message-id", system[SystemField::MessageId as usize]),
@@ -251,10 +237,14 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
     }
     // The section holds every value as text but identifiers that are not strings (the
     // ones made into text here): only those are kept apart.
-    let apart = values.each_ref().map(|value| match value {
+    // (An assigned message-id is a string in the section written for it.)
+    let mut apart = values.each_ref().map(|value| match value {
         Some(std::borrow::Cow::Owned(text)) => Some(text.as_str()),
         _ => None,
     });
+    if assigned_properties.is_some() {
+        apart[SystemField::MessageId as usize] = None;
+    }
     // One allocation sized to what is kept: never a slice of the connection's read buffer
     // (issue 10, item 9 and issue 16: slices pinned whole 64 KiB buffers). The properties,
     // application properties and body usually lie back to back in the transfer: then they

@@ -15,3 +15,4 @@ pub mod outcome;
 pub mod request;
 pub mod rewrite;
 pub mod sas;
+pub mod sections;

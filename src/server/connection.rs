@@ -136,6 +136,9 @@ pub struct Connection {
     pub(super) deferred_attaches: HashMap<ReceiverId, fe2o3_amqp_types::performatives::Attach>,
     /// Open transactions (see `transactions.rs`).
     pub(super) transactions: super::transactions::Transactions,
+    /// The accepted disposition last written, while it is the end of `output` (see
+    /// `Connection::write_accepted`).
+    pub(super) accepted_run: Option<super::dispositions::AcceptedRun>,
 }
 
 impl Connection {
@@ -389,6 +392,7 @@ pub async fn run<S: RawStream>(
         receivers_blocked: false,
         draining: false,
         partial_bytes: 0,
+        accepted_run: None,
     };
     tracing::debug!(container_id = %LogText(&open.container_id), "connection open");
     let our_open = our_open(&context);
@@ -556,6 +560,7 @@ async fn event_loop<S: RawStream>(
             }
         }
         if flush_now(stream, &mut connection.output)? {
+            connection.accepted_run = None;
             heartbeat.reset();
         }
         connection.unblock_receivers().await;

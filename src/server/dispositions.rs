@@ -3,10 +3,11 @@
 //! the client's transfers and settlements once the entity replied.
 
 use fe2o3_amqp_types::definitions::Role;
-use fe2o3_amqp_types::messaging::{Accepted, DeliveryState, Outcome, Rejected};
+use fe2o3_amqp_types::messaging::{DeliveryState, Outcome, Rejected};
 use fe2o3_amqp_types::performatives::{Disposition, Performative};
 
 use super::connection::{Connection, ConnectionError, Pending};
+use super::frame;
 use super::links::LinkKind;
 use super::log_text::LogText;
 use super::session::Unsettled;
@@ -26,6 +27,66 @@ pub(super) fn disposition(role: Role, delivery_id: u32, state: DeliveryState) ->
     })
 }
 
+/// An accepted disposition written by [`Connection::write_accepted`] that is still the last
+/// frame of the connection's output.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AcceptedRun {
+    channel: u16,
+    /// The output's length just after the frame.
+    end: usize,
+    /// The last delivery id it settles.
+    last: u32,
+}
+
+/// Bytes from the `last` field's value to the end of an accepted disposition frame: the
+/// value (4), `settled` (1) and the accepted state (4).
+const LAST_FROM_END: usize = 9;
+
+/// A settled `disposition` accepting the client's deliveries `first..=last` on `channel`
+/// (role receiver; uints in their 4-byte form so that `last` can be rewritten in place).
+fn accepted_frame(channel: u16, first: u32, last: u32) -> [u8; 30] {
+    let mut frame = [0u8; 30];
+    frame[..4].copy_from_slice(&30u32.to_be_bytes());
+    frame[4] = 2; // data offset, in 4-byte words
+    frame[5] = frame::FRAME_TYPE_AMQP;
+    frame[6..8].copy_from_slice(&channel.to_be_bytes());
+    // Described by 0x15 (disposition): a list8 of 17 bytes holding 5 fields.
+    frame[8..14].copy_from_slice(&[0x00, 0x53, 0x15, 0xc0, 17, 5]);
+    frame[14] = 0x41; // role: receiver
+    frame[15] = 0x70;
+    frame[16..20].copy_from_slice(&first.to_be_bytes());
+    frame[20] = 0x70;
+    frame[21..25].copy_from_slice(&last.to_be_bytes());
+    frame[25] = 0x41; // settled
+    frame[26..30].copy_from_slice(&[0x00, 0x53, 0x24, 0x45]); // accepted, no fields
+    frame
+}
+
+/// [`Connection::write_accepted`] on an output and the run last written to it.
+fn write_accepted(
+    output: &mut bytes::BytesMut,
+    last_run: &mut Option<AcceptedRun>,
+    channel: u16,
+    delivery_id: u32,
+) {
+    if let Some(run) = last_run
+        && run.channel == channel
+        && run.end == output.len()
+        && run.last.wrapping_add(1) == delivery_id
+    {
+        let at = run.end - LAST_FROM_END;
+        output[at..at + 4].copy_from_slice(&delivery_id.to_be_bytes());
+        run.last = delivery_id;
+        return;
+    }
+    output.extend_from_slice(&accepted_frame(channel, delivery_id, delivery_id));
+    *last_run = Some(AcceptedRun {
+        channel,
+        end: output.len(),
+        last: delivery_id,
+    });
+}
+
 pub(super) fn rejected(failure: &Failure) -> DeliveryState {
     DeliveryState::Rejected(Rejected {
         error: Some(failure.to_error()),
@@ -33,6 +94,20 @@ pub(super) fn rejected(failure: &Failure) -> DeliveryState {
 }
 
 impl Connection {
+    /// Settles the client's delivery `delivery_id` as accepted. Written by hand (issue 16:
+    /// the general encoder allocated for every message a client sent), and merged into the
+    /// accepted disposition written just before when that one ends the output, is on the
+    /// same session and its range ends just before this id: a sender with many transfers in
+    /// flight gets one frame per run of accepted deliveries (AMQP 1.0 §2.7.6, first..last).
+    pub(super) fn write_accepted(&mut self, channel: u16, delivery_id: u32) {
+        write_accepted(
+            &mut self.output,
+            &mut self.accepted_run,
+            channel,
+            delivery_id,
+        );
+    }
+
     /// Handles a client disposition for deliveries we sent.
     pub(super) async fn disposition(
         &mut self,
@@ -169,15 +244,18 @@ impl Connection {
                 if !self.sessions.contains_key(&channel) {
                     return Ok(());
                 }
-                let state = match result {
-                    Ok(_) => DeliveryState::Accepted(Accepted {}),
+                match result {
+                    Ok(_) => {
+                        self.write_accepted(channel, delivery_id);
+                        Ok(())
+                    }
                     Err(error) => {
                         let failure = errors::entity_failure(&error);
                         tracing::info!(condition = failure.condition, description = %LogText(&failure.description), "send refused");
-                        rejected(&failure)
+                        let state = rejected(&failure);
+                        self.write(channel, disposition(Role::Receiver, delivery_id, state))
                     }
-                };
-                self.write(channel, disposition(Role::Receiver, delivery_id, state))
+                }
             }
             Pending::Settle {
                 channel,
@@ -216,5 +294,74 @@ impl Connection {
                 )
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::BytesMut;
+    use fe2o3_amqp_types::messaging::Accepted;
+
+    use super::*;
+
+    /// The dispositions in `output`: (channel, first, last), each checked to be a settled
+    /// acceptance by the receiver.
+    fn accepted_ranges(mut output: BytesMut) -> Vec<(u16, u32, Option<u32>)> {
+        let mut ranges = Vec::new();
+        while let Some(raw) = frame::take_frame(&mut output, 1024).expect("a frame") {
+            let (Performative::Disposition(disposition), _) =
+                frame::decode_performative(&raw.body).expect("decodes")
+            else {
+                panic!("not a disposition");
+            };
+            assert_eq!(disposition.role, Role::Receiver);
+            assert!(disposition.settled);
+            assert!(matches!(
+                disposition.state,
+                Some(DeliveryState::Accepted(Accepted {}))
+            ));
+            ranges.push((raw.channel, disposition.first, disposition.last));
+        }
+        ranges
+    }
+
+    #[test]
+    fn accepted_deliveries_in_a_row_share_one_disposition() {
+        let mut output = BytesMut::new();
+        let mut run = None;
+        for id in [7, 8, 9] {
+            write_accepted(&mut output, &mut run, 0, id);
+        }
+        // Not next in line, another session, something written after: a frame each.
+        write_accepted(&mut output, &mut run, 0, 11);
+        write_accepted(&mut output, &mut run, 3, 12);
+        output.extend_from_slice(&accepted_frame(0, 100, 100));
+        write_accepted(&mut output, &mut run, 3, 13);
+        // Across the serial-number wrap.
+        write_accepted(&mut output, &mut run, 1, u32::MAX);
+        write_accepted(&mut output, &mut run, 1, 0);
+        assert_eq!(
+            accepted_ranges(output),
+            [
+                (0, 7, Some(9)),
+                (0, 11, Some(11)),
+                (3, 12, Some(12)),
+                (0, 100, Some(100)),
+                (3, 13, Some(13)),
+                (1, u32::MAX, Some(0)),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_flushed_run_is_not_extended() {
+        let mut output = BytesMut::new();
+        let mut run = None;
+        write_accepted(&mut output, &mut run, 0, 1);
+        // What the connection does once it wrote its output to the socket.
+        let _written = output.split();
+        run = None;
+        write_accepted(&mut output, &mut run, 0, 2);
+        assert_eq!(accepted_ranges(output), [(0, 2, Some(2))]);
     }
 }

@@ -1,0 +1,234 @@
+//! The header and properties sections read where they lie, without decoding them into owned
+//! values (issue 16: ingress decoded both with serde for every message, allocating each
+//! string it then only looked at), and a properties section written with an assigned
+//! message-id. Each field is checked against the types AMQP 1.0 §3.2.1 and §3.2.4 allow,
+//! so a malformed section is refused as before, naming the field.
+
+use std::borrow::Cow;
+use std::ops::Range;
+
+use super::codec;
+use super::ids;
+use super::message::MessageError;
+use crate::broker::message::HeaderFields;
+
+/// The properties list's fields, in order (AMQP 1.0 §3.2.4).
+const PROPERTY_NAMES: [&str; 13] = [
+    "message-id",
+    "user-id",
+    "to",
+    "subject",
+    "reply-to",
+    "correlation-id",
+    "content-type",
+    "content-encoding",
+    "absolute-expiry-time",
+    "creation-time",
+    "group-id",
+    "group-sequence",
+    "reply-to-group-id",
+];
+
+/// Where each system property ([`crate::broker::message::SystemField::ALL`] order) lies in
+/// the properties list.
+const SYSTEM_LIST_INDEX: [usize; 8] = [0, 5, 2, 4, 3, 10, 12, 6];
+
+const NULL: u8 = 0x40;
+const STRINGS: [u8; 4] = [0xa1, 0xb1, 0xa3, 0xb3];
+const UINTS: [u8; 3] = [0x70, 0x52, 0x43];
+const BOOLEANS: [u8; 3] = [0x41, 0x42, 0x56];
+const IDS: [u8; 8] = [0x80, 0x53, 0x44, 0x98, 0xa0, 0xb0, 0xa1, 0xb1];
+
+fn refuse(section: &'static str, reason: impl Into<String>) -> MessageError {
+    MessageError::Section {
+        section,
+        reason: reason.into(),
+    }
+}
+
+/// The element ranges (at most `N`) of the described list section at `section` and their
+/// count. A list of more than `N` elements, or a value that is not a list, is refused.
+fn list_elements<const N: usize>(
+    bytes: &[u8],
+    section: &Range<usize>,
+    name: &'static str,
+) -> Result<([Range<usize>; N], usize), MessageError> {
+    let bytes = &bytes[..section.end];
+    let list = section.start + 1 + codec::value_length(bytes, section.start + 1)?;
+    let (count, mut at) = match codec::read_u8(bytes, list)? {
+        0x45 => (0, list + 1),
+        0xc0 => (codec::read_u8(bytes, list + 2)? as usize, list + 3),
+        0xd0 => (codec::read_u32(bytes, list + 5)?, list + 9),
+        other => return Err(refuse(name, format!("0x{other:02x} is not a list"))),
+    };
+    if count > N {
+        return Err(refuse(
+            name,
+            format!("a list of {count} fields; it has {N}"),
+        ));
+    }
+    let mut elements = std::array::from_fn(|_| 0..0);
+    for element in elements.iter_mut().take(count) {
+        let length = codec::value_length(bytes, at)?;
+        *element = at..at + length;
+        at += length;
+    }
+    Ok((elements, count))
+}
+
+/// Checks that the field is null or one of `allowed`; its format code.
+fn field_code(
+    bytes: &[u8],
+    range: &Range<usize>,
+    allowed: &[u8],
+    section: &'static str,
+    field: &str,
+) -> Result<u8, MessageError> {
+    match bytes.get(range.clone()).and_then(<[u8]>::first) {
+        None => Ok(NULL),
+        Some(&NULL) => Ok(NULL),
+        Some(code) if allowed.contains(code) => Ok(*code),
+        Some(code) => Err(refuse(
+            section,
+            format!("{field} has the wrong type (format code 0x{code:02x})"),
+        )),
+    }
+}
+
+/// A boolean field's value (`None`: null or absent).
+fn boolean(bytes: &[u8], range: &Range<usize>, field: &str) -> Result<Option<bool>, MessageError> {
+    match field_code(bytes, range, &BOOLEANS, "header", field)? {
+        0x41 => Ok(Some(true)),
+        0x42 => Ok(Some(false)),
+        0x56 => match bytes[range.start + 1] {
+            0 => Ok(Some(false)),
+            1 => Ok(Some(true)),
+            other => Err(refuse(
+                "header",
+                format!("{field} is a boolean of value {other}"),
+            )),
+        },
+        _ => Ok(None),
+    }
+}
+
+/// An unsigned int field's value (`None`: null or absent).
+fn uint(
+    bytes: &[u8],
+    range: &Range<usize>,
+    section: &'static str,
+    field: &str,
+) -> Result<Option<u32>, MessageError> {
+    Ok(match field_code(bytes, range, &UINTS, section, field)? {
+        0x43 => Some(0),
+        0x52 => Some(bytes[range.start + 1] as u32),
+        0x70 => Some(u32::from_be_bytes(
+            bytes[range.start + 1..range.start + 5]
+                .try_into()
+                .unwrap_or([0; 4]),
+        )),
+        _ => None,
+    })
+}
+
+/// The header section at `section` (descriptor included): the fields the broker keeps.
+pub fn read_header(bytes: &[u8], section: &Range<usize>) -> Result<HeaderFields, MessageError> {
+    let (fields, _) = list_elements::<5>(bytes, section, "header")?;
+    let durable = boolean(bytes, &fields[0], "durable")?.unwrap_or(false);
+    let priority = match field_code(bytes, &fields[1], &[0x50], "header", "priority")? {
+        0x50 => bytes[fields[1].start + 1],
+        _ => 4,
+    };
+    let ttl = uint(bytes, &fields[2], "header", "ttl")?;
+    boolean(bytes, &fields[3], "first-acquirer")?;
+    uint(bytes, &fields[4], "header", "delivery-count")?;
+    Ok(HeaderFields {
+        durable,
+        priority,
+        time_to_live: ttl.map(|ttl| std::time::Duration::from_millis(ttl as u64)),
+    })
+}
+
+/// The system properties of the properties section at `section` (descriptor included) as
+/// text, in [`crate::broker::message::SystemField::ALL`] order: borrowed where the section
+/// holds them as text, identifiers that are not strings as the service shows them.
+/// Whether the section holds a message-id is `values[0].is_some()`.
+pub fn read_properties<'a>(
+    bytes: &'a [u8],
+    section: &Range<usize>,
+) -> Result<[Option<Cow<'a, str>>; 8], MessageError> {
+    let (fields, _) = list_elements::<13>(bytes, section, "properties")?;
+    for (index, range) in fields.iter().enumerate() {
+        let allowed: &[u8] = match index {
+            0 | 5 => &IDS,
+            1 => &[0xa0, 0xb0],
+            8 | 9 => &[0x83],
+            11 => &UINTS,
+            _ => &STRINGS,
+        };
+        let code = field_code(bytes, range, allowed, "properties", PROPERTY_NAMES[index])?;
+        if STRINGS.contains(&code) && codec::read_text(bytes, range.clone()).is_none() {
+            return Err(refuse(
+                "properties",
+                format!("{} is not valid UTF-8", PROPERTY_NAMES[index]),
+            ));
+        }
+    }
+    Ok(SYSTEM_LIST_INDEX.map(|index| {
+        let range = fields[index].clone();
+        let value = bytes.get(range.clone())?;
+        match value.first()? {
+            &NULL => None,
+            0xa1 | 0xb1 | 0xa3 | 0xb3 => codec::read_text(bytes, range).map(Cow::Borrowed),
+            0x44 => Some(Cow::Owned("0".to_owned())),
+            0x53 => Some(Cow::Owned(value[1].to_string())),
+            0x80 => Some(Cow::Owned(
+                u64::from_be_bytes(value[1..9].try_into().unwrap_or([0; 8])).to_string(),
+            )),
+            0x98 => Some(Cow::Owned(ids::format_guid(
+                &value[1..17].try_into().unwrap_or([0; 16]),
+            ))),
+            // Binary (0xa0 with a 1-byte length, 0xb0 with 4): as hexadecimal text.
+            code => {
+                let content = &value[if *code == 0xa0 { 2 } else { 5 }..];
+                Some(Cow::Owned(
+                    content.iter().map(|byte| format!("{byte:02x}")).collect(),
+                ))
+            }
+        }
+    }))
+}
+
+/// A properties section with message-id `id` (a string) and the other fields of the
+/// section at `section` (descriptor included; empty: none), which has no message-id.
+pub fn with_message_id(bytes: &[u8], section: &Range<usize>, id: &str) -> Vec<u8> {
+    let rest = match list_elements::<13>(bytes, section, "properties") {
+        Ok((fields, count)) if count > 1 => (&bytes[fields[1].start..fields[count - 1].end], count),
+        _ => (&[][..], 1),
+    };
+    let (rest, count) = rest;
+    let short_id = id.len() <= u8::MAX as usize;
+    let content = if short_id { 2 } else { 5 } + id.len() + rest.len();
+    let mut out = Vec::with_capacity(3 + 9 + content);
+    out.extend_from_slice(&[0x00, 0x53, 0x73]);
+    if content < u8::MAX as usize {
+        out.extend_from_slice(&[0xc0, content as u8 + 1, count as u8]);
+    } else {
+        out.push(0xd0);
+        out.extend_from_slice(&((content + 4) as u32).to_be_bytes());
+        out.extend_from_slice(&(count as u32).to_be_bytes());
+    }
+    if short_id {
+        out.extend_from_slice(&[0xa1, id.len() as u8]);
+    } else {
+        out.push(0xb1);
+        out.extend_from_slice(&(id.len() as u32).to_be_bytes());
+    }
+    out.extend_from_slice(id.as_bytes());
+    out.extend_from_slice(rest);
+    out
+}
+
+#[cfg(test)]
+#[path = "sections_tests.rs"]
+mod tests;
