@@ -47,6 +47,7 @@ fn shutdown_signal() -> impl std::future::Future<Output = ()> {
 }
 
 fn main() -> ExitCode {
+    ferrobus::server::limits::tune_allocator();
     let cli = Cli::parse();
     if let Some(cli::Command::Config(cli::ConfigCommand::Convert { file })) = &cli.command {
         return match ferrobus::config::emulator::convert_file(file) {

@@ -250,6 +250,40 @@ pub fn compound_elements(
     Ok(elements)
 }
 
+/// [`compound_elements`] without allocating: the byte ranges of the first `N` elements of
+/// the list or map at `start` (the rest `0..0`) and how many elements it has. Elements past
+/// the `N`th are measured but not kept.
+pub fn compound_elements_array<const N: usize>(
+    bytes: &[u8],
+    start: usize,
+) -> Result<([std::ops::Range<usize>; N], usize), CodecError> {
+    let code = read_u8(bytes, start)?;
+    let (count, mut at) = match code {
+        0x45 => (0, start + 1),
+        0xc0 | 0xc1 => (read_u8(bytes, start + 2)? as usize, start + 3),
+        0xd0 | 0xd1 => (read_u32(bytes, start + 5)?, start + 9),
+        other => {
+            return Err(CodecError::InvalidFormatCode {
+                code: other,
+                offset: start,
+            });
+        }
+    };
+    let end = start + value_length(bytes, start)?;
+    let mut elements = std::array::from_fn(|_| 0..0);
+    for index in 0..count {
+        if at >= end {
+            return Err(CodecError::Truncated { offset: at });
+        }
+        let length = value_length(bytes, at)?;
+        if let Some(element) = elements.get_mut(index) {
+            *element = at..at + length;
+        }
+        at += length;
+    }
+    Ok((elements, count))
+}
+
 /// Reads a string or symbol value's text, if the value at `range` is one.
 pub fn read_text(bytes: &[u8], range: std::ops::Range<usize>) -> Option<&str> {
     let value = bytes.get(range)?;
@@ -264,6 +298,33 @@ pub fn read_text(bytes: &[u8], range: std::ops::Range<usize>) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn elements_into_an_array_are_the_allocated_ones() {
+        // list8 of 4: null, smalluint 7, str8 "ab", true; a map; list0; a truncated list.
+        let list = [0xc0, 9, 4, 0x40, 0x52, 7, 0xa1, 2, b'a', b'b', 0x41];
+        let all = compound_elements(&list, 0).expect("a list");
+        let (first_two, count) = compound_elements_array::<2>(&list, 0).expect("a list");
+        assert_eq!((&first_two[..], count), (&all[..2], 4));
+        let (six, count) = compound_elements_array::<6>(&list, 0).expect("a list");
+        assert_eq!(
+            (&six[..4], &six[4..], count),
+            (&all[..], &[0..0, 0..0][..], 4)
+        );
+        let map = [0xc1, 5, 2, 0xa3, 1, b'k', 0x40];
+        assert_eq!(
+            compound_elements_array::<2>(&map, 0)
+                .expect("a map")
+                .0
+                .to_vec(),
+            compound_elements(&map, 0).expect("a map")
+        );
+        assert_eq!(
+            compound_elements_array::<3>(&[0x45], 0).map(|(_, count)| count),
+            Ok(0)
+        );
+        assert!(compound_elements_array::<3>(&[0xc0, 3, 3, 0x40, 0x40], 0).is_err());
+    }
 
     #[test]
     fn measures_primitives_and_described_values() {

@@ -23,6 +23,54 @@ struct Open {
     element: Option<u8>,
 }
 
+/// The containers being walked, innermost last: at most [`MAX_DEPTH`], on the stack (issue
+/// 16: a `Vec` allocated for every message checked).
+struct Stack {
+    open: [Open; MAX_DEPTH],
+    len: usize,
+}
+
+impl Stack {
+    fn new() -> Stack {
+        Stack {
+            open: [Open {
+                end: 0,
+                remaining: 0,
+                element: None,
+            }; MAX_DEPTH],
+            len: 0,
+        }
+    }
+
+    fn as_slice(&self) -> &[Open] {
+        &self.open[..self.len]
+    }
+
+    fn last(&self) -> Option<&Open> {
+        self.as_slice().last()
+    }
+
+    fn last_mut(&mut self) -> Option<&mut Open> {
+        self.open[..self.len].last_mut()
+    }
+
+    fn pop(&mut self) {
+        self.len = self.len.saturating_sub(1);
+    }
+
+    /// Pushes `open`; false when the stack is full.
+    fn push(&mut self, open: Open) -> bool {
+        match self.open.get_mut(self.len) {
+            Some(slot) => {
+                *slot = open;
+                self.len += 1;
+                true
+            }
+            None => false,
+        }
+    }
+}
+
 /// Checks the one value at the start of `bytes` and returns its length.
 pub fn check_value(bytes: &[u8]) -> Result<usize, CodecError> {
     walk(bytes, Some(1))
@@ -50,7 +98,7 @@ pub fn check_values(bytes: &[u8]) -> Result<(), CodecError> {
 
 /// Walks `count` top-level values (all of `bytes` when `None`); returns the bytes read.
 fn walk(bytes: &[u8], count: Option<u64>) -> Result<usize, CodecError> {
-    let mut stack: Vec<Open> = Vec::new();
+    let mut stack = Stack::new();
     let mut position = 0usize;
     let mut top_left = count;
     loop {
@@ -69,7 +117,7 @@ fn walk(bytes: &[u8], count: Option<u64>) -> Result<usize, CodecError> {
                 *left -= 1;
             }
         }
-        if stack.is_empty() {
+        if stack.len == 0 {
             match top_left {
                 Some(0) => return Ok(position),
                 None if position == bytes.len() => return Ok(position),
@@ -77,6 +125,7 @@ fn walk(bytes: &[u8], count: Option<u64>) -> Result<usize, CodecError> {
             }
         }
         let limit = stack
+            .as_slice()
             .iter()
             .map(|open| open.end)
             .min()
@@ -232,11 +281,10 @@ fn walk(bytes: &[u8], count: Option<u64>) -> Result<usize, CodecError> {
                 if open.end != usize::MAX && open.end > limit {
                     return Err(CodecError::Truncated { offset: position });
                 }
-                if stack.len() >= MAX_DEPTH {
+                // An empty array or compound is complete at once; the loop head closes it.
+                if !stack.push(open) {
                     return Err(CodecError::TooDeep { offset: position });
                 }
-                // An empty array or compound is complete at once; the loop head closes it.
-                stack.push(open);
             }
             None => {
                 if let Some(parent) = stack.last_mut() {

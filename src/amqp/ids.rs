@@ -47,16 +47,35 @@ pub fn unique_guid_bytes() -> [u8; 16] {
 
 /// Formats RFC-order GUID bytes as `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
 pub fn format_guid(bytes: &[u8; 16]) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut text = String::with_capacity(36);
-    for (index, byte) in bytes.iter().enumerate() {
-        if matches!(index, 4 | 6 | 8 | 10) {
-            text.push('-');
+    GuidText::new(bytes).as_str().to_owned()
+}
+
+/// A GUID's 36 characters of text, without allocating (ingress assigns one to every
+/// message that has no message-id).
+pub struct GuidText([u8; 36]);
+
+impl GuidText {
+    /// The text of RFC-order GUID bytes.
+    pub fn new(bytes: &[u8; 16]) -> GuidText {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut text = [b'-'; 36];
+        let mut at = 0;
+        for (index, byte) in bytes.iter().enumerate() {
+            if matches!(index, 4 | 6 | 8 | 10) {
+                at += 1;
+            }
+            text[at] = HEX[(byte >> 4) as usize];
+            text[at + 1] = HEX[(byte & 0x0f) as usize];
+            at += 2;
         }
-        text.push(HEX[(byte >> 4) as usize] as char);
-        text.push(HEX[(byte & 0x0f) as usize] as char);
+        GuidText(text)
     }
-    text
+
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        // Only ASCII hex digits and dashes are ever written.
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
 }
 
 /// Converts between RFC 4122 order and .NET `Guid.ToByteArray()` order (the same swap

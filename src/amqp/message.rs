@@ -168,7 +168,10 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
     let mut annotations = Vec::new();
     let mut properties_range = 0..0;
     let mut application_properties_range = 0..0;
-    let mut body_ranges: Vec<std::ops::Range<usize>> = Vec::new();
+    // The body sections (and footer): inline for the usual few, in a vector past that.
+    let mut body_inline: [std::ops::Range<usize>; 4] = Default::default();
+    let mut body_count = 0;
+    let mut body_spilled: Vec<std::ops::Range<usize>> = Vec::new();
     let mut at = 0;
     while at < bytes.len() {
         let length = codec::value_length(&bytes, at)?;
@@ -182,7 +185,18 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
             }
             PROPERTIES => properties_range = section,
             APPLICATION_PROPERTIES => application_properties_range = section,
-            DATA..=FOOTER => body_ranges.push(section),
+            DATA..=FOOTER => {
+                match body_inline.get_mut(body_count) {
+                    Some(slot) => *slot = section,
+                    None => {
+                        if body_spilled.is_empty() {
+                            body_spilled.extend(body_inline.iter().cloned());
+                        }
+                        body_spilled.push(section);
+                    }
+                }
+                body_count += 1;
+            }
             _ => {
                 return Err(section_error(
                     "section",
@@ -192,6 +206,11 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
         }
         at += length;
     }
+    let body_ranges = if body_spilled.is_empty() {
+        &body_inline[..body_count]
+    } else {
+        &body_spilled[..]
+    };
     if !body_ranges.iter().any(|range| {
         matches!(
             codec::section_code(&bytes, range.start),
@@ -200,18 +219,19 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
     }) {
         return Err(MessageError::NoBody);
     }
-    let body = join_ranges(&bytes, &body_ranges);
+    let body = join_ranges(&bytes, body_ranges);
     let mut values = if properties_range.is_empty() {
         Default::default()
     } else {
         sections::read_properties(&bytes, &properties_range)?
     };
     let mut assigned_properties = None;
+    let assigned_id;
     if values[SystemField::MessageId as usize].is_none() {
-        let id = ids::format_guid(&ids::unique_guid_bytes());
-        let section = sections::with_message_id(&bytes, &properties_range, &id);
-        values[SystemField::MessageId as usize] = Some(std::borrow::Cow::Owned(id));
-        assigned_properties = Some(section);
+        assigned_id = ids::GuidText::new(&ids::unique_guid_bytes());
+        let id = assigned_id.as_str();
+        assigned_properties = Some(sections::with_message_id(&bytes, &properties_range, id));
+        values[SystemField::MessageId as usize] = Some(std::borrow::Cow::Borrowed(id));
     }
     let system = values.each_ref().map(|value| value.as_deref());
     for (field, value) in [
@@ -237,14 +257,10 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
     }
     // The section holds every value as text but identifiers that are not strings (the
     // ones made into text here): only those are kept apart.
-    // (An assigned message-id is a string in the section written for it.)
-    let mut apart = values.each_ref().map(|value| match value {
+    let apart = values.each_ref().map(|value| match value {
         Some(std::borrow::Cow::Owned(text)) => Some(text.as_str()),
         _ => None,
     });
-    if assigned_properties.is_some() {
-        apart[SystemField::MessageId as usize] = None;
-    }
     // One allocation sized to what is kept: never a slice of the connection's read buffer
     // (issue 10, item 9 and issue 16: slices pinned whole 64 KiB buffers). The properties,
     // application properties and body usually lie back to back in the transfer: then they
@@ -673,5 +689,13 @@ mod tests {
         let message = parse_message(Bytes::from(apart)).expect("parsed");
         assert_eq!(message.body(), &back_to_back[..]);
         assert_eq!(message.application_properties_section(), &application[..]);
+        // More body sections than are kept inline, with one section between: all of them,
+        // in order.
+        let parts: Vec<Vec<u8>> = (0..7u8).map(|index| data(&[b'a' + index; 3])).collect();
+        let mut sections = parts[..5].to_vec();
+        sections.push(application.clone());
+        sections.extend_from_slice(&parts[5..]);
+        let message = parse_message(Bytes::from(sections.concat())).expect("parsed");
+        assert_eq!(message.body(), &parts.concat()[..]);
     }
 }

@@ -55,10 +55,8 @@ fn list_elements<const N: usize>(
 ) -> Result<([Range<usize>; N], usize), MessageError> {
     let bytes = &bytes[..section.end];
     let list = section.start + 1 + codec::value_length(bytes, section.start + 1)?;
-    let (count, mut at) = match codec::read_u8(bytes, list)? {
-        0x45 => (0, list + 1),
-        0xc0 => (codec::read_u8(bytes, list + 2)? as usize, list + 3),
-        0xd0 => (codec::read_u32(bytes, list + 5)?, list + 9),
+    let (elements, count) = match codec::read_u8(bytes, list)? {
+        0x45 | 0xc0 | 0xd0 => codec::compound_elements_array::<N>(bytes, list)?,
         other => return Err(refuse(name, format!("0x{other:02x} is not a list"))),
     };
     if count > N {
@@ -66,12 +64,6 @@ fn list_elements<const N: usize>(
             name,
             format!("a list of {count} fields; it has {N}"),
         ));
-    }
-    let mut elements = std::array::from_fn(|_| 0..0);
-    for element in elements.iter_mut().take(count) {
-        let length = codec::value_length(bytes, at)?;
-        *element = at..at + length;
-        at += length;
     }
     Ok((elements, count))
 }
@@ -158,6 +150,7 @@ pub fn read_properties<'a>(
     section: &Range<usize>,
 ) -> Result<[Option<Cow<'a, str>>; 8], MessageError> {
     let (fields, _) = list_elements::<13>(bytes, section, "properties")?;
+    let mut text: [Option<&str>; 13] = [None; 13];
     for (index, range) in fields.iter().enumerate() {
         let allowed: &[u8] = match index {
             0 | 5 => &IDS,
@@ -167,19 +160,21 @@ pub fn read_properties<'a>(
             _ => &STRINGS,
         };
         let code = field_code(bytes, range, allowed, "properties", PROPERTY_NAMES[index])?;
-        if STRINGS.contains(&code) && codec::read_text(bytes, range.clone()).is_none() {
-            return Err(refuse(
-                "properties",
-                format!("{} is not valid UTF-8", PROPERTY_NAMES[index]),
-            ));
+        if STRINGS.contains(&code) {
+            text[index] = Some(codec::read_text(bytes, range.clone()).ok_or_else(|| {
+                refuse(
+                    "properties",
+                    format!("{} is not valid UTF-8", PROPERTY_NAMES[index]),
+                )
+            })?);
         }
     }
     Ok(SYSTEM_LIST_INDEX.map(|index| {
-        let range = fields[index].clone();
-        let value = bytes.get(range.clone())?;
+        if let Some(text) = text[index] {
+            return Some(Cow::Borrowed(text));
+        }
+        let value = bytes.get(fields[index].clone())?;
         match value.first()? {
-            &NULL => None,
-            0xa1 | 0xb1 | 0xa3 | 0xb3 => codec::read_text(bytes, range).map(Cow::Borrowed),
             0x44 => Some(Cow::Owned("0".to_owned())),
             0x53 => Some(Cow::Owned(value[1].to_string())),
             0x80 => Some(Cow::Owned(
@@ -189,12 +184,13 @@ pub fn read_properties<'a>(
                 &value[1..17].try_into().unwrap_or([0; 16]),
             ))),
             // Binary (0xa0 with a 1-byte length, 0xb0 with 4): as hexadecimal text.
-            code => {
+            code @ (0xa0 | 0xb0) => {
                 let content = &value[if *code == 0xa0 { 2 } else { 5 }..];
                 Some(Cow::Owned(
                     content.iter().map(|byte| format!("{byte:02x}")).collect(),
                 ))
             }
+            _ => None,
         }
     }))
 }

@@ -229,13 +229,18 @@ fn read_bool(bytes: &[u8]) -> Option<Option<bool>> {
 /// transfer or uses an encoding this reader does not handle — then the general decoder
 /// runs. Returns the transfer and its payload.
 pub fn decode_transfer(body: &Bytes) -> Option<(IncomingTransfer, Bytes)> {
-    use crate::amqp::codec::{compound_elements, section_code, value_length};
+    use crate::amqp::codec::{compound_elements_array, section_code, value_length};
     if section_code(body, 0)? != 0x14 || body.get(1) != Some(&0x53) {
         return None;
     }
-    let elements = compound_elements(body, 3).ok()?;
+    // The transfer's 11 fields (AMQP 1.0 §2.7.5), without allocating (one per transfer).
+    let (elements, count) = compound_elements_array::<11>(body, 3).ok()?;
     let end = 3 + value_length(body, 3).ok()?;
-    let field = |index: usize| elements.get(index).map(|range| &body[range.clone()]);
+    let field = |index: usize| {
+        elements[..count.min(11)]
+            .get(index)
+            .map(|range| &body[range.clone()])
+    };
     let handle = read_uint(field(0)?)??;
     let delivery_id = match field(1) {
         Some(bytes) => read_uint(bytes)?,

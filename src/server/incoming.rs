@@ -238,26 +238,17 @@ impl Connection {
                 request,
             })
         };
+        // The reply moves into the command (cloning it would count its sink's reference up
+        // and down for every message); a refusal needs only its request id.
+        let request = reply.as_ref().map(|reply| reply.request);
         let sent = match &target {
-            SendTarget::Queue(handle) => {
-                handle
-                    .send(Command::Send {
-                        messages,
-                        reply: reply.clone(),
-                    })
-                    .await
-            }
+            SendTarget::Queue(handle) => handle.send(Command::Send { messages, reply }).await,
             SendTarget::Topic(handle) => {
-                handle
-                    .send(TopicCommand::Publish {
-                        messages,
-                        reply: reply.clone(),
-                    })
-                    .await
+                handle.send(TopicCommand::Publish { messages, reply }).await
             }
         };
-        if let (Err(error), Some(reply)) = (sent, reply) {
-            self.pending.remove(&reply.request);
+        if let (Err(error), Some(request)) = (sent, request) {
+            self.pending.remove(&request);
             return refuse(self, errors::entity_failure(&error));
         }
         Ok(())

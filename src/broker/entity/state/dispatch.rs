@@ -281,13 +281,15 @@ impl EntityState {
             };
             let record = match mode {
                 ReceiveMode::PeekLock => {
-                    if self.set_lock(sub_queue, sequence_number, lock).is_none() {
-                        return false;
-                    }
+                    // One lookup of the record (set_lock would make a second).
                     let Some(record) = self.log.get(sub_queue, sequence_number) else {
                         return false;
                     };
-                    record.clone()
+                    let record = record.clone();
+                    if let Some(lock) = lock {
+                        self.held.insert((sub_queue, sequence_number), lock);
+                    }
+                    record
                 }
                 ReceiveMode::ReceiveAndDelete => {
                     let Some(record) = self.log.remove(sub_queue, sequence_number) else {
