@@ -250,13 +250,15 @@ pub fn compound_elements(
     Ok(elements)
 }
 
-/// [`compound_elements`] without allocating: the byte ranges of the first `N` elements of
-/// the list or map at `start` (the rest `0..0`) and how many elements it has. Elements past
-/// the `N`th are measured but not kept.
-pub fn compound_elements_array<const N: usize>(
+/// [`compound_elements`] without allocating: fills `elements` with the byte ranges of the
+/// first elements of the list or map at `start` (as many as it has room for; the rest are
+/// left as they are) and returns how many elements the value has. Elements past the room
+/// are measured but not kept.
+pub fn compound_elements_into(
     bytes: &[u8],
     start: usize,
-) -> Result<([std::ops::Range<usize>; N], usize), CodecError> {
+    elements: &mut [std::ops::Range<usize>],
+) -> Result<usize, CodecError> {
     let code = read_u8(bytes, start)?;
     let (count, mut at) = match code {
         0x45 => (0, start + 1),
@@ -270,7 +272,6 @@ pub fn compound_elements_array<const N: usize>(
         }
     };
     let end = start + value_length(bytes, start)?;
-    let mut elements = std::array::from_fn(|_| 0..0);
     for index in 0..count {
         if at >= end {
             return Err(CodecError::Truncated { offset: at });
@@ -281,7 +282,7 @@ pub fn compound_elements_array<const N: usize>(
         }
         at += length;
     }
-    Ok((elements, count))
+    Ok(count)
 }
 
 /// Reads a string or symbol value's text, if the value at `range` is one.
@@ -300,30 +301,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn elements_into_an_array_are_the_allocated_ones() {
+    fn elements_into_a_slice_are_the_allocated_ones() {
         // list8 of 4: null, smalluint 7, str8 "ab", true; a map; list0; a truncated list.
         let list = [0xc0, 9, 4, 0x40, 0x52, 7, 0xa1, 2, b'a', b'b', 0x41];
         let all = compound_elements(&list, 0).expect("a list");
-        let (first_two, count) = compound_elements_array::<2>(&list, 0).expect("a list");
-        assert_eq!((&first_two[..], count), (&all[..2], 4));
-        let (six, count) = compound_elements_array::<6>(&list, 0).expect("a list");
-        assert_eq!(
-            (&six[..4], &six[4..], count),
-            (&all[..], &[0..0, 0..0][..], 4)
-        );
+        let mut two = [0..0, 0..0];
+        assert_eq!(compound_elements_into(&list, 0, &mut two), Ok(4));
+        assert_eq!(&two[..], &all[..2]);
+        let mut six: [std::ops::Range<usize>; 6] = Default::default();
+        assert_eq!(compound_elements_into(&list, 0, &mut six), Ok(4));
+        assert_eq!((&six[..4], &six[4..]), (&all[..], &[0..0, 0..0][..]));
         let map = [0xc1, 5, 2, 0xa3, 1, b'k', 0x40];
-        assert_eq!(
-            compound_elements_array::<2>(&map, 0)
-                .expect("a map")
-                .0
-                .to_vec(),
-            compound_elements(&map, 0).expect("a map")
-        );
-        assert_eq!(
-            compound_elements_array::<3>(&[0x45], 0).map(|(_, count)| count),
-            Ok(0)
-        );
-        assert!(compound_elements_array::<3>(&[0xc0, 3, 3, 0x40, 0x40], 0).is_err());
+        let mut pair = [0..0, 0..0];
+        assert_eq!(compound_elements_into(&map, 0, &mut pair), Ok(2));
+        assert_eq!(pair.to_vec(), compound_elements(&map, 0).expect("a map"));
+        assert_eq!(compound_elements_into(&[0x45], 0, &mut pair), Ok(0));
+        assert!(compound_elements_into(&[0xc0, 3, 3, 0x40, 0x40], 0, &mut pair).is_err());
     }
 
     #[test]

@@ -46,26 +46,28 @@ fn refuse(section: &'static str, reason: impl Into<String>) -> MessageError {
     }
 }
 
-/// The element ranges (at most `N`) of the described list section at `section` and their
-/// count. A list of more than `N` elements, or a value that is not a list, is refused.
-fn list_elements<const N: usize>(
+/// Fills `elements` with the element ranges of the described list section at `section`
+/// and returns their count. A list of more elements than `elements` holds, or a value that
+/// is not a list, is refused.
+fn list_elements(
     bytes: &[u8],
     section: &Range<usize>,
     name: &'static str,
-) -> Result<([Range<usize>; N], usize), MessageError> {
+    elements: &mut [Range<usize>],
+) -> Result<usize, MessageError> {
     let bytes = &bytes[..section.end];
     let list = section.start + 1 + codec::value_length(bytes, section.start + 1)?;
-    let (elements, count) = match codec::read_u8(bytes, list)? {
-        0x45 | 0xc0 | 0xd0 => codec::compound_elements_array::<N>(bytes, list)?,
+    let count = match codec::read_u8(bytes, list)? {
+        0x45 | 0xc0 | 0xd0 => codec::compound_elements_into(bytes, list, elements)?,
         other => return Err(refuse(name, format!("0x{other:02x} is not a list"))),
     };
-    if count > N {
+    if count > elements.len() {
         return Err(refuse(
             name,
-            format!("a list of {count} fields; it has {N}"),
+            format!("a list of {count} fields; it has {}", elements.len()),
         ));
     }
-    Ok((elements, count))
+    Ok(count)
 }
 
 /// Checks that the field is null or one of `allowed`; its format code.
@@ -125,7 +127,8 @@ fn uint(
 
 /// The header section at `section` (descriptor included): the fields the broker keeps.
 pub fn read_header(bytes: &[u8], section: &Range<usize>) -> Result<HeaderFields, MessageError> {
-    let (fields, _) = list_elements::<5>(bytes, section, "header")?;
+    let mut fields: [Range<usize>; 5] = Default::default();
+    list_elements(bytes, section, "header", &mut fields)?;
     let durable = boolean(bytes, &fields[0], "durable")?.unwrap_or(false);
     let priority = match field_code(bytes, &fields[1], &[0x50], "header", "priority")? {
         0x50 => bytes[fields[1].start + 1],
@@ -149,7 +152,8 @@ pub fn read_properties<'a>(
     bytes: &'a [u8],
     section: &Range<usize>,
 ) -> Result<[Option<Cow<'a, str>>; 8], MessageError> {
-    let (fields, _) = list_elements::<13>(bytes, section, "properties")?;
+    let mut fields: [Range<usize>; 13] = Default::default();
+    list_elements(bytes, section, "properties", &mut fields)?;
     let mut text: [Option<&str>; 13] = [None; 13];
     for (index, range) in fields.iter().enumerate() {
         let allowed: &[u8] = match index {
@@ -198,11 +202,11 @@ pub fn read_properties<'a>(
 /// A properties section with message-id `id` (a string) and the other fields of the
 /// section at `section` (descriptor included; empty: none), which has no message-id.
 pub fn with_message_id(bytes: &[u8], section: &Range<usize>, id: &str) -> Vec<u8> {
-    let rest = match list_elements::<13>(bytes, section, "properties") {
-        Ok((fields, count)) if count > 1 => (&bytes[fields[1].start..fields[count - 1].end], count),
+    let mut fields: [Range<usize>; 13] = Default::default();
+    let (rest, count) = match list_elements(bytes, section, "properties", &mut fields) {
+        Ok(count) if count > 1 => (&bytes[fields[1].start..fields[count - 1].end], count),
         _ => (&[][..], 1),
     };
-    let (rest, count) = rest;
     let short_id = id.len() <= u8::MAX as usize;
     let content = if short_id { 2 } else { 5 } + id.len() + rest.len();
     let mut out = Vec::with_capacity(3 + 9 + content);

@@ -162,16 +162,25 @@ impl Connection {
         unsettled: Unsettled,
         disposition_frame: &Disposition,
     ) -> Result<(), ConnectionError> {
-        let entity = match self
-            .session(channel)?
-            .links
-            .get(&unsettled.handle)
-            .map(|link| &link.kind)
-        {
-            Some(LinkKind::EntityReceiver { entity, .. }) => entity.clone(),
-            _ => return Ok(()),
-        };
+        if !matches!(
+            self.session(channel)?
+                .links
+                .get(&unsettled.handle)
+                .map(|link| &link.kind),
+            Some(LinkKind::EntityReceiver { .. })
+        ) {
+            return Ok(());
+        }
         if let Some(DeliveryState::TransactionalState(state)) = &disposition_frame.state {
+            let Some(LinkKind::EntityReceiver { entity, .. }) = self
+                .session(channel)?
+                .links
+                .get(&unsettled.handle)
+                .map(|link| &link.kind)
+            else {
+                return Ok(());
+            };
+            let entity = entity.clone();
             // Held by the transaction until its discharge (rule TXN-1).
             let txn_id = bytes::Bytes::from(state.txn_id.to_vec());
             let outcome = state.outcome.clone().map(|outcome| match outcome {
@@ -212,15 +221,25 @@ impl Connection {
             })
         };
         let token: LockToken = unsettled.token;
-        let sent = entity
-            .send(Command::Settle {
-                token,
-                settlement,
-                reply: reply.clone(),
-            })
-            .await;
-        if let (Err(error), Some(reply)) = (sent, reply) {
-            self.pending.remove(&reply.request);
+        // The entity is borrowed from the link and the reply moved into the command (issue
+        // 16: cloning both counted references up and down for every settled message).
+        let request = reply.as_ref().map(|reply| reply.request);
+        let command = Command::Settle {
+            token,
+            settlement,
+            reply,
+        };
+        let sent = match self
+            .sessions
+            .get(&channel)
+            .and_then(|session| session.links.get(&unsettled.handle))
+            .map(|link| &link.kind)
+        {
+            Some(LinkKind::EntityReceiver { entity, .. }) => entity.send(command).await,
+            _ => Ok(()),
+        };
+        if let (Err(error), Some(request)) = (sent, request) {
+            self.pending.remove(&request);
             let failure = errors::entity_failure(&error);
             self.write(
                 channel,

@@ -229,12 +229,13 @@ fn read_bool(bytes: &[u8]) -> Option<Option<bool>> {
 /// transfer or uses an encoding this reader does not handle — then the general decoder
 /// runs. Returns the transfer and its payload.
 pub fn decode_transfer(body: &Bytes) -> Option<(IncomingTransfer, Bytes)> {
-    use crate::amqp::codec::{compound_elements_array, section_code, value_length};
+    use crate::amqp::codec::{compound_elements_into, section_code, value_length};
     if section_code(body, 0)? != 0x14 || body.get(1) != Some(&0x53) {
         return None;
     }
     // The transfer's 11 fields (AMQP 1.0 §2.7.5), without allocating (one per transfer).
-    let (elements, count) = compound_elements_array::<11>(body, 3).ok()?;
+    let mut elements: [std::ops::Range<usize>; 11] = Default::default();
+    let count = compound_elements_into(body, 3, &mut elements).ok()?;
     let end = 3 + value_length(body, 3).ok()?;
     let field = |index: usize| {
         elements[..count.min(11)]
