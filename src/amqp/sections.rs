@@ -173,30 +173,36 @@ pub fn read_properties<'a>(
             })?);
         }
     }
-    Ok(SYSTEM_LIST_INDEX.map(|index| {
-        if let Some(text) = text[index] {
-            return Some(Cow::Borrowed(text));
+    let mut values: [Option<Cow<'a, str>>; 8] = Default::default();
+    for (value, index) in values.iter_mut().zip(SYSTEM_LIST_INDEX) {
+        *value = match text[index] {
+            Some(text) => Some(Cow::Borrowed(text)),
+            None => id_text(bytes.get(fields[index].clone()).unwrap_or_default()),
+        };
+    }
+    Ok(values)
+}
+
+/// An identifier that is not a string (ulong, uuid, binary) as the service shows it.
+fn id_text(value: &[u8]) -> Option<Cow<'static, str>> {
+    match value.first()? {
+        0x44 => Some(Cow::Owned("0".to_owned())),
+        0x53 => Some(Cow::Owned(value[1].to_string())),
+        0x80 => Some(Cow::Owned(
+            u64::from_be_bytes(value[1..9].try_into().unwrap_or([0; 8])).to_string(),
+        )),
+        0x98 => Some(Cow::Owned(ids::format_guid(
+            &value[1..17].try_into().unwrap_or([0; 16]),
+        ))),
+        // Binary (0xa0 with a 1-byte length, 0xb0 with 4): as hexadecimal text.
+        code @ (0xa0 | 0xb0) => {
+            let content = &value[if *code == 0xa0 { 2 } else { 5 }..];
+            Some(Cow::Owned(
+                content.iter().map(|byte| format!("{byte:02x}")).collect(),
+            ))
         }
-        let value = bytes.get(fields[index].clone())?;
-        match value.first()? {
-            0x44 => Some(Cow::Owned("0".to_owned())),
-            0x53 => Some(Cow::Owned(value[1].to_string())),
-            0x80 => Some(Cow::Owned(
-                u64::from_be_bytes(value[1..9].try_into().unwrap_or([0; 8])).to_string(),
-            )),
-            0x98 => Some(Cow::Owned(ids::format_guid(
-                &value[1..17].try_into().unwrap_or([0; 16]),
-            ))),
-            // Binary (0xa0 with a 1-byte length, 0xb0 with 4): as hexadecimal text.
-            code @ (0xa0 | 0xb0) => {
-                let content = &value[if *code == 0xa0 { 2 } else { 5 }..];
-                Some(Cow::Owned(
-                    content.iter().map(|byte| format!("{byte:02x}")).collect(),
-                ))
-            }
-            _ => None,
-        }
-    }))
+        _ => None,
+    }
 }
 
 /// A properties section with message-id `id` (a string) and the other fields of the

@@ -550,14 +550,19 @@ async fn event_loop<S: RawStream>(
         }
         // Frames already buffered (pipelined behind `open`, or several in one read), unless
         // the peer is not reading what we owe it.
+        // The clock is read once per batch of frames, not once per frame (issue 16).
+        let mut heard = false;
         while connection.output.len() < OUTPUT_READ_PAUSE {
             let Some(frame) = frame::take_frame(input, max_frame_size)? else {
                 break;
             };
-            last_heard = tokio::time::Instant::now();
+            heard = true;
             if connection.handle_frame(frame).await? {
                 return Ok(());
             }
+        }
+        if heard {
+            last_heard = tokio::time::Instant::now();
         }
         if flush_now(stream, &mut connection.output)? {
             connection.accepted_run = None;
