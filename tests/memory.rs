@@ -109,7 +109,7 @@ fn measure(count: usize, body: usize, with_property: bool) -> Figures {
                 encoded_total += message.encoded_size() as isize;
                 quota_total += message.size() as isize;
             }
-            let messages = messages.into_iter().collect();
+            let messages: Vec<_> = messages.into_iter().collect();
             state.enqueue(Timestamp(2), messages).unwrap();
         }
         state.take_effects();

@@ -111,13 +111,16 @@ fn section_error(section: &'static str, error: impl std::fmt::Display) -> Messag
 
 /// Parses the messages of one transfer: a single message, or the messages inside a
 /// batch envelope.
-pub fn parse_transfer(payload: Bytes, message_format: u32) -> Result<Vec<Message>, MessageError> {
+pub fn parse_transfer(
+    payload: Bytes,
+    message_format: u32,
+) -> Result<crate::broker::entity::Messages, MessageError> {
     match message_format {
-        0 => return Ok(vec![parse_message(payload)?]),
+        0 => return Ok(smallvec::smallvec![parse_message(payload)?]),
         BATCH_MESSAGE_FORMAT => depth::check_values(&payload)?,
         other => return Err(MessageError::UnsupportedFormat(other)),
     }
-    let mut messages = Vec::new();
+    let mut messages = crate::broker::entity::Messages::new();
     let mut at = 0;
     while at < payload.len() {
         let length = codec::value_length(&payload, at)?;

@@ -83,7 +83,7 @@ pub fn spawn(
                 Some(Entity::Queue(handle)) => {
                     handle
                         .send(Command::Send {
-                            messages: vec![forward.message.clone()],
+                            messages: smallvec::smallvec![forward.message.clone()],
                             reply: Some(reply),
                         })
                         .await

@@ -413,7 +413,7 @@ impl Topic {
                 TopicCommand::Schedule { messages, reply } => {
                     let numbers = self.state.schedule(now, messages);
                     let committed = self.commit().await;
-                    reply.send(committed.map(|()| Reply::SequenceNumbers(numbers)));
+                    reply.send(committed.map(|()| Reply::SequenceNumbers(numbers.into())));
                     self.activate_due(&sink, &mut replies).await;
                 }
                 TopicCommand::CancelScheduled {
@@ -714,7 +714,7 @@ impl Topic {
                 continue;
             }
             let command = Command::Send {
-                messages: copies.accepted,
+                messages: copies.accepted.into(),
                 reply: Some(ReplyTo {
                     sink: sink.clone(),
                     request,

@@ -220,10 +220,17 @@ impl Connection {
                 return refuse(self, Failure::new(condition, error.to_string(), 400));
             }
         };
-        let messages: Vec<_> = messages.into_iter().collect();
         if txn_id.is_some() || via.is_some() {
             return self
-                .transactional_send(channel, delivery_id, settled, txn_id, messages, target, via)
+                .transactional_send(
+                    channel,
+                    delivery_id,
+                    settled,
+                    txn_id,
+                    messages.into_vec(),
+                    target,
+                    via,
+                )
                 .await;
         }
         let reply = if settled {
@@ -244,7 +251,12 @@ impl Connection {
         let sent = match &target {
             SendTarget::Queue(handle) => handle.send(Command::Send { messages, reply }).await,
             SendTarget::Topic(handle) => {
-                handle.send(TopicCommand::Publish { messages, reply }).await
+                handle
+                    .send(TopicCommand::Publish {
+                        messages: messages.into_vec(),
+                        reply,
+                    })
+                    .await
             }
         };
         if let (Err(error), Some(request)) = (sent, request) {

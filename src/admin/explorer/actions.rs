@@ -331,7 +331,7 @@ async fn send_to(entity: &Entity, path: &str, messages: Vec<Message>) -> Result<
         Entity::Queue(handle) | Entity::Subscription(handle) => {
             handle
                 .send(Command::Send {
-                    messages,
+                    messages: messages.into(),
                     reply: Some(reply),
                 })
                 .await?

@@ -95,12 +95,12 @@ impl Entity {
         let messages = vec![message];
         match self
             .request(|reply| Command::Send {
-                messages,
+                messages: messages.into(),
                 reply: Some(reply),
             })
             .await
         {
-            Ok(Reply::SequenceNumbers(numbers)) => numbers,
+            Ok(Reply::SequenceNumbers(numbers)) => numbers.into_vec(),
             other => panic!("send: {other:?}"),
         }
     }

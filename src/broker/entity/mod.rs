@@ -36,6 +36,13 @@ pub use state::{Delivery, EntityCounts, EntityTotals, Record, TransactionWork};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RequestId(pub u64);
 
+/// The messages of one send: inline when there is one, as there usually is (issue 16: a
+/// vector allocated for every message sent).
+pub type Messages = smallvec::SmallVec<[Message; 1]>;
+
+/// The sequence numbers a send was given: inline when there is one.
+pub type SequenceNumbers = smallvec::SmallVec<[SequenceNumber; 1]>;
+
 /// What an entity tells a connection.
 #[derive(Debug)]
 pub enum Notification {
@@ -95,7 +102,7 @@ pub enum Reply {
     /// The operation succeeded with nothing to report.
     Done,
     /// Sequence numbers assigned (send, schedule).
-    SequenceNumbers(Vec<SequenceNumber>),
+    SequenceNumbers(SequenceNumbers),
     /// New lock expirations (renew-lock).
     Expirations(Vec<Timestamp>),
     /// Messages (peek, receive-by-sequence-number).
@@ -174,7 +181,7 @@ pub enum Command {
     /// Enqueue messages (one transfer, possibly a batch).
     Send {
         /// The messages, in order.
-        messages: Vec<Message>,
+        messages: Messages,
         /// Who waits for the outcome (`None` for pre-settled transfers).
         reply: Option<ReplyTo>,
     },

@@ -65,7 +65,7 @@ pub(super) fn dead_letter(reason: &str) -> Settlement {
 
 /// Enqueues messages of these bodies and attaches a peek-lock receiver (no credit yet).
 fn with_peek_lock_receiver(state: &mut EntityState, bodies: &[&str]) {
-    let messages = bodies.iter().map(|body| message(body)).collect();
+    let messages: Vec<_> = bodies.iter().map(|body| message(body)).collect();
     state.enqueue(START, messages).expect("accepted");
     state.attach_receiver(START, RECEIVER, SubQueue::Main, ReceiveMode::PeekLock);
 }
@@ -83,8 +83,8 @@ fn sequence_numbers_are_gapless_from_one() {
         .enqueue(START, vec![message("a"), message("b"), message("c")])
         .expect("accepted");
     assert_eq!(
-        numbers,
-        vec![SequenceNumber(1), SequenceNumber(2), SequenceNumber(3)]
+        numbers[..],
+        [SequenceNumber(1), SequenceNumber(2), SequenceNumber(3)]
     );
     let record = state
         .record(SubQueue::Main, SequenceNumber(2))
@@ -712,7 +712,7 @@ fn the_forwarding_outbox_keeps_a_message_until_its_target_has_it() {
     let next = state
         .enqueue(START, vec![message("next")])
         .expect("accepted");
-    assert_eq!(next, vec![SequenceNumber(numbers[0].0 + 1)]);
+    assert_eq!(next[..], [SequenceNumber(numbers[0].0 + 1)]);
 }
 
 #[test]

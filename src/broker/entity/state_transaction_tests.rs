@@ -37,7 +37,7 @@ fn a_transaction_commits_its_settlements_sends_and_via_sends_in_one_record() {
         ],
     };
     let numbers = state.commit_transaction(START, work).expect("committed");
-    assert_eq!(numbers, vec![SequenceNumber(3)]);
+    assert_eq!(numbers[..], [SequenceNumber(3)]);
     assert!(
         state
             .record(SubQueue::Main, first.record.sequence_number)

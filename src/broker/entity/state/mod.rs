@@ -654,13 +654,14 @@ impl EntityState {
     pub fn enqueue(
         &mut self,
         now: Timestamp,
-        messages: Vec<Message>,
-    ) -> Result<Vec<SequenceNumber>, EntityError> {
+        messages: impl Into<super::Messages>,
+    ) -> Result<super::SequenceNumbers, EntityError> {
+        let messages = messages.into();
         // Activity first: a command arriving at the idle deadline keeps the entity.
         self.touch(now);
         self.advance(now);
         self.admit(&messages, 0)?;
-        let mut sequence_numbers = Vec::with_capacity(messages.len());
+        let mut sequence_numbers = super::SequenceNumbers::with_capacity(messages.len());
         for message in messages {
             // The id is read from the properties section only for the detector.
             if let Some(detector) = &mut self.duplicates

@@ -35,7 +35,7 @@ impl EntityState {
         &mut self,
         now: Timestamp,
         work: TransactionWork,
-    ) -> Result<Vec<SequenceNumber>, EntityError> {
+    ) -> Result<super::super::SequenceNumbers, EntityError> {
         self.touch(now);
         self.advance(now);
         let mut tokens = HashSet::new();
@@ -67,7 +67,7 @@ impl EntityState {
             self.settle(now, token, settlement)?;
         }
         let numbers = if work.sends.is_empty() {
-            Vec::new()
+            Default::default()
         } else {
             self.enqueue(now, work.sends)?
         };

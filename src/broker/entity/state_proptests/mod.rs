@@ -517,7 +517,7 @@ fn drain_with_a_stale_credit_limit_never_moves_the_delivery_count_back() {
     let receiver = ReceiverId(1);
     let mut state = entity(|_| {});
     state
-        .enqueue(START, (1..=5).map(test_message).collect())
+        .enqueue(START, (1..=5).map(test_message).collect::<Vec<_>>())
         .expect("accepted");
     state.attach_receiver(START, receiver, SubQueue::Main, ReceiveMode::PeekLock);
     state.set_credit(START, receiver, 2, false);
