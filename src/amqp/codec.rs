@@ -219,15 +219,10 @@ impl<'a> Writer<'a> {
     }
 }
 
-/// Iterates the encoded elements of a list or map value (for a map: keys and values in
-/// turn), returning each element's byte range.
-pub fn compound_elements(
-    bytes: &[u8],
-    start: usize,
-) -> Result<Vec<std::ops::Range<usize>>, CodecError> {
-    let code = read_u8(bytes, start)?;
-    let (count, mut at) = match code {
-        0x45 => return Ok(Vec::new()),
+/// A list's or map's element count, where its first element starts and where it ends.
+fn compound_extent(bytes: &[u8], start: usize) -> Result<(usize, usize, usize), CodecError> {
+    let (count, first) = match read_u8(bytes, start)? {
+        0x45 => (0, start + 1),
         0xc0 | 0xc1 => (read_u8(bytes, start + 2)? as usize, start + 3),
         0xd0 | 0xd1 => (read_u32(bytes, start + 5)?, start + 9),
         other => {
@@ -237,15 +232,29 @@ pub fn compound_elements(
             });
         }
     };
-    let end = start + value_length(bytes, start)?;
+    Ok((count, first, start + value_length(bytes, start)?))
+}
+
+/// The element starting at `at`, inside a compound ending at `end`.
+fn element_at(bytes: &[u8], at: usize, end: usize) -> Result<std::ops::Range<usize>, CodecError> {
+    if at >= end {
+        return Err(CodecError::Truncated { offset: at });
+    }
+    Ok(at..at + value_length(bytes, at)?)
+}
+
+/// Iterates the encoded elements of a list or map value (for a map: keys and values in
+/// turn), returning each element's byte range.
+pub fn compound_elements(
+    bytes: &[u8],
+    start: usize,
+) -> Result<Vec<std::ops::Range<usize>>, CodecError> {
+    let (count, mut at, end) = compound_extent(bytes, start)?;
     let mut elements = Vec::with_capacity(count.min(1024));
     for _ in 0..count {
-        if at >= end {
-            return Err(CodecError::Truncated { offset: at });
-        }
-        let length = value_length(bytes, at)?;
-        elements.push(at..at + length);
-        at += length;
+        let element = element_at(bytes, at, end)?;
+        at = element.end;
+        elements.push(element);
     }
     Ok(elements)
 }
@@ -259,28 +268,13 @@ pub fn compound_elements_into(
     start: usize,
     elements: &mut [std::ops::Range<usize>],
 ) -> Result<usize, CodecError> {
-    let code = read_u8(bytes, start)?;
-    let (count, mut at) = match code {
-        0x45 => (0, start + 1),
-        0xc0 | 0xc1 => (read_u8(bytes, start + 2)? as usize, start + 3),
-        0xd0 | 0xd1 => (read_u32(bytes, start + 5)?, start + 9),
-        other => {
-            return Err(CodecError::InvalidFormatCode {
-                code: other,
-                offset: start,
-            });
-        }
-    };
-    let end = start + value_length(bytes, start)?;
+    let (count, mut at, end) = compound_extent(bytes, start)?;
     for index in 0..count {
-        if at >= end {
-            return Err(CodecError::Truncated { offset: at });
+        let element = element_at(bytes, at, end)?;
+        at = element.end;
+        if let Some(slot) = elements.get_mut(index) {
+            *slot = element;
         }
-        let length = value_length(bytes, at)?;
-        if let Some(element) = elements.get_mut(index) {
-            *element = at..at + length;
-        }
-        at += length;
     }
     Ok(count)
 }

@@ -13,7 +13,7 @@ use super::log_text::LogText;
 use super::session::Unsettled;
 use crate::amqp::errors::{self, Failure};
 use crate::amqp::management::{self};
-use crate::broker::entity::{Command, Reply, ReplyTo};
+use crate::broker::entity::{Command, EntityHandle, Reply, ReplyTo};
 use crate::broker::types::{EntityError, LockToken};
 
 pub(super) fn disposition(role: Role, delivery_id: u32, state: DeliveryState) -> Performative {
@@ -108,6 +108,14 @@ impl Connection {
         );
     }
 
+    /// The entity of receiver link `handle` on session `channel`, if it is one's.
+    fn receiver_entity(&self, channel: u16, handle: u32) -> Option<&EntityHandle> {
+        match &self.sessions.get(&channel)?.links.get(&handle)?.kind {
+            LinkKind::EntityReceiver { entity, .. } => Some(entity),
+            _ => None,
+        }
+    }
+
     /// Handles a client disposition for deliveries we sent.
     pub(super) async fn disposition(
         &mut self,
@@ -162,24 +170,10 @@ impl Connection {
         unsettled: Unsettled,
         disposition_frame: &Disposition,
     ) -> Result<(), ConnectionError> {
-        if !matches!(
-            self.session(channel)?
-                .links
-                .get(&unsettled.handle)
-                .map(|link| &link.kind),
-            Some(LinkKind::EntityReceiver { .. })
-        ) {
+        let Some(entity) = self.receiver_entity(channel, unsettled.handle) else {
             return Ok(());
-        }
+        };
         if let Some(DeliveryState::TransactionalState(state)) = &disposition_frame.state {
-            let Some(LinkKind::EntityReceiver { entity, .. }) = self
-                .session(channel)?
-                .links
-                .get(&unsettled.handle)
-                .map(|link| &link.kind)
-            else {
-                return Ok(());
-            };
             let entity = entity.clone();
             // Held by the transaction until its discharge (rule TXN-1).
             let txn_id = bytes::Bytes::from(state.txn_id.to_vec());
@@ -229,14 +223,9 @@ impl Connection {
             settlement,
             reply,
         };
-        let sent = match self
-            .sessions
-            .get(&channel)
-            .and_then(|session| session.links.get(&unsettled.handle))
-            .map(|link| &link.kind)
-        {
-            Some(LinkKind::EntityReceiver { entity, .. }) => entity.send(command).await,
-            _ => Ok(()),
+        let sent = match self.receiver_entity(channel, unsettled.handle) {
+            Some(entity) => entity.send(command).await,
+            None => Ok(()),
         };
         if let (Err(error), Some(request)) = (sent, request) {
             self.pending.remove(&request);
