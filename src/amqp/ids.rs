@@ -50,6 +50,16 @@ pub fn format_guid(bytes: &[u8; 16]) -> String {
     GuidText::new(bytes).as_str().to_owned()
 }
 
+/// Bytes as lower-case hexadecimal text (a binary message id as the service shows it).
+pub fn hex(bytes: &[u8]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    bytes
+        .iter()
+        .flat_map(|byte| [HEX[(byte >> 4) as usize], HEX[(byte & 0x0f) as usize]])
+        .map(char::from)
+        .collect()
+}
+
 /// A GUID's 36 characters of text, without allocating (ingress assigns one to every
 /// message that has no message-id).
 pub struct GuidText([u8; 36]);

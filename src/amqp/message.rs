@@ -157,7 +157,7 @@ fn message_id_text(id: &MessageId) -> String {
         MessageId::String(text) => text.clone(),
         MessageId::Ulong(number) => number.to_string(),
         MessageId::Uuid(uuid) => ids::format_guid(uuid.as_inner()),
-        MessageId::Binary(bytes) => bytes.iter().map(|byte| format!("{byte:02x}")).collect(),
+        MessageId::Binary(bytes) => ids::hex(bytes),
     }
 }
 

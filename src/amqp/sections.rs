@@ -10,7 +10,7 @@ use std::ops::Range;
 use super::codec;
 use super::ids;
 use super::message::MessageError;
-use crate::broker::message::HeaderFields;
+use crate::broker::message::{HeaderFields, LIST_INDEX};
 
 /// The properties list's fields, in order (AMQP 1.0 §3.2.4).
 const PROPERTY_NAMES: [&str; 13] = [
@@ -28,10 +28,6 @@ const PROPERTY_NAMES: [&str; 13] = [
     "group-sequence",
     "reply-to-group-id",
 ];
-
-/// Where each system property ([`crate::broker::message::SystemField::ALL`] order) lies in
-/// the properties list.
-const SYSTEM_LIST_INDEX: [usize; 8] = [0, 5, 2, 4, 3, 10, 12, 6];
 
 const NULL: u8 = 0x40;
 const STRINGS: [u8; 4] = [0xa1, 0xb1, 0xa3, 0xb3];
@@ -174,7 +170,7 @@ pub fn read_properties<'a>(
         }
     }
     let mut values: [Option<Cow<'a, str>>; 8] = Default::default();
-    for (value, index) in values.iter_mut().zip(SYSTEM_LIST_INDEX) {
+    for (value, index) in values.iter_mut().zip(LIST_INDEX) {
         *value = match text[index] {
             Some(text) => Some(Cow::Borrowed(text)),
             None => id_text(bytes.get(fields[index].clone()).unwrap_or_default()),
@@ -197,9 +193,7 @@ fn id_text(value: &[u8]) -> Option<Cow<'static, str>> {
         // Binary (0xa0 with a 1-byte length, 0xb0 with 4): as hexadecimal text.
         code @ (0xa0 | 0xb0) => {
             let content = &value[if *code == 0xa0 { 2 } else { 5 }..];
-            Some(Cow::Owned(
-                content.iter().map(|byte| format!("{byte:02x}")).collect(),
-            ))
+            Some(Cow::Owned(ids::hex(content)))
         }
         _ => None,
     }

@@ -11,7 +11,7 @@ use super::types::Timestamp;
 
 mod system;
 
-pub use system::{MAX_SYSTEM_TEXT, System, SystemField, SystemProperties};
+pub use system::{LIST_INDEX, MAX_SYSTEM_TEXT, System, SystemField, SystemProperties};
 use system::{text_apart, text_apart_given, text_apart_len};
 
 /// Sender-chosen header fields kept for redelivery (the broker sets `delivery-count`).

@@ -11,7 +11,9 @@ use fe2o3_amqp_types::messaging::{Accepted, DeliveryState};
 use fe2o3_amqp_types::performatives::{Disposition, Performative};
 
 use crate::harness::Broker;
-use crate::raw_client::{RawClient, delivery_count, is_transfer, receiver_attach, send_messages};
+use crate::raw_client::{
+    RawClient, delivery_count, is_transfer, receiver_attach, send_messages, transfer_frame_bytes,
+};
 
 #[tokio::test]
 async fn link_credit_of_u32_max_delivers() {
@@ -312,5 +314,55 @@ async fn a_peer_that_does_not_read_burns_no_delivery_attempts() {
     assert!(
         first_deliveries >= 150,
         "messages beyond the socket buffers were first written after the pause, got {first_deliveries}"
+    );
+}
+
+#[tokio::test]
+async fn sends_in_flight_together_are_each_acknowledged_once_in_ranges() {
+    // Issue 16: accepted sends are acknowledged with settled dispositions that may cover a
+    // run of delivery ids (first..last). Sixty transfers written at once, the thirtieth
+    // malformed (no body): every id is answered exactly once, 29 rejected and not inside
+    // any accepted range, the rest accepted; and every message was stored.
+    let broker = Broker::start("[[queues]]\nname = \"q\"\n").await;
+    let mut client = RawClient::connect(&broker, 1000).await;
+    client.attach_sender("s", "q", 0).await;
+    let data = [0x00, 0x53, 0x75, 0xa0, 0x01, b'x'];
+    let no_body = [0x00, 0x53, 0x73, 0x45];
+    let mut bytes = bytes::BytesMut::new();
+    for id in 0..60u32 {
+        let payload: &[u8] = if id == 29 { &no_body } else { &data };
+        bytes.extend_from_slice(&transfer_frame_bytes(0, id, 0, payload, false));
+    }
+    client.send_raw(&bytes).await;
+    let mut answers: Vec<Option<bool>> = vec![None; 60];
+    while answers.iter().any(Option::is_none) {
+        let (performative, _) = client
+            .expect(|performative| matches!(performative, Performative::Disposition(_)))
+            .await;
+        let Performative::Disposition(disposition) = performative else {
+            unreachable!()
+        };
+        assert_eq!(disposition.role, Role::Receiver);
+        assert!(disposition.settled, "{disposition:?}");
+        let accepted = matches!(disposition.state, Some(DeliveryState::Accepted(_)));
+        let last = disposition.last.unwrap_or(disposition.first);
+        for id in disposition.first..=last {
+            let slot = &mut answers[id as usize];
+            assert!(slot.is_none(), "delivery {id} answered twice");
+            *slot = Some(accepted);
+        }
+    }
+    for (id, answer) in answers.iter().enumerate() {
+        assert_eq!(*answer, Some(id != 29), "delivery {id}");
+    }
+    let mut receiver = RawClient::connect(&broker, 1000).await;
+    receiver.attach_receiver("r", "q", 0, true).await;
+    receiver.flow(0, 100, 1000).await;
+    for _ in 0..59 {
+        receiver.expect(is_transfer).await;
+    }
+    assert!(
+        receiver.next(Duration::from_millis(300)).await.is_none(),
+        "exactly the 59 accepted messages were stored"
     );
 }

@@ -159,26 +159,7 @@ impl RawClient {
         payload: &[u8],
         more: bool,
     ) {
-        let transfer = Performative::Transfer(fe2o3_amqp_types::performatives::Transfer {
-            handle: Handle(handle),
-            delivery_id: Some(delivery_id),
-            delivery_tag: Some(serde_bytes::ByteBuf::from(
-                delivery_id.to_be_bytes().to_vec(),
-            )),
-            message_format: Some(format),
-            settled: Some(false),
-            more,
-            rcv_settle_mode: None,
-            state: None,
-            resume: false,
-            aborted: false,
-            batchable: false,
-        });
-        let mut bytes = BytesMut::new();
-        frame::write_performative(&mut bytes, 0, &transfer).expect("encodes");
-        bytes.extend_from_slice(payload);
-        let size = (bytes.len() as u32).to_be_bytes();
-        bytes[..4].copy_from_slice(&size);
+        let bytes = transfer_frame_bytes(handle, delivery_id, format, payload, more);
         self.stream.write_all(&bytes).await.expect("write");
     }
 
@@ -255,6 +236,37 @@ impl RawClient {
         }
         panic!("no close frame within {within:?}");
     }
+}
+
+/// The bytes of one unsettled transfer frame on channel 0 carrying `payload`.
+pub fn transfer_frame_bytes(
+    handle: u32,
+    delivery_id: u32,
+    format: u32,
+    payload: &[u8],
+    more: bool,
+) -> BytesMut {
+    let transfer = Performative::Transfer(fe2o3_amqp_types::performatives::Transfer {
+        handle: Handle(handle),
+        delivery_id: Some(delivery_id),
+        delivery_tag: Some(serde_bytes::ByteBuf::from(
+            delivery_id.to_be_bytes().to_vec(),
+        )),
+        message_format: Some(format),
+        settled: Some(false),
+        more,
+        rcv_settle_mode: None,
+        state: None,
+        resume: false,
+        aborted: false,
+        batchable: false,
+    });
+    let mut bytes = BytesMut::new();
+    frame::write_performative(&mut bytes, 0, &transfer).expect("encodes");
+    bytes.extend_from_slice(payload);
+    let size = (bytes.len() as u32).to_be_bytes();
+    bytes[..4].copy_from_slice(&size);
+    bytes
 }
 
 pub fn is_transfer(performative: &Performative) -> bool {

@@ -105,9 +105,7 @@ pub(super) fn property_json(value: &PropertyValue) -> Json {
     }
 }
 
-pub(super) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
-}
+pub(super) use crate::amqp::ids::hex;
 
 /// A property the broker sets on a record (dead-letter reason and description), as a
 /// receiver gets it: carried from a forwarding source, else in the application properties.

@@ -46,8 +46,8 @@ pub const MAX_SYSTEM_TEXT: usize = u16::MAX as usize;
 /// that the message no longer has).
 const ABSENT_TEXT: u16 = u16::MAX;
 
-/// Each system field's position in the AMQP properties list.
-const LIST_INDEX: [usize; 8] = [0, 5, 2, 4, 3, 10, 12, 6];
+/// Each system field's position in the AMQP properties list ([`SystemField::ALL`] order).
+pub const LIST_INDEX: [usize; 8] = [0, 5, 2, 4, 3, 10, 12, 6];
 
 /// The offsets of the first `take` (at most 13) elements of an encoded properties section
 /// (descriptor included), `None` where the list is shorter or the encoding is not one.
