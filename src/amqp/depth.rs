@@ -73,7 +73,7 @@ impl Stack {
 
 /// Checks the one value at the start of `bytes` and returns its length.
 pub fn check_value(bytes: &[u8]) -> Result<usize, CodecError> {
-    walk(bytes, Some(1))
+    walk(bytes, Some(1), |_| {})
 }
 
 /// Checks that `bytes` starts with one described value (a performative or SASL frame body)
@@ -82,7 +82,7 @@ pub fn check_value(bytes: &[u8]) -> Result<usize, CodecError> {
 /// e.g. a 3 GB declared length — unchecked).
 pub fn check_described(bytes: &[u8]) -> Result<usize, CodecError> {
     match bytes.first() {
-        Some(0x00) => walk(bytes, Some(1)),
+        Some(0x00) => walk(bytes, Some(1), |_| {}),
         Some(code) => Err(CodecError::InvalidFormatCode {
             code: *code,
             offset: 0,
@@ -93,11 +93,22 @@ pub fn check_described(bytes: &[u8]) -> Result<usize, CodecError> {
 
 /// Checks that `bytes` is a sequence of whole values (message sections).
 pub fn check_values(bytes: &[u8]) -> Result<(), CodecError> {
-    walk(bytes, None).map(|_| ())
+    walk(bytes, None, |_| {}).map(|_| ())
 }
 
-/// Walks `count` top-level values (all of `bytes` when `None`); returns the bytes read.
-fn walk(bytes: &[u8], count: Option<u64>) -> Result<usize, CodecError> {
+/// [`check_values`], telling `each_end` where each value ends, in order (the message
+/// sections: issue 16, the walk that checks them finds them too).
+pub fn check_values_ends(bytes: &[u8], each_end: impl FnMut(usize)) -> Result<(), CodecError> {
+    walk(bytes, None, each_end).map(|_| ())
+}
+
+/// Walks `count` top-level values (all of `bytes` when `None`), telling `each_end` where
+/// each ends; returns the bytes read.
+fn walk(
+    bytes: &[u8],
+    count: Option<u64>,
+    mut each_end: impl FnMut(usize),
+) -> Result<usize, CodecError> {
     let mut stack = Stack::new();
     let mut position = 0usize;
     let mut top_left = count;
@@ -113,8 +124,11 @@ fn walk(bytes: &[u8], count: Option<u64>) -> Result<usize, CodecError> {
             stack.pop();
             if let Some(parent) = stack.last_mut() {
                 parent.remaining -= 1;
-            } else if let Some(left) = top_left.as_mut() {
-                *left -= 1;
+            } else {
+                each_end(position);
+                if let Some(left) = top_left.as_mut() {
+                    *left -= 1;
+                }
             }
         }
         if stack.len == 0 {
@@ -289,8 +303,11 @@ fn walk(bytes: &[u8], count: Option<u64>) -> Result<usize, CodecError> {
             None => {
                 if let Some(parent) = stack.last_mut() {
                     parent.remaining -= 1;
-                } else if let Some(left) = top_left.as_mut() {
-                    *left -= 1;
+                } else {
+                    each_end(position);
+                    if let Some(left) = top_left.as_mut() {
+                        *left -= 1;
+                    }
                 }
             }
         }

@@ -164,10 +164,13 @@ fn message_id_text(id: &MessageId) -> String {
 /// Parses one encoded message. Assigns a message-id when the sender set none (the JS
 /// SDK's batch items carry none, and its lock renewal needs one).
 pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
-    // Before any decoder (serde_amqp recurses): bounded nesting, lengths within bounds.
-    depth::check_values(&bytes)?;
+    // Before any decoder (serde_amqp recurses): bounded nesting, lengths within bounds;
+    // the same walk finds where each section ends.
+    let mut ends = smallvec::SmallVec::<[usize; 8]>::new();
+    depth::check_values_ends(&bytes, |end| ends.push(end))?;
     let mut header_fields = HeaderFields::default();
-    let mut extras = Extras::default();
+    // Only a message with annotations can carry what goes here.
+    let mut extras = None;
     let mut annotations = Vec::new();
     let mut properties_range = 0..0;
     let mut application_properties_range = 0..0;
@@ -176,15 +179,14 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
     let mut body_count = 0;
     let mut body_spilled: Vec<std::ops::Range<usize>> = Vec::new();
     let mut at = 0;
-    while at < bytes.len() {
-        let length = codec::value_length(&bytes, at)?;
+    for end in ends {
         let code = codec::section_code(&bytes, at).ok_or(MessageError::NotASection(at))?;
-        let section = at..at + length;
+        let section = at..end;
         match code {
             HEADER => header_fields = sections::read_header(&bytes, &section)?,
             DELIVERY_ANNOTATIONS => {}
             MESSAGE_ANNOTATIONS => {
-                annotations = parse_annotations(&bytes, at, &mut extras)?;
+                annotations = parse_annotations(&bytes, at, extras.get_or_insert_default())?;
             }
             PROPERTIES => properties_range = section,
             APPLICATION_PROPERTIES => application_properties_range = section,
@@ -207,7 +209,7 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
                 ));
             }
         }
-        at += length;
+        at = end;
     }
     let body_ranges = if body_spilled.is_empty() {
         &body_inline[..body_count]
@@ -245,7 +247,9 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
             system[SystemField::ReplyToSessionId as usize],
         ),
     ] {
+        // A character takes at least a byte: only a longer text is counted.
         if let Some(value) = value
+            && value.len() > MAX_ID_LENGTH
             && value.chars().count() > MAX_ID_LENGTH
         {
             return Err(MessageError::TooLong {
@@ -316,6 +320,9 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
     if header_fields != HeaderFields::default() {
         message.set_header(header_fields);
     }
+    let Some(extras) = extras else {
+        return Ok(message);
+    };
     if let Some(partition_key) = &extras.partition_key
         && let Some(session_id) = message.system().session_id()
         && **partition_key != *session_id

@@ -26,6 +26,9 @@ pub trait Keyed {
     type Key: Ord + Copy;
     /// This entry's key.
     fn key(&self) -> Self::Key;
+    /// How many keys `to` lies after `from` when keys count up one by one (`None` when
+    /// it lies before): where `to` sits in a run of consecutive keys starting at `from`.
+    fn steps(from: Self::Key, to: Self::Key) -> Option<usize>;
 }
 
 impl Keyed for Record {
@@ -33,12 +36,18 @@ impl Keyed for Record {
     fn key(&self) -> SequenceNumber {
         self.sequence_number
     }
+    fn steps(from: SequenceNumber, to: SequenceNumber) -> Option<usize> {
+        usize::try_from(to.0.checked_sub(from.0)?).ok()
+    }
 }
 
 impl Keyed for u64 {
     type Key = u64;
     fn key(&self) -> u64 {
         *self
+    }
+    fn steps(from: u64, to: u64) -> Option<usize> {
+        usize::try_from(to.checked_sub(from)?).ok()
     }
 }
 
@@ -63,11 +72,77 @@ impl<T: Keyed> Default for Runs<T> {
 /// Records by sequence number, in order.
 pub type RecordMap = Runs<Record>;
 
+/// Where `key` is in `run` (`Ok`), or where it would go (`Err`). A run's keys are usually
+/// consecutive (sequence numbers in a row): the slot they would put the key in is tried
+/// first, and a key past the last is known to go at the end, before a binary search
+/// (issue 16: the search was 2.7 % of the CPU per message).
 fn position<T: Keyed>(run: &VecDeque<T>, key: T::Key) -> Result<usize, usize> {
+    if let (Some(first), Some(last)) = (run.front(), run.back())
+        && let Some(steps) = T::steps(first.key(), key)
+    {
+        match run.get(steps) {
+            Some(entry) if entry.key() == key => return Ok(steps),
+            _ if last.key() < key => return Err(run.len()),
+            _ => {}
+        }
+    }
     run.binary_search_by_key(&key, Keyed::key)
 }
 
+/// Which run an entry with some key belongs to.
+enum Which {
+    First,
+    Last,
+    Between,
+}
+
 impl<T: Keyed> Runs<T> {
+    /// Which run an entry keyed `number` belongs to; `None` before every run. The first
+    /// and the last run — where entries are taken and added — are told apart without a
+    /// search of the map (issue 16: the search was 2.7 % of the instructions per message).
+    fn which(&self, number: T::Key) -> Option<Which> {
+        let (&last, _) = self.runs.last_key_value()?;
+        if last <= number {
+            return Some(Which::Last);
+        }
+        let (&first, run) = self.runs.first_key_value()?;
+        if number < first {
+            return None;
+        }
+        if run.back().is_some_and(|entry| number <= entry.key()) {
+            return Some(Which::First);
+        }
+        Some(Which::Between)
+    }
+
+    /// The run an entry keyed `number` belongs to.
+    fn run(&self, number: T::Key) -> Option<&VecDeque<T>> {
+        match self.which(number)? {
+            Which::Last => self.runs.values().next_back(),
+            Which::First => self.runs.values().next(),
+            Which::Between => self.runs.range(..=number).next_back().map(|(_, run)| run),
+        }
+    }
+
+    /// The run an entry keyed `number` belongs to, with its key, to change.
+    fn run_mut(&mut self, number: T::Key) -> Option<(T::Key, &mut VecDeque<T>)> {
+        match self.which(number)? {
+            Which::Last => self
+                .runs
+                .last_entry()
+                .map(|run| (*run.key(), run.into_mut())),
+            Which::First => self
+                .runs
+                .first_entry()
+                .map(|run| (*run.key(), run.into_mut())),
+            Which::Between => self
+                .runs
+                .range_mut(..=number)
+                .next_back()
+                .map(|(key, run)| (*key, run)),
+        }
+    }
+
     /// How many records.
     pub fn len(&self) -> usize {
         self.len
@@ -80,13 +155,13 @@ impl<T: Keyed> Runs<T> {
 
     /// The entry with this key.
     pub fn get(&self, number: &T::Key) -> Option<&T> {
-        let (_, run) = self.runs.range(..=*number).next_back()?;
+        let run = self.run(*number)?;
         run.get(position(run, *number).ok()?)
     }
 
     /// The entry with this key, to change (not its key).
     pub fn get_mut(&mut self, number: &T::Key) -> Option<&mut T> {
-        let (_, run) = self.runs.range_mut(..=*number).next_back()?;
+        let (_, run) = self.run_mut(*number)?;
         let index = position(run, *number).ok()?;
         run.get_mut(index)
     }
@@ -99,7 +174,7 @@ impl<T: Keyed> Runs<T> {
     /// Adds an entry under its key, returning the one it replaces.
     pub fn insert(&mut self, record: T) -> Option<T> {
         let number = record.key();
-        let Some((_, run)) = self.runs.range_mut(..=number).next_back() else {
+        let Some((_, run)) = self.run_mut(number) else {
             // Before every run: the first run takes it and its key.
             let mut run = match self.runs.pop_first() {
                 Some((_, run)) if run.len() < RUN => run,
@@ -135,7 +210,7 @@ impl<T: Keyed> Runs<T> {
 
     /// Removes the entry with this key.
     pub fn remove(&mut self, number: &T::Key) -> Option<T> {
-        let (&key, run) = self.runs.range_mut(..=*number).next_back()?;
+        let (key, run) = self.run_mut(*number)?;
         let index = position(run, *number).ok()?;
         let record = run.remove(index)?;
         if run.is_empty() {
@@ -255,6 +330,30 @@ mod tests {
         assert_eq!(runs.len(), expected.len());
         assert!(runs.values().copied().eq(expected.iter().copied()));
         assert_eq!(runs.pop_first(), expected.first().copied());
+    }
+
+    #[test]
+    fn a_position_is_found_in_runs_with_and_without_gaps() {
+        let consecutive: VecDeque<u64> = (10..20).collect();
+        let gapped: VecDeque<u64> = [3, 4, 7, 8, 9, 15].into();
+        for run in [&consecutive, &gapped] {
+            for key in 0..25 {
+                assert_eq!(
+                    position(run, key),
+                    run.binary_search(&key),
+                    "key {key} in {run:?}"
+                );
+            }
+        }
+        let numbers: VecDeque<Record> = [-5, -4, -1, 2].into_iter().map(record).collect();
+        for key in -8..5 {
+            assert_eq!(
+                position(&numbers, SequenceNumber(key)),
+                numbers.binary_search_by_key(&SequenceNumber(key), |record| record.sequence_number),
+                "sequence number {key}"
+            );
+        }
+        assert_eq!(position(&VecDeque::<u64>::new(), 3), Err(0));
     }
 
     proptest! {
