@@ -97,11 +97,112 @@ pub fn section_code(bytes: &[u8], start: usize) -> Option<u64> {
     }
 }
 
+/// Where a [`Writer`] puts what it encodes: the connection's output buffer, or a buffer on
+/// the stack that gathers many small values into one copy (issue 16: a delivery's header
+/// and annotations were 37 calls into the output buffer).
+pub trait Sink {
+    /// Appends `bytes`.
+    fn put(&mut self, bytes: &[u8]);
+    /// How many bytes are written.
+    fn written(&self) -> usize;
+    /// Overwrites the four bytes at `at` (a compound's size or count).
+    fn patch(&mut self, at: usize, bytes: [u8; 4]);
+}
+
+impl Sink for BytesMut {
+    #[inline]
+    fn put(&mut self, bytes: &[u8]) {
+        self.put_slice(bytes);
+    }
+    #[inline]
+    fn written(&self) -> usize {
+        self.len()
+    }
+    #[inline]
+    fn patch(&mut self, at: usize, bytes: [u8; 4]) {
+        self[at..at + 4].copy_from_slice(&bytes);
+    }
+}
+
+/// Up to `N` bytes on the stack; past that, on the heap (never lost, only slower).
+pub struct StackBuffer<const N: usize> {
+    bytes: [u8; N],
+    len: usize,
+    spilled: Vec<u8>,
+}
+
+impl<const N: usize> StackBuffer<N> {
+    /// Empty.
+    pub fn new() -> Self {
+        StackBuffer {
+            bytes: [0; N],
+            len: 0,
+            spilled: Vec::new(),
+        }
+    }
+
+    /// What was written.
+    pub fn as_slice(&self) -> &[u8] {
+        if self.spilled.is_empty() {
+            &self.bytes[..self.len]
+        } else {
+            &self.spilled
+        }
+    }
+}
+
+impl<const N: usize> Default for StackBuffer<N> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<const N: usize> Sink for StackBuffer<N> {
+    #[inline]
+    fn put(&mut self, bytes: &[u8]) {
+        if self.spilled.is_empty()
+            && let Some(room) = self.bytes.get_mut(self.len..self.len + bytes.len())
+        {
+            room.copy_from_slice(bytes);
+            self.len += bytes.len();
+            return;
+        }
+        if self.spilled.is_empty() {
+            self.spilled.extend_from_slice(&self.bytes[..self.len]);
+        }
+        self.spilled.extend_from_slice(bytes);
+    }
+    #[inline]
+    fn written(&self) -> usize {
+        if self.spilled.is_empty() {
+            self.len
+        } else {
+            self.spilled.len()
+        }
+    }
+    fn patch(&mut self, at: usize, bytes: [u8; 4]) {
+        let target = if self.spilled.is_empty() {
+            &mut self.bytes[..self.len]
+        } else {
+            &mut self.spilled[..]
+        };
+        target[at..at + 4].copy_from_slice(&bytes);
+    }
+}
+
+/// A code and the big-endian bytes of a fixed-width value, as one array (one copy).
+fn coded<const N: usize, const M: usize>(code: u8, value: [u8; N]) -> [u8; M] {
+    let mut out = [0u8; M];
+    out[0] = code;
+    out[1..].copy_from_slice(&value);
+    out
+}
+
 /// Writes AMQP primitives into a buffer. Compound values (lists, maps) are written with a
 /// 32-bit size placeholder that [`Writer::finish_compound`] back-patches.
-pub struct Writer<'a> {
+pub struct Writer<'a, S: Sink = BytesMut> {
     /// The buffer being appended to.
-    pub buffer: &'a mut BytesMut,
+    pub buffer: &'a mut S,
 }
 
 /// A started list or map whose size and count are patched when it is finished.
@@ -113,71 +214,78 @@ pub struct Compound {
     pub count: u32,
 }
 
-impl<'a> Writer<'a> {
+impl Compound {
+    /// The same compound, its bytes moved `offset` further into another buffer (started
+    /// in a [`StackBuffer`], finished in the output it was copied to).
+    pub fn moved_by(self, offset: usize) -> Compound {
+        Compound {
+            size_at: self.size_at + offset,
+            count: self.count,
+        }
+    }
+}
+
+impl<'a, S: Sink> Writer<'a, S> {
     /// Wraps a buffer.
-    pub fn new(buffer: &'a mut BytesMut) -> Self {
+    pub fn new(buffer: &'a mut S) -> Self {
         Writer { buffer }
     }
     /// `0x00 0x53 code`: a described value's smallulong descriptor.
     pub fn descriptor(&mut self, code: u8) {
-        self.buffer.put_slice(&[0x00, 0x53, code]);
+        self.buffer.put(&[0x00, 0x53, code]);
     }
     /// `0x00 0x80 code`: a described value's ulong descriptor (Service Bus rule types).
     pub fn descriptor_ulong(&mut self, code: u64) {
-        self.buffer.put_slice(&[0x00, 0x80]);
-        self.buffer.put_u64(code);
+        self.buffer.put(&[0x00]);
+        self.buffer.put(&coded::<8, 9>(0x80, code.to_be_bytes()));
     }
     /// AMQP null.
     pub fn null(&mut self) {
-        self.buffer.put_u8(0x40);
+        self.buffer.put(&[0x40]);
     }
     /// AMQP boolean.
     pub fn boolean(&mut self, value: bool) {
-        self.buffer.put_u8(if value { 0x41 } else { 0x42 });
+        self.buffer.put(&[if value { 0x41 } else { 0x42 }]);
     }
     /// AMQP ubyte.
     pub fn ubyte(&mut self, value: u8) {
-        self.buffer.put_slice(&[0x50, value]);
+        self.buffer.put(&[0x50, value]);
     }
     /// AMQP uint, smallest encoding.
     pub fn uint(&mut self, value: u32) {
         match value {
-            0 => self.buffer.put_u8(0x43),
-            1..=255 => self.buffer.put_slice(&[0x52, value as u8]),
-            _ => {
-                self.buffer.put_u8(0x70);
-                self.buffer.put_u32(value);
-            }
+            0 => self.buffer.put(&[0x43]),
+            1..=255 => self.buffer.put(&[0x52, value as u8]),
+            _ => self.buffer.put(&coded::<4, 5>(0x70, value.to_be_bytes())),
         }
     }
     /// AMQP int (always 4 bytes: `0x71`), as the SDKs read status codes numerically.
     pub fn int(&mut self, value: i32) {
-        self.buffer.put_u8(0x71);
-        self.buffer.put_i32(value);
+        self.buffer.put(&coded::<4, 5>(0x71, value.to_be_bytes()));
     }
     /// AMQP long (always 8 bytes: `0x81`), which rhea and pyamqp read for sequence numbers.
     pub fn long(&mut self, value: i64) {
-        self.buffer.put_u8(0x81);
-        self.buffer.put_i64(value);
+        self.buffer.put(&coded::<8, 9>(0x81, value.to_be_bytes()));
     }
     /// AMQP timestamp: milliseconds since the Unix epoch.
     pub fn timestamp(&mut self, unix_milliseconds: i64) {
-        self.buffer.put_u8(0x83);
-        self.buffer.put_i64(unix_milliseconds);
+        self.buffer
+            .put(&coded::<8, 9>(0x83, unix_milliseconds.to_be_bytes()));
     }
     /// AMQP uuid from its 16 RFC-order bytes.
     pub fn uuid(&mut self, bytes: &[u8; 16]) {
-        self.buffer.put_u8(0x98);
-        self.buffer.put_slice(bytes);
+        self.buffer.put(&coded::<16, 17>(0x98, *bytes));
     }
     fn variable(&mut self, short_code: u8, long_code: u8, bytes: &[u8]) {
         if bytes.len() <= 255 {
-            self.buffer.put_slice(&[short_code, bytes.len() as u8]);
+            self.buffer.put(&[short_code, bytes.len() as u8]);
         } else {
-            self.buffer.put_u8(long_code);
-            self.buffer.put_u32(bytes.len() as u32);
+            self.buffer.put(&coded::<4, 5>(
+                long_code,
+                (bytes.len() as u32).to_be_bytes(),
+            ));
         }
-        self.buffer.put_slice(bytes);
+        self.buffer.put(bytes);
     }
     /// AMQP string (UTF-8).
     pub fn string(&mut self, value: &str) {
@@ -193,13 +301,11 @@ impl<'a> Writer<'a> {
     }
     /// Already-encoded bytes of one or more values.
     pub fn raw(&mut self, encoded: &[u8]) {
-        self.buffer.put_slice(encoded);
+        self.buffer.put(encoded);
     }
     fn start_compound(&mut self, code: u8) -> Compound {
-        self.buffer.put_u8(code);
-        let size_at = self.buffer.len();
-        self.buffer.put_u32(0);
-        self.buffer.put_u32(0);
+        let size_at = self.buffer.written() + 1;
+        self.buffer.put(&[code, 0, 0, 0, 0, 0, 0, 0, 0]);
         Compound { size_at, count: 0 }
     }
     /// Starts a list32; write the elements, bump `count`, then call `finish_compound`.
@@ -212,10 +318,10 @@ impl<'a> Writer<'a> {
     }
     /// Patches size and count of a list or map started by this writer.
     pub fn finish_compound(&mut self, compound: Compound) {
-        let size = (self.buffer.len() - compound.size_at - 4) as u32;
-        self.buffer[compound.size_at..compound.size_at + 4].copy_from_slice(&size.to_be_bytes());
-        self.buffer[compound.size_at + 4..compound.size_at + 8]
-            .copy_from_slice(&compound.count.to_be_bytes());
+        let size = (self.buffer.written() - compound.size_at - 4) as u32;
+        self.buffer.patch(compound.size_at, size.to_be_bytes());
+        self.buffer
+            .patch(compound.size_at + 4, compound.count.to_be_bytes());
     }
 }
 
@@ -293,6 +399,48 @@ pub fn read_text(bytes: &[u8], range: std::ops::Range<usize>) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The same values written through a writer on the output buffer and on stack buffers
+    /// of every size (small ones spill to the heap midway, a compound patched across it).
+    #[test]
+    fn a_stack_buffer_writes_what_the_output_buffer_does() {
+        fn values<S: Sink>(writer: &mut Writer<'_, S>) {
+            writer.descriptor(0x70);
+            let mut list = writer.start_list();
+            writer.boolean(true);
+            writer.ubyte(4);
+            writer.uint(0);
+            writer.uint(200);
+            writer.uint(70_000);
+            writer.int(-3);
+            writer.long(i64::MIN);
+            writer.timestamp(1_700_000_000_000);
+            writer.uuid(&[7; 16]);
+            writer.symbol("x-opt-sequence-number");
+            writer.string(&"é".repeat(200));
+            writer.binary(&[1, 2, 3]);
+            writer.null();
+            list.count = 13;
+            writer.finish_compound(list);
+            writer.descriptor_ulong(0x0000_0137_0000_0009);
+        }
+        let mut output = BytesMut::new();
+        values(&mut Writer::new(&mut output));
+        let mut small = StackBuffer::<16>::new();
+        values(&mut Writer::new(&mut small));
+        assert_eq!(small.as_slice(), &output[..], "spilled at 16 bytes");
+        let mut large = StackBuffer::<1024>::new();
+        values(&mut Writer::new(&mut large));
+        assert_eq!(large.as_slice(), &output[..]);
+        assert!(large.spilled.is_empty(), "no spill when it fits");
+        assert_eq!(
+            &output[..14],
+            &[
+                0x00, 0x53, 0x70, 0xd0, 0, 0, 0x01, 0xe9, 0, 0, 0, 13, 0x41, 0x50
+            ],
+            "size (489: a str32 of 400 bytes among them) and count patched"
+        );
+    }
 
     #[test]
     fn elements_into_a_slice_are_the_allocated_ones() {

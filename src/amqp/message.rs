@@ -468,7 +468,10 @@ pub struct DeliveryView<'a> {
 pub fn encode_delivery(view: DeliveryView<'_>, output: &mut BytesMut) {
     let record = view.record;
     let message = &record.message;
-    let mut writer = Writer::new(output);
+    // The header and the broker's annotations are small values of bounded size: gathered on
+    // the stack, then copied into the output at once (issue 16).
+    let mut front = codec::StackBuffer::<256>::new();
+    let mut writer = Writer::new(&mut front);
 
     writer.descriptor(HEADER as u8);
     let mut header = writer.start_list();
@@ -505,6 +508,10 @@ pub fn encode_delivery(view: DeliveryView<'_>, output: &mut BytesMut) {
         writer.timestamp(until.0);
         annotations.count += 2;
     }
+    let offset = output.len();
+    output.extend_from_slice(front.as_slice());
+    let mut annotations = annotations.moved_by(offset);
+    let mut writer = Writer::new(output);
     let extras = message.extras();
     if let Some(original) = extras.original_sequence_number {
         writer.symbol("x-opt-enqueue-sequence-number");
