@@ -17,6 +17,9 @@ struct Open {
     /// Offset just past its last byte (`usize::MAX` for described values, which end after
     /// their two values).
     end: usize,
+    /// The nearest end of this container and every one around it: nothing inside may pass
+    /// it (kept here so that a value's bound is not recomputed from the whole stack).
+    limit: usize,
     /// Values still to read in it.
     remaining: u64,
     /// For arrays: the format code every element shares (elements carry no constructor).
@@ -35,6 +38,7 @@ impl Stack {
         Stack {
             open: [Open {
                 end: 0,
+                limit: 0,
                 remaining: 0,
                 element: None,
             }; MAX_DEPTH],
@@ -42,12 +46,8 @@ impl Stack {
         }
     }
 
-    fn as_slice(&self) -> &[Open] {
-        &self.open[..self.len]
-    }
-
     fn last(&self) -> Option<&Open> {
-        self.as_slice().last()
+        self.open[..self.len].last()
     }
 
     fn last_mut(&mut self) -> Option<&mut Open> {
@@ -56,6 +56,10 @@ impl Stack {
 
     fn pop(&mut self) {
         self.len = self.len.saturating_sub(1);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
     /// Pushes `open`; false when the stack is full.
@@ -131,20 +135,14 @@ fn walk(
                 }
             }
         }
-        if stack.len == 0 {
+        if stack.is_empty() {
             match top_left {
                 Some(0) => return Ok(position),
                 None if position == bytes.len() => return Ok(position),
                 _ => {}
             }
         }
-        let limit = stack
-            .as_slice()
-            .iter()
-            .map(|open| open.end)
-            .min()
-            .unwrap_or(bytes.len())
-            .min(bytes.len());
+        let limit = stack.last().map_or(bytes.len(), |open| open.limit);
         let (code, body) = match stack.last().and_then(|open| open.element) {
             Some(code) => (code, position),
             None => (read_u8(bytes, position)?, position + 1),
@@ -161,6 +159,7 @@ fn walk(
                 position = body;
                 Some(Open {
                     end: usize::MAX,
+                    limit: 0,
                     remaining: 2,
                     element: None,
                 })
@@ -222,6 +221,7 @@ fn walk(
                 position = body + 2 * header;
                 Some(Open {
                     end,
+                    limit: 0,
                     remaining: count,
                     element: None,
                 })
@@ -276,6 +276,7 @@ fn walk(
                 };
                 Some(Open {
                     end,
+                    limit: 0,
                     remaining,
                     element: Some(element),
                 })
@@ -291,10 +292,11 @@ fn walk(
             return Err(CodecError::Truncated { offset: position });
         }
         match opened {
-            Some(open) => {
+            Some(mut open) => {
                 if open.end != usize::MAX && open.end > limit {
                     return Err(CodecError::Truncated { offset: position });
                 }
+                open.limit = open.end.min(limit);
                 // An empty array or compound is complete at once; the loop head closes it.
                 if !stack.push(open) {
                     return Err(CodecError::TooDeep { offset: position });
@@ -395,6 +397,33 @@ mod tests {
         assert!(check_value(&[0xc0, 0x02, 0x01, 0x71, 0, 0, 0, 1]).is_err());
         // A map with an odd number of entries.
         assert!(check_value(&[0xc1, 0x02, 0x01, 0x40]).is_err());
+        // A list inside a list, sized past its parent's end (not the input's): refused,
+        // also through a described value (which has no end of its own) between them.
+        let inner_past_outer = [0xc0, 0x04, 0x01, 0xc0, 0x03, 0x01, 0x40, 0x40, 0x40];
+        assert!(check_value(&inner_past_outer[..]).is_err());
+        let through_described = [
+            0xc0, 0x05, 0x01, 0x00, 0x53, 0x70, 0xa1, 0x03, b'a', b'b', b'c',
+        ];
+        assert!(check_value(&through_described[..]).is_err());
+        // The same values within their bounds are accepted.
+        assert_eq!(check_value(&[0xc0, 0x04, 0x01, 0xc0, 0x01, 0x00]), Ok(6));
+        let described = [
+            0xc0, 0x09, 0x01, 0x00, 0x53, 0x70, 0xa1, 0x03, b'a', b'b', b'c',
+        ];
+        assert_eq!(check_value(&described[..]), Ok(11));
+    }
+
+    #[test]
+    fn each_section_end_is_told_in_order() {
+        // header (list0), data of 3 bytes, an amqp-value null.
+        let sections = [
+            0x00, 0x53, 0x70, 0x45, 0x00, 0x53, 0x75, 0xa0, 0x03, 1, 2, 3, 0x00, 0x53, 0x77, 0x40,
+        ];
+        let mut ends = Vec::new();
+        assert_eq!(check_values_ends(&sections, |end| ends.push(end)), Ok(()));
+        assert_eq!(ends, [4, 12, 16]);
+        ends.clear();
+        assert!(check_values_ends(&sections[..14], |end| ends.push(end)).is_err());
     }
 
     #[test]
