@@ -149,9 +149,10 @@ pub fn read_properties<'a>(
     section: &Range<usize>,
 ) -> Result<[Option<Cow<'a, str>>; 8], MessageError> {
     let mut fields: [Range<usize>; 13] = Default::default();
-    list_elements(bytes, section, "properties", &mut fields)?;
+    let count = list_elements(bytes, section, "properties", &mut fields)?;
     let mut text: [Option<&str>; 13] = [None; 13];
-    for (index, range) in fields.iter().enumerate() {
+    // Fields past the list's end are absent (null).
+    for (index, range) in fields.iter().enumerate().take(count) {
         let allowed: &[u8] = match index {
             0 | 5 => &IDS,
             1 => &[0xa0, 0xb0],
