@@ -326,7 +326,7 @@ impl<'a, S: Sink> Writer<'a, S> {
 }
 
 /// A list's or map's element count, where its first element starts and where it ends.
-fn compound_extent(bytes: &[u8], start: usize) -> Result<(usize, usize, usize), CodecError> {
+pub fn compound_extent(bytes: &[u8], start: usize) -> Result<(usize, usize, usize), CodecError> {
     let (count, first) = match read_u8(bytes, start)? {
         0x45 => (0, start + 1),
         0xc0 | 0xc1 => (read_u8(bytes, start + 2)? as usize, start + 3),

@@ -203,11 +203,16 @@ fn id_text(value: &[u8]) -> Option<Cow<'static, str>> {
 /// A properties section with message-id `id` (a string) and the other fields of the
 /// section at `section` (descriptor included; empty: none), which has no message-id.
 pub fn with_message_id(bytes: &[u8], section: &Range<usize>, id: &str) -> Vec<u8> {
-    let mut fields: [Range<usize>; 13] = Default::default();
-    let (rest, count) = match list_elements(bytes, section, "properties", &mut fields) {
-        Ok(count) if count > 1 => (&bytes[fields[1].start..fields[count - 1].end], count),
-        _ => (&[][..], 1),
+    // The fields after the (absent) message-id, as they are: from the end of the list's
+    // first element to the list's end — two lengths read, not every field's (issue 16).
+    let after_id = || {
+        let bytes = bytes.get(..section.end)?;
+        let list = section.start + 1 + codec::value_length(bytes, section.start + 1).ok()?;
+        let (count, first, end) = codec::compound_extent(bytes, list).ok()?;
+        let first_end = first + codec::value_length(bytes, first).ok()?;
+        (count > 1 && first_end <= end).then(|| (&bytes[first_end..end], count))
     };
+    let (rest, count) = after_id().unwrap_or((&[][..], 1));
     let short_id = id.len() <= u8::MAX as usize;
     let content = if short_id { 2 } else { 5 } + id.len() + rest.len();
     let mut out = Vec::with_capacity(3 + 9 + content);
