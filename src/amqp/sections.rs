@@ -42,6 +42,11 @@ fn refuse(section: &'static str, reason: impl Into<String>) -> MessageError {
     }
 }
 
+/// Where the list of the described section at `section` starts (past its descriptor).
+fn list_start(bytes: &[u8], section: &Range<usize>) -> Result<usize, codec::CodecError> {
+    Ok(section.start + 1 + codec::value_length(bytes, section.start + 1)?)
+}
+
 /// Fills `elements` with the element ranges of the described list section at `section`
 /// and returns their count. A list of more elements than `elements` holds, or a value that
 /// is not a list, is refused.
@@ -52,7 +57,7 @@ fn list_elements(
     elements: &mut [Range<usize>],
 ) -> Result<usize, MessageError> {
     let bytes = &bytes[..section.end];
-    let list = section.start + 1 + codec::value_length(bytes, section.start + 1)?;
+    let list = list_start(bytes, section)?;
     let count = match codec::read_u8(bytes, list)? {
         0x45 | 0xc0 | 0xd0 => codec::compound_elements_into(bytes, list, elements)?,
         other => return Err(refuse(name, format!("0x{other:02x} is not a list"))),
@@ -207,7 +212,7 @@ pub fn with_message_id(bytes: &[u8], section: &Range<usize>, id: &str) -> Vec<u8
     // first element to the list's end — two lengths read, not every field's (issue 16).
     let after_id = || {
         let bytes = bytes.get(..section.end)?;
-        let list = section.start + 1 + codec::value_length(bytes, section.start + 1).ok()?;
+        let list = list_start(bytes, section).ok()?;
         let (count, first, end) = codec::compound_extent(bytes, list).ok()?;
         let first_end = first + codec::value_length(bytes, first).ok()?;
         (count > 1 && first_end <= end).then(|| (&bytes[first_end..end], count))

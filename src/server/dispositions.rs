@@ -46,10 +46,7 @@ const LAST_FROM_END: usize = 9;
 /// (role receiver; uints in their 4-byte form so that `last` can be rewritten in place).
 fn accepted_frame(channel: u16, first: u32, last: u32) -> [u8; 30] {
     let mut frame = [0u8; 30];
-    frame[..4].copy_from_slice(&30u32.to_be_bytes());
-    frame[4] = 2; // data offset, in 4-byte words
-    frame[5] = frame::FRAME_TYPE_AMQP;
-    frame[6..8].copy_from_slice(&channel.to_be_bytes());
+    frame[..8].copy_from_slice(&frame::frame_header(30, frame::FRAME_TYPE_AMQP, channel));
     // Described by 0x15 (disposition): a list8 of 17 bytes holding 5 fields.
     frame[8..14].copy_from_slice(&[0x00, 0x53, 0x15, 0xc0, 17, 5]);
     frame[14] = 0x41; // role: receiver

@@ -146,11 +146,17 @@ fn serialize_into<T: Serialize>(output: &mut BytesMut, value: &T) -> Result<(), 
         .map_err(|error| FrameError::Encode(error.to_string()))
 }
 
+/// A frame's 8-byte header: its size, data offset 2 (no extended header), type, channel.
+pub(super) fn frame_header(size: u32, frame_type: u8, channel: u16) -> [u8; 8] {
+    let [a, b, c, d] = size.to_be_bytes();
+    let [high, low] = channel.to_be_bytes();
+    [a, b, c, d, 2, frame_type, high, low]
+}
+
 pub(super) fn begin_frame(output: &mut BytesMut, frame_type: u8, channel: u16) -> usize {
     let start = output.len();
-    let [high, low] = channel.to_be_bytes();
-    // The size is patched by `end_frame`; data offset 2 (no extended header).
-    output.extend_from_slice(&[0, 0, 0, 0, 2, frame_type, high, low]);
+    // The size is patched by `end_frame`.
+    output.extend_from_slice(&frame_header(0, frame_type, channel));
     start
 }
 

@@ -274,3 +274,62 @@ async fn bodies_and_properties_arrive_as_sent() {
         matches!(delivery.body(), Body::Value(value) if value.0 == Value::String("a body".into()))
     );
 }
+
+#[tokio::test]
+async fn a_message_without_an_id_gets_one_and_keeps_its_other_properties() {
+    // The broker writes the assigned id in front of the fields the client sent (issue 16:
+    // found from the section's lengths, not by reading every field again).
+    use fe2o3_amqp::types::messaging::{MessageId, Properties};
+    let broker = Broker::start(CONFIG).await;
+    let (_connection, mut session) = broker.connect().await;
+    let mut sender = Sender::attach(&mut session, "sender", "orders")
+        .await
+        .expect("attach sender");
+    let with_fields = Message::builder()
+        .properties(
+            Properties::builder()
+                .subject("created")
+                .correlation_id(MessageId::Ulong(42))
+                .to("orders")
+                .content_type("application/json")
+                .reply_to_group_id(Some(String::from("g-1")))
+                .build(),
+        )
+        .value(Value::String("with fields".into()))
+        .build();
+    sender.send(with_fields).await.expect("accepted");
+    sender.send("bare").await.expect("accepted");
+    let mut receiver = Receiver::attach(&mut session, "receiver", "orders")
+        .await
+        .expect("attach receiver");
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let delivery = receive(&mut receiver).await;
+        let properties = delivery.message().properties.clone().expect("properties");
+        let id = match properties.message_id.clone() {
+            Some(MessageId::String(id)) => id,
+            other => panic!("an assigned string id, got {other:?}"),
+        };
+        assert_eq!(id.len(), 36, "a GUID's text: {id}");
+        if matches!(delivery.body(), Body::Value(value) if value.0 == Value::String("with fields".into()))
+        {
+            assert_eq!(properties.subject.as_deref(), Some("created"));
+            assert_eq!(
+                format!("{:?}", properties.correlation_id),
+                format!("{:?}", Some(MessageId::Ulong(42)))
+            );
+            assert_eq!(properties.to.as_deref(), Some("orders"));
+            assert_eq!(
+                properties
+                    .content_type
+                    .as_ref()
+                    .map(|symbol| symbol.0.as_str()),
+                Some("application/json")
+            );
+            assert_eq!(properties.reply_to_group_id.as_deref(), Some("g-1"));
+        }
+        ids.push(id);
+        receiver.accept(&delivery).await.expect("accept");
+    }
+    assert_ne!(ids[0], ids[1], "each message gets its own id");
+}
