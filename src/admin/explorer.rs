@@ -618,7 +618,7 @@ impl Api<'_> {
                 let more = index + 1 < batch_len || !exhausted;
                 from = delivery.sequence_number.0 + 1;
                 scanned += 1;
-                if state.is_some_and(|state| delivery.state != state) {
+                if state.is_some_and(|state| delivery.state() != state) {
                     continue;
                 }
                 if let Some(name) = property {

@@ -478,12 +478,12 @@ pub fn encode_delivery(view: DeliveryView<'_>, output: &mut BytesMut) {
     let sent = message.header();
     writer.boolean(sent.durable);
     writer.ubyte(sent.priority);
-    match record.time_to_live.get() {
+    match record.time_to_live() {
         Some(ttl) => writer.uint(ttl.as_millis().min(u32::MAX as u128) as u32),
         None => writer.null(),
     }
-    writer.boolean(record.delivery_count == 0);
-    writer.uint(record.delivery_count);
+    writer.boolean(record.delivery_count() == 0);
+    writer.uint(record.delivery_count());
     header.count = 5;
     writer.finish_compound(header);
 
@@ -523,9 +523,9 @@ pub fn encode_delivery(view: DeliveryView<'_>, output: &mut BytesMut) {
         writer.string(source);
         annotations.count += 2;
     }
-    if record.state != MessageState::Active {
+    if record.state() != MessageState::Active {
         writer.symbol("x-opt-message-state");
-        writer.int(record.state as i32);
+        writer.int(record.state() as i32);
         annotations.count += 2;
     }
     writer.raw(message.annotation_entries());
@@ -554,7 +554,7 @@ pub fn encode_delivery(view: DeliveryView<'_>, output: &mut BytesMut) {
 /// `absolute-expiry-time` = `creation-time` + the effective TTL: the JS SDK derives
 /// `timeToLive` from those two timestamps when both are present.
 fn lowered_ttl_properties(record: &Record) -> Option<Vec<u8>> {
-    let effective = record.time_to_live.get()?;
+    let effective = record.time_to_live()?;
     if record.message.header().time_to_live == Some(effective)
         || record.message.properties_section().is_empty()
     {

@@ -364,18 +364,16 @@ impl TopicState {
                 let partition = self.partitioner.partition(&message);
                 let sequence_number = self.log.allocate_in(partition);
                 let at = message.extras().scheduled_enqueue_time.unwrap_or(now);
-                self.log.insert(
-                    SubQueue::Main,
-                    Record {
-                        message: message.clone(),
+                self.log.insert(SubQueue::Main, {
+                    let mut record = Record::new(
+                        message.clone(),
                         sequence_number,
-                        enqueued_time: now,
-                        time_to_live: message.header().time_to_live.into(),
-                        expires: false,
-                        delivery_count: 0,
-                        state: MessageState::Scheduled,
-                    },
-                );
+                        now,
+                        message.header().time_to_live,
+                    );
+                    record.set_state(MessageState::Scheduled);
+                    record
+                });
                 self.scheduled.insert((at, sequence_number), message);
                 sequence_number
             })

@@ -20,40 +20,6 @@ impl Timestamp {
     }
 }
 
-/// An `Option<Duration>` in whole milliseconds in 8 bytes (`Option<Duration>` takes 16;
-/// time to live is milliseconds on the wire and in timestamps): every stored record keeps
-/// one (issue 16). `u64::MAX` is none.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct OptionalMillis(u64);
-
-impl OptionalMillis {
-    /// None.
-    pub const NONE: OptionalMillis = OptionalMillis(u64::MAX);
-
-    /// The duration, if there is one.
-    pub fn get(self) -> Option<Duration> {
-        (self.0 != u64::MAX).then(|| Duration::from_millis(self.0))
-    }
-}
-
-impl From<Option<Duration>> for OptionalMillis {
-    fn from(value: Option<Duration>) -> Self {
-        match value {
-            Some(duration) => OptionalMillis(
-                u64::try_from(duration.as_millis())
-                    .map_or(u64::MAX - 1, |millis| millis.min(u64::MAX - 1)),
-            ),
-            None => OptionalMillis::NONE,
-        }
-    }
-}
-
-impl std::fmt::Debug for OptionalMillis {
-    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.get().fmt(formatter)
-    }
-}
-
 /// A broker-assigned message sequence number: unique per entity, gapless, from 1 (rule SEQ-1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct SequenceNumber(pub i64);
@@ -219,30 +185,4 @@ pub enum EntityError {
     /// The operation could not be made durable; it was not acknowledged.
     #[error("{0}")]
     StorageFailed(String),
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_optional_duration_in_eight_bytes_keeps_whole_milliseconds() {
-        assert_eq!(std::mem::size_of::<OptionalMillis>(), 8);
-        for ttl in [
-            None,
-            Some(Duration::ZERO),
-            Some(Duration::from_millis(1500)),
-        ] {
-            assert_eq!(OptionalMillis::from(ttl).get(), ttl);
-        }
-        // Whole milliseconds, as on the wire; a duration past u64 milliseconds is the longest.
-        assert_eq!(
-            OptionalMillis::from(Some(Duration::from_micros(2_500))).get(),
-            Some(Duration::from_millis(2))
-        );
-        assert_eq!(
-            OptionalMillis::from(Some(Duration::MAX)).get(),
-            Some(Duration::from_millis(u64::MAX - 1))
-        );
-    }
 }

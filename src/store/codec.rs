@@ -252,10 +252,10 @@ impl Out {
         self.message(&record.message);
         self.i64(record.sequence_number.0);
         self.i64(record.enqueued_time.0);
-        self.duration(record.time_to_live.get());
+        self.duration(record.time_to_live());
         self.opt_i64(record.expires_at().map(|at| at.0));
-        self.u64(u64::from(record.delivery_count));
-        self.state(record.state);
+        self.u64(u64::from(record.delivery_count()));
+        self.state(record.state());
         self.properties(changes);
     }
     fn rule(&mut self, rule: &RuleDefinition) {
@@ -589,15 +589,13 @@ impl<'a> In<'a> {
         Ok(message)
     }
     fn record(&mut self) -> Result<Record, DecodeError> {
-        let mut record = Record {
-            message: self.message()?,
-            sequence_number: SequenceNumber(self.i64()?),
-            enqueued_time: Timestamp(self.i64()?),
-            time_to_live: self.duration()?.into(),
-            expires: self.opt_i64()?.is_some(),
-            delivery_count: self.u32()?,
-            state: self.state()?,
-        };
+        let message = self.message()?;
+        let sequence_number = SequenceNumber(self.i64()?);
+        let enqueued_time = Timestamp(self.i64()?);
+        let mut record = Record::new(message, sequence_number, enqueued_time, self.duration()?);
+        record.set_expires(self.opt_i64()?.is_some());
+        record.set_delivery_count(self.u32()?);
+        record.set_state(self.state()?);
         // Written by a build that kept them beside the message (none from this one).
         record
             .message
@@ -753,15 +751,15 @@ mod tests {
                 partition_key: None,
             }
         });
-        let mut record = Record {
+        let mut record = Record::new(
             message,
-            sequence_number: SequenceNumber(sequence_number),
-            enqueued_time: Timestamp(1_700_000_000_001),
-            time_to_live: Some(Duration::from_millis(2500)).into(),
-            expires: true,
-            delivery_count: 3,
-            state: MessageState::Deferred,
-        };
+            SequenceNumber(sequence_number),
+            Timestamp(1_700_000_000_001),
+            Some(Duration::from_millis(2500)),
+        );
+        record.set_expires(true);
+        record.set_delivery_count(3);
+        record.set_state(MessageState::Deferred);
         record
             .message
             .merge_application_properties(&property_changes());
@@ -885,7 +883,7 @@ mod tests {
         let text = |name| crate::amqp::message::application_property_text(&decoded.message, name);
         assert_eq!(text("DeadLetterReason").as_deref(), Some("old"));
         assert_eq!(text("d").as_deref(), Some("é"), "the merged ones stay");
-        assert_eq!(decoded.delivery_count, record.delivery_count);
+        assert_eq!(decoded.delivery_count(), record.delivery_count());
     }
 
     #[test]

@@ -158,7 +158,7 @@ impl Api<'_> {
                 let numbers: Vec<SequenceNumber> = batch
                     .iter()
                     .filter(|delivery| {
-                        delivery.lock.is_none() && delivery.state != MessageState::Scheduled
+                        delivery.lock.is_none() && delivery.state() != MessageState::Scheduled
                     })
                     .map(|delivery| delivery.sequence_number)
                     .take(MAX_RESUBMIT - resubmitted)

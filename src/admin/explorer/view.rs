@@ -143,13 +143,13 @@ pub(super) fn summary(delivery: &Delivery) -> Json {
         "message_id": message.system().message_id(),
         "session_id": message.system().session_id(),
         "subject": message.system().subject(),
-        "state": state_name(delivery.state),
+        "state": state_name(delivery.state()),
         "locked": delivery.lock.is_some(),
         "enqueued_time": timestamp_text(delivery.enqueued_time),
-        "delivery_count": delivery.delivery_count,
+        "delivery_count": delivery.delivery_count(),
         "size": message.encoded_size(),
     });
-    if delivery.state == MessageState::Scheduled
+    if delivery.state() == MessageState::Scheduled
         && let Some(at) = message.extras().scheduled_enqueue_time
     {
         value["scheduled_enqueue_time"] = Json::String(timestamp_text(at));
@@ -177,14 +177,13 @@ pub(super) fn detail(delivery: &Delivery) -> Json {
             "EnqueuedTime",
             json!(timestamp_text(delivery.enqueued_time)),
         ),
-        ("DeliveryCount", json!(delivery.delivery_count)),
-        ("State", json!(state_name(delivery.state))),
+        ("DeliveryCount", json!(delivery.delivery_count())),
+        ("State", json!(state_name(delivery.state()))),
         (
             "TimeToLive",
             json!(
                 delivery
-                    .time_to_live
-                    .get()
+                    .time_to_live()
                     .map(crate::admin::atom::format_duration)
             ),
         ),

@@ -200,7 +200,7 @@ async fn lock_expiry_redelivers_with_the_next_delivery_count_exactly_at_the_lock
     assert_eq!(entity.send(message(1)).await, vec![SequenceNumber(1)]);
     let (first, first_lock) = next_locked_delivery(&mut deliveries).await;
     assert_eq!(entity.elapsed(), Duration::ZERO);
-    assert_eq!(first.delivery_count, 0);
+    assert_eq!(first.delivery_count(), 0);
     let lock = first_lock.expect("peek-lock");
     assert_eq!(lock.until, START.plus(LOCK_DURATION));
 
@@ -216,7 +216,7 @@ async fn lock_expiry_redelivers_with_the_next_delivery_count_exactly_at_the_lock
         "redelivered exactly when the lock lapsed"
     );
     assert_eq!(second.sequence_number, first.sequence_number);
-    assert_eq!(second.delivery_count, 1);
+    assert_eq!(second.delivery_count(), 1);
     assert_ne!(second_lock.expect("peek-lock").token, lock.token);
 
     let settled = entity
@@ -266,7 +266,7 @@ async fn renewing_a_lock_pushes_the_redelivery_back_by_a_full_lock_duration() {
     .await;
     let again = next_delivery(&mut deliveries).await;
     assert_eq!(entity.elapsed(), renew_at + LOCK_DURATION);
-    assert_eq!(again.delivery_count, 1);
+    assert_eq!(again.delivery_count(), 1);
 }
 
 #[tokio::test(start_paused = true)]
@@ -337,7 +337,7 @@ async fn a_scheduled_message_is_delivered_at_its_time_with_a_new_sequence_number
     let waiting = entity.peek(SubQueue::Main).await;
     assert_eq!(waiting.len(), 1);
     assert_eq!(waiting[0].sequence_number, SequenceNumber(1));
-    assert_eq!(waiting[0].state, MessageState::Scheduled);
+    assert_eq!(waiting[0].state(), MessageState::Scheduled);
 
     quiet_until(&mut deliveries, entity.started + delay - MILLISECOND).await;
     let activated = next_delivery(&mut deliveries).await;
@@ -349,7 +349,7 @@ async fn a_scheduled_message_is_delivered_at_its_time_with_a_new_sequence_number
     assert_eq!(activated.message.body(), &[1]);
     assert_eq!(activated.sequence_number, SequenceNumber(3));
     assert_eq!(activated.enqueued_time, START.plus(delay));
-    assert_eq!(activated.state, MessageState::Active);
+    assert_eq!(activated.state(), MessageState::Active);
 }
 
 #[tokio::test(start_paused = true)]
@@ -428,7 +428,7 @@ async fn deliveries_to_a_closed_connection_return_to_the_entity() {
                 delivery.record.message.body(),
                 Bytes::from_static(b"survivor")
             );
-            assert_eq!(delivery.record.delivery_count, 0);
+            assert_eq!(delivery.record.delivery_count(), 0);
         }
         other => panic!("expected the returned message, got {other:?}"),
     }

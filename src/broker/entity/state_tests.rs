@@ -6,7 +6,7 @@ use bytes::Bytes;
 
 use super::settings::EntitySettings;
 use super::state::{Effect, EntityState, MAX_DELIVERY_COUNT_EXCEEDED, TTL_EXPIRED};
-use crate::broker::message::Message;
+use crate::broker::message::{HeaderFields, Message};
 use crate::broker::types::{
     EntityError, MessageState, OutboxTarget, ReceiveMode, ReceiverId, SequenceNumber, Settlement,
     SubQueue, Timestamp,
@@ -124,7 +124,7 @@ fn lock_expiry_counts_a_delivery_and_invalidates_the_token() {
         Err(EntityError::LockLost)
     );
     let second = receive_one(&mut state, later, &mut credit).expect("redelivered");
-    assert_eq!(second.delivery_count, 1);
+    assert_eq!(second.delivery_count(), 1);
     assert_ne!(second.lock.map(|lock| lock.token), Some(token));
 }
 
@@ -248,7 +248,7 @@ fn the_timer_follows_the_locks_still_held_through_settles_and_renewals() {
     );
     let again = receive_one(&mut state, until, &mut credit).expect("redelivered");
     assert_eq!(again.sequence_number, SequenceNumber(2));
-    assert_eq!(again.delivery_count, 1);
+    assert_eq!(again.delivery_count(), 1);
 }
 
 #[test]
@@ -298,7 +298,7 @@ fn abandon_at_max_delivery_count_dead_letters() {
     let mut credit = 0;
     for attempt in 0..3 {
         let record = receive_one(&mut state, START, &mut credit).expect("delivered");
-        assert_eq!(record.delivery_count, attempt);
+        assert_eq!(record.delivery_count(), attempt);
         let token = record.lock.expect("locked").token;
         state
             .settle(
@@ -333,7 +333,7 @@ fn release_does_not_count_a_delivery() {
         )
         .expect("released");
     let again = receive_one(&mut state, START, &mut credit).expect("redelivered");
-    assert_eq!(again.delivery_count, 0);
+    assert_eq!(again.delivery_count(), 0);
 }
 
 #[test]
@@ -354,7 +354,44 @@ fn deferred_messages_are_not_delivered_again() {
     let deferred = state
         .record(SubQueue::Main, SequenceNumber(1))
         .expect("kept");
-    assert_eq!(deferred.state, MessageState::Deferred);
+    assert_eq!(deferred.state(), MessageState::Deferred);
+}
+
+#[test]
+fn a_default_time_to_live_of_a_year_expires_to_the_millisecond() {
+    // rule TTL-1, TTL-2: a default longer than a record keeps inline (issue 16) is kept
+    // exactly, and a message's own shorter time to live still wins.
+    let year = Duration::from_millis(365 * 24 * 3600 * 1000 + 7);
+    let mut state = entity(|settings| {
+        settings.default_message_time_to_live = Some(year);
+    });
+    let mut own = message("own");
+    own.set_header(HeaderFields {
+        time_to_live: Some(Duration::from_secs(5)),
+        ..HeaderFields::default()
+    });
+    state
+        .enqueue(START, vec![message("default"), own])
+        .expect("accepted");
+    let first = state
+        .record(SubQueue::Main, SequenceNumber(1))
+        .expect("stored");
+    assert_eq!(first.time_to_live(), Some(year));
+    assert_eq!(first.expires_at(), Some(START.plus(year)));
+    let second = state
+        .record(SubQueue::Main, SequenceNumber(2))
+        .expect("stored");
+    assert_eq!(second.time_to_live(), Some(Duration::from_secs(5)));
+    state.advance(START.plus(year - Duration::from_millis(1)));
+    assert!(
+        state.record(SubQueue::Main, SequenceNumber(1)).is_some(),
+        "not expired a millisecond early"
+    );
+    state.advance(START.plus(year));
+    assert!(
+        state.record(SubQueue::Main, SequenceNumber(1)).is_none(),
+        "expired at the millisecond"
+    );
 }
 
 #[test]
@@ -422,7 +459,7 @@ fn a_receive_and_delete_delivery_that_never_reached_its_link_is_restored() {
     let restored = state
         .record(SubQueue::Main, SequenceNumber(1))
         .expect("restored");
-    assert_eq!(restored.delivery_count, 0);
+    assert_eq!(restored.delivery_count(), 0);
     let other = ReceiverId(2);
     state.attach_receiver(START, other, SubQueue::Main, ReceiveMode::PeekLock);
     state.set_credit(START, other, 1, false);

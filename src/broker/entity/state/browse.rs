@@ -47,7 +47,7 @@ impl EntityState {
         for sequence_number in sequence_numbers {
             let deferred = matches!(
                 self.store(sub_queue).records.get(sequence_number),
-                Some(record) if record.state == MessageState::Deferred
+                Some(record) if record.state() == MessageState::Deferred
             ) && self.lock_of(sub_queue, *sequence_number).is_none();
             if !deferred {
                 return Err(EntityError::MessageNotFound(format!(
@@ -100,7 +100,7 @@ impl EntityState {
         for sequence_number in sequence_numbers {
             let scheduled = matches!(
                 self.log.get(SubQueue::Main, *sequence_number),
-                Some(record) if record.state == MessageState::Scheduled
+                Some(record) if record.state() == MessageState::Scheduled
             );
             if scheduled && let Some(record) = self.log.remove(SubQueue::Main, *sequence_number) {
                 if let Some(at) = record.message.extras().scheduled_enqueue_time {
@@ -151,7 +151,7 @@ impl EntityState {
         for sequence_number in sequence_numbers {
             let takeable = matches!(
                 self.store(sub_queue).records.get(sequence_number),
-                Some(record) if matches!(record.state, MessageState::Active | MessageState::Deferred)
+                Some(record) if matches!(record.state(), MessageState::Active | MessageState::Deferred)
             ) && self.lock_of(sub_queue, *sequence_number).is_none();
             if !takeable {
                 return Err(EntityError::MessageNotFound(format!(
@@ -232,7 +232,7 @@ impl EntityState {
                 continue;
             };
             self.stored_bytes -= record.message.size() as u64;
-            if record.state == MessageState::Scheduled {
+            if record.state() == MessageState::Scheduled {
                 if let Some(at) = record.message.extras().scheduled_enqueue_time {
                     self.deadlines
                         .remove(&(at, Deadline::Activation(*sequence_number)));

@@ -135,7 +135,7 @@ impl EntityState {
         reason: Option<String>,
         description: Option<String>,
     ) {
-        record.state = MessageState::Active;
+        record.set_state(MessageState::Active);
         record.set_expires_at(None);
         // Its size is counted already: count what the reason adds.
         let grown = record
@@ -219,7 +219,7 @@ impl EntityState {
         if sub_queue != SubQueue::Main {
             // Already a dead letter: it just becomes receivable again (and not deferred).
             if self.update_merging(sub_queue, sequence_number, properties, |record| {
-                record.state = MessageState::Active;
+                record.set_state(MessageState::Active);
             }) {
                 self.log.available_mut(sub_queue).insert(sequence_number);
             }
@@ -245,7 +245,7 @@ impl EntityState {
             self.log
                 .move_to(SubQueue::Main, SubQueue::DeadLetter, sequence_number);
             self.update_merging(SubQueue::DeadLetter, sequence_number, added, |record| {
-                record.state = MessageState::Active;
+                record.set_state(MessageState::Active);
                 record.set_expires_at(None);
             });
             self.log

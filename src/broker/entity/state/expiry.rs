@@ -8,7 +8,7 @@ impl EntityState {
         let due = unlocked
             && matches!(
                 self.log.get(SubQueue::Main, sequence_number),
-                Some(record) if record.state == MessageState::Active
+                Some(record) if record.state() == MessageState::Active
                     && matches!(record.expires_at(), Some(at) if at <= now)
             );
         if due {

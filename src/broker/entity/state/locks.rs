@@ -182,7 +182,7 @@ impl EntityState {
             }
             Settlement::Defer { properties } => {
                 self.update_merging(sub_queue, sequence_number, properties, |record| {
-                    record.state = MessageState::Deferred;
+                    record.set_state(MessageState::Deferred);
                 });
             }
             Settlement::DeadLetter {
@@ -235,8 +235,8 @@ impl EntityState {
         let max = self.settings.max_delivery_count;
         let mut delivery_count = 0;
         let updated = self.update_merging(sub_queue, sequence_number, properties, |record| {
-            record.delivery_count += 1;
-            delivery_count = record.delivery_count;
+            record.set_delivery_count(record.delivery_count().saturating_add(1));
+            delivery_count = record.delivery_count();
         });
         if !updated {
             return;
@@ -268,7 +268,7 @@ impl EntityState {
             );
         let deferred = matches!(
             self.store(sub_queue).records.get(&sequence_number),
-            Some(record) if record.state == MessageState::Deferred
+            Some(record) if record.state() == MessageState::Deferred
         );
         if deferred {
             // Rule TTL-7, LCK-4: a deferred message stays deferred (and never expires).

@@ -137,12 +137,12 @@ pub(super) struct Store {
 impl Store {
     /// Adds or replaces a record.
     fn put(&mut self, sequence_number: SequenceNumber, record: Record) {
-        if record.state == MessageState::Deferred {
+        if record.state() == MessageState::Deferred {
             self.deferred += 1;
         }
         debug_assert_eq!(sequence_number, record.sequence_number);
         if let Some(old) = self.records.insert(record)
-            && old.state == MessageState::Deferred
+            && old.state() == MessageState::Deferred
         {
             self.deferred -= 1;
         }
@@ -151,7 +151,7 @@ impl Store {
     /// Removes a record.
     fn take(&mut self, sequence_number: SequenceNumber) -> Option<Record> {
         let record = self.records.remove(&sequence_number)?;
-        if record.state == MessageState::Deferred {
+        if record.state() == MessageState::Deferred {
             self.deferred -= 1;
         }
         Some(record)
@@ -164,9 +164,9 @@ impl Store {
         change: impl FnOnce(&mut Record),
     ) -> Option<&Record> {
         let record = self.records.get_mut(&sequence_number)?;
-        let was_deferred = record.state == MessageState::Deferred;
+        let was_deferred = record.state() == MessageState::Deferred;
         change(record);
-        let is_deferred = record.state == MessageState::Deferred;
+        let is_deferred = record.state() == MessageState::Deferred;
         match (was_deferred, is_deferred) {
             (false, true) => self.deferred += 1,
             (true, false) => self.deferred -= 1,
@@ -426,8 +426,8 @@ impl MessageLog {
             journal.push(Change::Update {
                 sub_queue,
                 sequence_number,
-                delivery_count: record.delivery_count,
-                state: record.state,
+                delivery_count: record.delivery_count(),
+                state: record.state(),
                 enqueued_time: record.enqueued_time,
                 expires_at: record.expires_at(),
                 property_changes: properties,
@@ -536,8 +536,8 @@ impl MessageLog {
                 property_changes,
             } => {
                 self.store_mut(sub_queue).change(sequence_number, |record| {
-                    record.delivery_count = delivery_count;
-                    record.state = state;
+                    record.set_delivery_count(delivery_count);
+                    record.set_state(state);
                     record.enqueued_time = enqueued_time;
                     record.set_expires_at(expires_at);
                     record

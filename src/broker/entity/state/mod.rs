@@ -22,6 +22,7 @@ mod dispatch;
 mod expiry;
 mod locks;
 pub mod log;
+pub mod packed;
 mod records;
 mod recovery;
 mod sessions;
@@ -29,6 +30,7 @@ mod transactions;
 
 use log::Store;
 pub use log::{Change, MessageLog};
+use packed::Packed;
 pub use transactions::TransactionWork;
 
 /// A hash map for keys the broker makes itself (lock tokens, sequence numbers, receiver
@@ -64,30 +66,79 @@ pub struct Record {
     pub sequence_number: SequenceNumber,
     /// Stamped by the broker at enqueue (rule SEQ-3).
     pub enqueued_time: Timestamp,
-    /// Effective TTL: the message's own, lowered to the entity default (rule TTL-2), in
-    /// whole milliseconds.
-    pub time_to_live: crate::broker::types::OptionalMillis,
-    /// Whether the record expires (rule TTL-1) at [`Record::expires_at`]: dead letters do not
-    /// (rule TTL-8). Expiry is always the enqueued time plus the time to live, so only
-    /// whether there is one is kept (issue 16: 8 bytes less per stored message).
-    pub expires: bool,
-    /// Failed deliveries so far (`header.delivery-count`).
-    pub delivery_count: u32,
-    /// Active, deferred or scheduled.
-    pub state: MessageState,
-    // Application properties the broker sets on a record (dead-letter reason,
-    // properties-to-modify) are merged into its message
-    // (`Message::merge_application_properties`): a record is 40 bytes (issue 16).
+    /// The effective time to live (the message's own, lowered to the entity default: rule
+    /// TTL-2), the delivery count (`header.delivery-count`: failed deliveries so far), the
+    /// state (active, deferred or scheduled) and whether the record expires (rule TTL-1) at
+    /// [`Record::expires_at`] (dead letters do not: rule TTL-8), in eight bytes: a record is
+    /// 32 bytes (issue 16). Application properties the broker sets on a record (dead-letter
+    /// reason, properties-to-modify) are merged into its message
+    /// (`Message::merge_application_properties`).
+    packed: Packed,
 }
 
 impl Record {
+    /// A fresh active record with this effective time to live: no expiry yet, no failed
+    /// deliveries.
+    pub fn new(
+        message: Message,
+        sequence_number: SequenceNumber,
+        enqueued_time: Timestamp,
+        time_to_live: Option<Duration>,
+    ) -> Record {
+        Record {
+            message,
+            sequence_number,
+            enqueued_time,
+            packed: Packed::new(time_to_live),
+        }
+    }
+
+    /// The effective time to live (rule TTL-2), in whole milliseconds.
+    pub fn time_to_live(&self) -> Option<Duration> {
+        self.packed.time_to_live()
+    }
+
+    /// Sets the effective time to live.
+    pub fn set_time_to_live(&mut self, time_to_live: Option<Duration>) {
+        self.packed.set_time_to_live(time_to_live);
+    }
+
+    /// Failed deliveries so far (`header.delivery-count`).
+    pub fn delivery_count(&self) -> u32 {
+        self.packed.delivery_count()
+    }
+
+    /// Sets the failed deliveries (counting stops at [`packed::MAX_DELIVERY_COUNT`]).
+    pub fn set_delivery_count(&mut self, count: u32) {
+        self.packed.set_delivery_count(count);
+    }
+
+    /// Active, deferred or scheduled.
+    pub fn state(&self) -> MessageState {
+        self.packed.state()
+    }
+
+    /// Sets the state.
+    pub fn set_state(&mut self, state: MessageState) {
+        self.packed.set_state(state);
+    }
+
+    /// Whether the record expires (at [`Record::expires_at`]).
+    pub fn expires(&self) -> bool {
+        self.packed.expires()
+    }
+
+    /// Sets whether the record expires (a record read back from the log: its expiry was
+    /// written beside it).
+    pub fn set_expires(&mut self, expires: bool) {
+        self.packed.set_expires(expires);
+    }
+
     /// Absolute expiry (rule TTL-1): the enqueued time plus the time to live, for a record
     /// that expires; `None` never expires.
     pub fn expires_at(&self) -> Option<Timestamp> {
-        if self.expires {
-            self.time_to_live
-                .get()
-                .map(|ttl| self.enqueued_time.plus(ttl))
+        if self.packed.expires() {
+            self.time_to_live().map(|ttl| self.enqueued_time.plus(ttl))
         } else {
             None
         }
@@ -96,7 +147,7 @@ impl Record {
     /// Makes the record expire at `at` (which is its enqueued time plus its time to live)
     /// or never.
     pub fn set_expires_at(&mut self, at: Option<Timestamp>) {
-        self.expires = at.is_some();
+        self.packed.set_expires(at.is_some());
         debug_assert_eq!(
             self.expires_at(),
             at,
@@ -774,8 +825,8 @@ impl EntityState {
             return sequence_number;
         }
         let mut record = self.arrival_record(message, sequence_number, now);
-        record.delivery_count = delivery_count;
-        record.set_expires_at(record.time_to_live.get().map(|ttl| now.plus(ttl)));
+        record.set_delivery_count(delivery_count);
+        record.set_expires_at(record.time_to_live().map(|ttl| now.plus(ttl)));
         if let Some(at) = record.expires_at() {
             self.deadlines
                 .insert((at, Deadline::Expiry(sequence_number)));
@@ -800,15 +851,7 @@ impl EntityState {
         now: Timestamp,
     ) -> Record {
         let time_to_live = self.effective_time_to_live(&message);
-        Record {
-            message,
-            sequence_number,
-            enqueued_time: now,
-            time_to_live: time_to_live.into(),
-            expires: false,
-            delivery_count: 0,
-            state: MessageState::Active,
-        }
+        Record::new(message, sequence_number, now, time_to_live)
     }
 
     /// Changes a stored record in one logged change, merging `properties` into its message
@@ -849,7 +892,7 @@ impl EntityState {
         self.deadlines
             .insert((at, Deadline::Activation(sequence_number)));
         let mut record = self.arrival_record(message, sequence_number, now);
-        record.state = MessageState::Scheduled;
+        record.set_state(MessageState::Scheduled);
         self.log.insert(SubQueue::Main, record);
         sequence_number
     }
@@ -858,7 +901,7 @@ impl EntityState {
     fn activate(&mut self, now: Timestamp, at: Timestamp, sequence_number: SequenceNumber) {
         let scheduled = matches!(
             self.log.get(SubQueue::Main, sequence_number),
-            Some(record) if record.state == MessageState::Scheduled
+            Some(record) if record.state() == MessageState::Scheduled
         );
         if !scheduled {
             return;
@@ -868,15 +911,15 @@ impl EntityState {
         let already_expired = self
             .log
             .get(SubQueue::Main, sequence_number)
-            .and_then(|record| record.time_to_live.get())
+            .and_then(|record| record.time_to_live())
             .is_some_and(|ttl| at.plus(ttl) <= now);
         if already_expired {
             // The timer ran so late that the message expired before it could be seen:
             // expire it under its scheduling sequence number (rules TTL-10, TTL-6).
             self.log.update(SubQueue::Main, sequence_number, |record| {
-                record.state = MessageState::Active;
+                record.set_state(MessageState::Active);
                 record.enqueued_time = at;
-                record.set_expires_at(record.time_to_live.get().map(|ttl| at.plus(ttl)));
+                record.set_expires_at(record.time_to_live().map(|ttl| at.plus(ttl)));
             });
             self.expire(now, sequence_number);
             return;

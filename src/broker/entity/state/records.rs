@@ -285,18 +285,15 @@ mod tests {
 
     use super::*;
     use crate::broker::message::Message;
-    use crate::broker::types::{MessageState, Timestamp};
+    use crate::broker::types::Timestamp;
 
     fn record(number: i64) -> Record {
-        Record {
-            message: Message::default(),
-            sequence_number: SequenceNumber(number),
-            enqueued_time: Timestamp(number),
-            time_to_live: None.into(),
-            expires: false,
-            delivery_count: 0,
-            state: MessageState::Active,
-        }
+        Record::new(
+            Message::default(),
+            SequenceNumber(number),
+            Timestamp(number),
+            None,
+        )
     }
 
     #[test]
@@ -369,28 +366,28 @@ mod tests {
                     0 => {
                         next += 1;
                         let mut added = record(next);
-                        added.delivery_count = 1;
+                        added.set_delivery_count(1);
                         prop_assert_eq!(map.insert(added).is_some(), model.insert(next, 1).is_some());
                     }
                     1 => {
                         let mut added = record(number);
-                        added.delivery_count = 2;
-                        let replaced = map.insert(added).map(|old| old.delivery_count);
+                        added.set_delivery_count(2);
+                        let replaced = map.insert(added).map(|old| old.delivery_count());
                         prop_assert_eq!(replaced, model.insert(number, 2));
                     }
                     2 => {
-                        let removed = map.remove(&SequenceNumber(number)).map(|old| old.delivery_count);
+                        let removed = map.remove(&SequenceNumber(number)).map(|old| old.delivery_count());
                         prop_assert_eq!(removed, model.remove(&number));
                     }
                     3 => {
                         let first = map.first().map(|record| record.sequence_number.0);
                         prop_assert_eq!(first, model.keys().next().copied());
-                        let popped = map.pop_first().map(|record| (record.sequence_number.0, record.delivery_count));
+                        let popped = map.pop_first().map(|record| (record.sequence_number.0, record.delivery_count()));
                         prop_assert_eq!(popped, model.pop_first());
                     }
                     _ => {
                         if let Some(found) = map.get_mut(&SequenceNumber(number)) {
-                            found.delivery_count += 10;
+                            found.set_delivery_count(found.delivery_count() + 10);
                         }
                         if let Some(found) = model.get_mut(&number) {
                             *found += 10;
@@ -399,7 +396,7 @@ mod tests {
                 }
                 prop_assert_eq!(map.len(), model.len());
             }
-            let listed: Vec<(i64, u32)> = map.iter().map(|(number, record)| (number.0, record.delivery_count)).collect();
+            let listed: Vec<(i64, u32)> = map.iter().map(|(number, record)| (number.0, record.delivery_count())).collect();
             let expected: Vec<(i64, u32)> = model.iter().map(|(number, count)| (*number, *count)).collect();
             prop_assert_eq!(listed, expected);
             for number in 0..700 {

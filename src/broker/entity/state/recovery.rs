@@ -37,7 +37,7 @@ impl EntityState {
                 .map(|record| {
                     (
                         record.sequence_number,
-                        record.state,
+                        record.state(),
                         record.expires_at(),
                         record
                             .message
@@ -107,7 +107,7 @@ impl EntityState {
                 };
                 self.stored_bytes -= record.message.size() as u64;
                 self.forget_deadlines(&record);
-                if record.state == MessageState::Scheduled {
+                if record.state() == MessageState::Scheduled {
                     self.scheduled_count -= 1;
                     if let Some(at) = record.message.extras().scheduled_enqueue_time {
                         self.deadlines.remove(&(at, Deadline::Activation(number)));

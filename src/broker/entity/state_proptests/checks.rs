@@ -41,11 +41,11 @@ impl Harness {
                     model.delivered = model.delivered.wrapping_add(1);
                     let (receiver_queue, mode) = (model.sub_queue, model.mode);
                     prop_assert_eq!(
-                        record.state,
+                        record.state(),
                         MessageState::Active,
                         "rules LCK-4/SCH-2: message {} delivered in state {:?}",
                         body,
-                        record.state
+                        record.state()
                     );
                     prop_assert!(
                         record.expires_at().is_none_or(|at| at > now),
@@ -232,14 +232,14 @@ impl Harness {
                         body
                     );
                     prop_assert_eq!(
-                        placement.record.state,
+                        placement.record.state(),
                         state,
                         "rule {}: message {}",
                         rule,
                         body
                     );
                     prop_assert_eq!(
-                        placement.record.delivery_count,
+                        placement.record.delivery_count(),
                         delivery_count,
                         "rule {}: message {} delivery count",
                         rule,
@@ -301,7 +301,7 @@ impl Harness {
                         number.0
                     );
                     prop_assert_eq!(
-                        placement.record.delivery_count,
+                        placement.record.delivery_count(),
                         0,
                         "rule SCH-3: as if just enqueued"
                     );
@@ -332,7 +332,7 @@ impl Harness {
             let held = self.held.iter().any(|lock| lock.body == *body);
             let droppable = tracked.last.as_ref().is_some_and(|placement| {
                 placement.sub_queue == SubQueue::Main
-                    && placement.record.state == MessageState::Active
+                    && placement.record.state() == MessageState::Active
                     && placement.record.expires_at().is_some_and(|at| at <= now)
             });
             prop_assert!(
@@ -348,25 +348,21 @@ impl Harness {
             let tracked = self.messages.get_mut(body).expect("tracked");
             let record = &placement.record;
             prop_assert!(
-                record.delivery_count >= tracked.highest_delivery_count,
+                record.delivery_count() >= tracked.highest_delivery_count,
                 "message {body}: delivery count went down to {}",
-                record.delivery_count
+                record.delivery_count()
             );
-            tracked.highest_delivery_count = record.delivery_count;
+            tracked.highest_delivery_count = record.delivery_count();
             match placement.sub_queue {
                 SubQueue::DeadLetter => {
                     prop_assert_eq!(record.expires_at(), None, "rule TTL-8");
-                    prop_assert!(record.state != MessageState::Scheduled);
+                    prop_assert!(record.state() != MessageState::Scheduled);
                 }
                 _ => {
-                    prop_assert_eq!(
-                        record.time_to_live.get(),
-                        tracked.effective_ttl,
-                        "rule TTL-2"
-                    );
+                    prop_assert_eq!(record.time_to_live(), tracked.effective_ttl, "rule TTL-2");
                     let enqueued = tracked.activated_at.unwrap_or(tracked.accepted_at);
                     prop_assert_eq!(record.enqueued_time, enqueued, "rule SEQ-3");
-                    if record.state == MessageState::Scheduled {
+                    if record.state() == MessageState::Scheduled {
                         prop_assert_eq!(record.expires_at(), None, "rule TTL-10");
                     } else {
                         prop_assert_eq!(
@@ -375,7 +371,7 @@ impl Harness {
                             "rule TTL-1"
                         );
                     }
-                    if record.state == MessageState::Active && placement.lock.is_none() {
+                    if record.state() == MessageState::Active && placement.lock.is_none() {
                         prop_assert!(
                             record.expires_at().is_none_or(|at| at > now),
                             "rule TTL-6: message {body} unlocked past its expiry at {now:?}"
@@ -389,7 +385,7 @@ impl Harness {
                 (Some(lock), Some(held)) => {
                     prop_assert_eq!(lock.token, held.token, "message {}: lock token", body);
                     prop_assert_eq!(lock.until, held.until, "message {}: locked until", body);
-                    prop_assert!(record.state != MessageState::Scheduled);
+                    prop_assert!(record.state() != MessageState::Scheduled);
                 }
                 (lock, held) => {
                     return Err(TestCaseError::fail(format!(
@@ -413,7 +409,7 @@ impl Harness {
             for placement in found.values() {
                 let record = &placement.record;
                 let deliverable = placement.sub_queue == receiver.sub_queue
-                    && record.state == MessageState::Active
+                    && record.state() == MessageState::Active
                     && placement.lock.is_none()
                     && record.expires_at().is_none_or(|at| at > now);
                 prop_assert!(
@@ -451,7 +447,7 @@ impl Harness {
             let refusable = numbers.iter().any(|number| {
                 !matches!(
                     self.state.record(sub_queue, *number),
-                    Some(record) if record.state == MessageState::Deferred
+                    Some(record) if record.state() == MessageState::Deferred
                 ) || self.state.lock_of(sub_queue, *number).is_some()
             });
             prop_assert!(
@@ -481,7 +477,7 @@ impl Harness {
                     .values()
                     .filter(|placement| {
                         placement.sub_queue == SubQueue::Main
-                            && placement.record.state == MessageState::Active
+                            && placement.record.state() == MessageState::Active
                             && placement.lock.is_none()
                     })
                     .filter_map(|placement| placement.record.expires_at()),

@@ -75,7 +75,7 @@ impl Harness {
             .as_ref()
             .expect("a locked message was seen");
         let record = &placement.record;
-        let delivery_count = record.delivery_count + u32::from(counted);
+        let delivery_count = record.delivery_count() + u32::from(counted);
         let sub_queue = placement.sub_queue;
         let expired = record.expires_at().is_some_and(|at| at <= self.now);
         if counted && sub_queue == SubQueue::Main && delivery_count >= self.spec.max_delivery_count
@@ -88,7 +88,7 @@ impl Harness {
                 reason: Some(MAX_DELIVERY_COUNT_EXCEEDED),
                 rule,
             }
-        } else if record.state == MessageState::Deferred {
+        } else if record.state() == MessageState::Deferred {
             Expect::At {
                 body,
                 sub_queue,
@@ -314,7 +314,7 @@ impl Harness {
                         body: lock.body,
                         sub_queue: placement.sub_queue,
                         state: MessageState::Deferred,
-                        delivery_count: record.delivery_count,
+                        delivery_count: record.delivery_count(),
                         reason: None,
                         rule: "LCK-4: defer sets aside",
                     },
@@ -324,9 +324,9 @@ impl Harness {
                         state: if placement.sub_queue == SubQueue::Main {
                             MessageState::Active
                         } else {
-                            record.state
+                            record.state()
                         },
-                        delivery_count: record.delivery_count,
+                        delivery_count: record.delivery_count(),
                         reason: if placement.sub_queue == SubQueue::Main {
                             Some(TEST_REASON)
                         } else {
@@ -539,7 +539,8 @@ impl Harness {
             .filter(|tracked| tracked.fate == Fate::Stored)
             .filter_map(|tracked| tracked.last.as_ref())
             .filter(|placement| {
-                placement.sub_queue == sub_queue && placement.record.state == MessageState::Deferred
+                placement.sub_queue == sub_queue
+                    && placement.record.state() == MessageState::Deferred
             })
             .map(|placement| placement.record.sequence_number)
             .collect();
@@ -564,7 +565,7 @@ impl Harness {
                 prop_assert_eq!(records.len(), numbers.len());
                 for ((record, record_lock), number) in records.iter().zip(&numbers) {
                     prop_assert_eq!(record.sequence_number, *number);
-                    prop_assert_eq!(record.state, MessageState::Deferred, "rule LCK-4");
+                    prop_assert_eq!(record.state(), MessageState::Deferred, "rule LCK-4");
                     let body = body_of(record);
                     prop_assert!(
                         !self.held.iter().any(|lock| lock.body == body),
@@ -584,7 +585,7 @@ impl Harness {
                                 body,
                                 sub_queue,
                                 state: MessageState::Deferred,
-                                delivery_count: record.delivery_count,
+                                delivery_count: record.delivery_count(),
                                 reason: None,
                                 rule: "LCK-4: deferred message locked by sequence number",
                             });

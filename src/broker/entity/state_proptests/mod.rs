@@ -426,7 +426,7 @@ proptest! {
         for sub_queue in [SubQueue::Main, SubQueue::DeadLetter] {
             for (number, record) in harness.state.log().records(sub_queue) {
                 let available = restored.is_available(sub_queue, *number);
-                let expected = record.state == MessageState::Active;
+                let expected = record.state() == MessageState::Active;
                 prop_assert_eq!(available, expected, "{:?} {} after recovery", sub_queue, number.0);
             }
         }
@@ -504,7 +504,7 @@ fn dead_lettering_a_deferred_dead_letter_keeps_it_out_of_dispatch() {
     assert!(
         again
             .iter()
-            .all(|record| record.state == MessageState::Active),
+            .all(|record| record.state() == MessageState::Active),
         "a Deferred record was dispatched to a link receiver: {again:?}"
     );
 }
