@@ -5,11 +5,12 @@
 
 use std::time::Duration;
 
-use triomphe::ThinArc;
-
 use super::types::Timestamp;
 
+mod shared;
 mod system;
+
+use shared::Shared;
 
 pub use system::{LIST_INDEX, MAX_SYSTEM_TEXT, System, SystemField, SystemProperties};
 use system::{text_apart, text_apart_given, text_apart_len};
@@ -59,9 +60,10 @@ static NO_EXTRAS: Extras = Extras {
     partition_key: None,
 };
 
-/// A message's fixed fields, kept in front of its bytes in its one allocation (24 bytes:
-/// issue 16).
-#[derive(Debug, Clone, Default)]
+/// A message's fixed fields, kept in front of its bytes in its one allocation (16 bytes;
+/// with the reference count and the length, 24: issue 16). The rare fields ([`Extras`]) are
+/// pointed to from the allocation only when there are any (`shared`).
+#[derive(Debug, Clone, Copy, Default)]
 struct Head {
     /// Where the annotations, the properties and the application properties end, as 24-bit
     /// little-endian numbers (ingress keeps these sections within [`MAX_HEADER_SECTIONS`]).
@@ -77,7 +79,6 @@ struct Head {
     system_in_text: u8,
     /// `header.ttl` in milliseconds, as AMQP carries it (when [`HAS_TTL`] is set).
     ttl_millis: u32,
-    extras: Option<Box<Extras>>,
 }
 
 /// `Head::bits`: `header.durable`.
@@ -119,7 +120,7 @@ fn end_from_bytes([a, b, c]: [u8; 3]) -> usize {
 /// the system properties the properties section does not hold as text (usually none). The
 /// rarer fields are out of line.
 #[derive(Clone)]
-pub struct Message(ThinArc<Head, u8>);
+pub struct Message(Shared<Head, Extras>);
 
 impl Default for Message {
     fn default() -> Self {
@@ -141,17 +142,18 @@ impl std::fmt::Debug for Message {
             .field("body", &self.body().len())
             .field("system", &self.system())
             .field("hop_count", &self.hop_count())
-            .field("extras", &self.head().extras)
+            .field("extras", &self.0.extras())
             .finish()
     }
 }
 
 /// Memory one stored message costs beyond its encoded bytes: its allocation's reference
 /// count, length, fixed fields and rounding, and the record in its sub-queue's `RecordMap`
-/// run — measured by `tests/memory.rs` (counting allocator) at 76–85 bytes for SDK-encoded
+/// run — measured by `tests/memory.rs` (counting allocator) at 52–61 bytes for SDK-encoded
 /// messages (772 before issue 16, 229 before the one-allocation layout, 116–125 before the
-/// 24-byte head and the 40-byte record), rounded up. Counting it makes
-/// `max_size_in_megabytes` bound what a queue of tiny messages really holds (issue 10,
+/// 24-byte head and the 40-byte record, 76–85 before the 32-byte record and the 24-byte
+/// prefix), rounded up with room for the allocator's own header and rounding. Counting it
+/// makes `max_size_in_megabytes` bound what a queue of tiny messages really holds (issue 10,
 /// item 9: a 10 MiB queue of empty messages used to hold 143 MiB).
 pub const MESSAGE_OVERHEAD: usize = 100;
 
@@ -177,10 +179,11 @@ enum Given<'a> {
 /// lie so), then the text of the system properties the properties section does not hold.
 fn assemble(
     mut head: Head,
+    extras: Option<Box<Extras>>,
     sections: [&[u8]; 4],
     whole: Option<&[u8]>,
     system: Given<'_>,
-) -> ThinArc<Head, u8> {
+) -> Shared<Head, Extras> {
     let mut end = 0;
     for (index, section) in sections.iter().take(3).enumerate() {
         end += section.len();
@@ -193,11 +196,11 @@ fn assemble(
     };
     if text.is_empty() {
         if let Some(whole) = whole {
-            return ThinArc::from_header_and_slice(head, whole);
+            return Shared::new(head, extras, whole);
         }
         let mut present = sections.iter().filter(|section| !section.is_empty());
         if let (first, None) = (present.next(), present.next()) {
-            return ThinArc::from_header_and_slice(head, first.copied().unwrap_or_default());
+            return Shared::new(head, extras, first.copied().unwrap_or_default());
         }
     }
     JOINED.with_borrow_mut(|joined| {
@@ -209,7 +212,7 @@ fn assemble(
                 .for_each(|section| joined.extend_from_slice(section)),
         }
         joined.extend_from_slice(&text);
-        let message = ThinArc::from_header_and_slice(head, joined);
+        let message = Shared::new(head, extras, joined);
         if joined.capacity() > JOINED_KEPT {
             *joined = Vec::new();
         }
@@ -223,6 +226,7 @@ impl Message {
     pub fn from_parts(sections: [&[u8]; 4], system: [Option<&str>; 8]) -> Message {
         Message(assemble(
             Head::default(),
+            None,
             sections,
             None,
             Given::All(system),
@@ -235,6 +239,7 @@ impl Message {
     pub fn from_parts_apart(sections: [&[u8]; 4], apart: [Option<&str>; 8]) -> Message {
         Message(assemble(
             Head::default(),
+            None,
             sections,
             None,
             Given::Apart(apart),
@@ -254,6 +259,7 @@ impl Message {
         }
         Message(assemble(
             Head::default(),
+            None,
             sections,
             Some(joined),
             Given::Apart(apart),
@@ -266,29 +272,16 @@ impl Message {
     }
 
     fn head(&self) -> &Head {
-        &self.0.header.header
+        self.0.head()
     }
 
     fn bytes(&self) -> &[u8] {
-        &self.0.slice
+        self.0.bytes()
     }
 
     /// Changes the fixed fields: in place when this is the only copy, else in a copy.
     fn edit_head<R>(&mut self, change: impl FnOnce(&mut Head) -> R) -> R {
-        let mut change = Some(change);
-        let in_place = self.0.with_arc_mut(|arc| {
-            triomphe::Arc::get_mut(arc)
-                .map(|inner| (change.take().expect("once"))(inner.header_mut()))
-        });
-        match in_place {
-            Some(result) => result,
-            None => {
-                let mut head = self.head().clone();
-                let result = (change.take().expect("not yet called"))(&mut head);
-                self.0 = ThinArc::from_header_and_slice(head, self.bytes());
-                result
-            }
-        }
+        self.0.edit(|head, _| change(head))
     }
 
     /// The sender-chosen header fields.
@@ -370,7 +363,8 @@ impl Message {
         if let Some((index, section)) = replace {
             sections[index] = section;
         }
-        self.0 = assemble(self.head().clone(), sections, None, Given::All(system));
+        let extras = self.0.extras().map(|extras| Box::new(extras.clone()));
+        self.0 = assemble(*self.head(), extras, sections, None, Given::All(system));
     }
 
     /// Where the body ends: before the text of the system properties kept apart.
@@ -492,12 +486,13 @@ impl Message {
 
     /// What few messages carry (scheduling, forwarding, topic and partition details).
     pub fn extras(&self) -> &Extras {
-        self.head().extras.as_deref().unwrap_or(&NO_EXTRAS)
+        self.0.extras().unwrap_or(&NO_EXTRAS)
     }
 
     /// Changes them.
     pub fn edit_extras<R>(&mut self, change: impl FnOnce(&mut Extras) -> R) -> R {
-        self.edit_head(|head| change(head.extras.get_or_insert_with(Box::default)))
+        self.0
+            .edit(|_, extras| change(extras.get_or_insert_with(Box::default)))
     }
 
     /// Size of the message as the client encoded it (Service Bus `Size`), in bytes.
