@@ -81,17 +81,16 @@ impl<H: Copy, E: Clone> Shared<H, E> {
         (whole, extras_at, bytes_at)
     }
 
-    /// One allocation holding `head`, `extras` and a copy of `bytes`.
+    /// One allocation holding `head`, `extras` and a copy of `parts`, one after another
+    /// (each copied once, straight into it).
     ///
     /// # Panics
-    /// When `bytes` is longer than [`MAX_LEN`] (ingress keeps messages far shorter).
-    pub fn new(head: H, extras: Option<Box<E>>, bytes: &[u8]) -> Self {
-        assert!(
-            bytes.len() <= MAX_LEN,
-            "{} bytes in one message",
-            bytes.len()
-        );
-        let (layout, extras_at, bytes_at) = Self::layout(bytes.len(), extras.is_some());
+    /// When the parts are longer than [`MAX_LEN`] together (ingress keeps messages far
+    /// shorter).
+    pub fn new(head: H, extras: Option<Box<E>>, parts: &[&[u8]]) -> Self {
+        let len: usize = parts.iter().map(|part| part.len()).sum();
+        assert!(len <= MAX_LEN, "{len} bytes in one message");
+        let (layout, extras_at, bytes_at) = Self::layout(len, extras.is_some());
         // SAFETY: the layout is never zero-sized (it holds a prefix).
         let raw = unsafe { alloc(layout) };
         let Some(start) = NonNull::new(raw) else {
@@ -100,11 +99,11 @@ impl<H: Copy, E: Clone> Shared<H, E> {
         let flag = if extras.is_some() { HAS_EXTRAS } else { 0 };
         // SAFETY: `start` is a fresh allocation of `layout`, aligned for `Prefix<H>` (the
         // layout's first part), for a `*mut E` at `extras_at` and `bytes_at` bytes after the
-        // start, with `bytes.len()` bytes there; nothing else refers to it yet.
+        // start, with `len` bytes there, which the parts fill; nothing else refers to it yet.
         unsafe {
             start.cast::<Prefix<H>>().write(Prefix {
                 count: AtomicU32::new(1),
-                len: bytes.len() as u32 | flag,
+                len: len as u32 | flag,
                 head,
             });
             if let Some(extras) = extras {
@@ -113,11 +112,11 @@ impl<H: Copy, E: Clone> Shared<H, E> {
                     .cast::<*mut E>()
                     .write(Box::into_raw(extras));
             }
-            std::ptr::copy_nonoverlapping(
-                bytes.as_ptr(),
-                start.add(bytes_at).as_ptr(),
-                bytes.len(),
-            );
+            let mut at = start.add(bytes_at);
+            for part in parts {
+                std::ptr::copy_nonoverlapping(part.as_ptr(), at.as_ptr(), part.len());
+                at = at.add(part.len());
+            }
         }
         Shared {
             ptr: start.cast(),
@@ -192,7 +191,7 @@ impl<H: Copy, E: Clone> Shared<H, E> {
         if !self.is_unique() {
             let mut extras = self.extras().map(|extras| Box::new(extras.clone()));
             let result = change(&mut head, &mut extras);
-            *self = Shared::new(head, extras, self.bytes());
+            *self = Shared::new(head, extras, &[self.bytes()]);
             return result;
         }
         let slot = self.extras_slot();
@@ -217,7 +216,7 @@ impl<H: Copy, E: Clone> Shared<H, E> {
             (_, extras) => {
                 // The rare fields came or went: a layout with or without their pointer
                 // (the old allocation's slot is null, so dropping it frees only memory).
-                *self = Shared::new(head, extras, self.bytes());
+                *self = Shared::new(head, extras, &[self.bytes()]);
             }
         }
         result
@@ -317,11 +316,12 @@ mod tests {
     fn head_rare_fields_and_bytes_read_back_in_every_layout() {
         let drops = Arc::new(AtomicUsize::new(0));
         for bytes in [&b""[..], b"x", &[7u8; 1000]] {
-            let plain = Handle::new([1; 16], None, bytes);
+            let plain = Handle::new([1; 16], None, &[bytes]);
             assert_eq!(plain.head(), &[1; 16]);
             assert!(plain.extras().is_none());
             assert_eq!(plain.bytes(), bytes);
-            let rare = Handle::new([2; 16], counted(42, &drops), bytes);
+            let (front, back) = bytes.split_at(bytes.len() / 2);
+            let rare = Handle::new([2; 16], counted(42, &drops), &[front, back]);
             assert_eq!(rare.head(), &[2; 16]);
             assert_eq!(rare.extras().map(|extras| extras.value), Some(42));
             assert_eq!(rare.bytes(), bytes);
@@ -336,7 +336,7 @@ mod tests {
     #[test]
     fn the_last_handle_frees_the_rare_fields_once() {
         let drops = Arc::new(AtomicUsize::new(0));
-        let first = Handle::new([0; 16], counted(1, &drops), b"abc");
+        let first = Handle::new([0; 16], counted(1, &drops), &[b"abc"]);
         let copies: Vec<Handle> = (0..10).map(|_| first.clone()).collect();
         drop(first);
         let threads: Vec<_> = copies
@@ -358,7 +358,7 @@ mod tests {
     #[test]
     fn an_edit_changes_only_its_own_handle() {
         let drops = Arc::new(AtomicUsize::new(0));
-        let original = Handle::new([1; 16], counted(1, &drops), b"body");
+        let original = Handle::new([1; 16], counted(1, &drops), &[b"body"]);
         let mut edited = original.clone();
         edited.edit(|head, extras| {
             head[0] = 9;
@@ -376,7 +376,7 @@ mod tests {
     #[test]
     fn a_unique_handle_is_edited_in_place_and_rare_fields_come_and_go() {
         let drops = Arc::new(AtomicUsize::new(0));
-        let mut handle = Handle::new([1; 16], None, b"body");
+        let mut handle = Handle::new([1; 16], None, &[b"bo", b"", b"dy"]);
         let before = handle.ptr;
         handle.edit(|head, _| head[1] = 5);
         assert_eq!(handle.ptr, before, "in place");
@@ -400,7 +400,7 @@ mod tests {
     #[test]
     fn a_panicking_edit_leaves_a_handle_that_drops_cleanly() {
         let drops = Arc::new(AtomicUsize::new(0));
-        let mut handle = Handle::new([0; 16], counted(1, &drops), b"x");
+        let mut handle = Handle::new([0; 16], counted(1, &drops), &[b"x"]);
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             handle.edit(|_, _| panic!("in the change"));
         }));
