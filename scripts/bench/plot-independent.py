@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 PEERS = ["ferrobus", "proton", "p2p", "baseline"]
 LABELS = {
     "ferrobus": "ferrobus",
-    "proton": "Proton-C example broker",
+    "proton": "Proton-C\nexample broker",
     "p2p": "peer-to-peer\n(no broker)",
     "baseline": "ferrobus\n(older build)",
 }
@@ -75,7 +75,9 @@ def main():
     rate_axes.set_title("msg/s per run (dot, round number) and median (bar)", fontsize=10)
     rate_axes.set_ylim(bottom=0)
     broker_peers = [peer for peer in peers if peer != "p2p"]
-    cpu_axes.set_xticks(range(len(broker_peers)), [LABELS[peer] for peer in broker_peers])
+    # The CPU bars stand where their peer stands in the left chart (peer-to-peer has none).
+    cpu_axes.set_xticks([peers.index(peer) for peer in broker_peers],
+                        [LABELS[peer] for peer in broker_peers])
     cpu_axes.set_ylabel("broker CPU µs per message")
     cpu_axes.set_title("broker CPU per message", fontsize=10)
     cpu_axes.set_ylim(bottom=0)
