@@ -12,6 +12,7 @@
 //! the message's and the entity's), so there are as many of them as defaults configured, and
 //! the code is its index in a table of the longer durations seen by this process.
 
+use std::cell::Cell;
 use std::sync::{PoisonError, RwLock};
 use std::time::Duration;
 
@@ -37,11 +38,29 @@ pub const LONGEST_INLINE: u64 = LONG_BASE - 2;
 /// to live, each kept once.
 static LONG: RwLock<Vec<u64>> = RwLock::new(Vec::new());
 
+thread_local! {
+    /// The long duration last coded or read on this thread, and its code (0: none yet): an
+    /// entity whose default is long codes and reads the same one for every message, and
+    /// does so without touching the table's lock, shared by every thread.
+    static LAST_LONG: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+}
+
 /// The time-to-live code of `millis`.
 fn ttl_code(millis: u64) -> u64 {
     if millis <= LONGEST_INLINE {
         return millis + 1;
     }
+    let (last_millis, last_code) = LAST_LONG.get();
+    if last_code != 0 && last_millis == millis {
+        return last_code;
+    }
+    let code = long_code(millis);
+    LAST_LONG.set((millis, code));
+    code
+}
+
+/// The code of a duration longer than [`LONGEST_INLINE`], from the table.
+fn long_code(millis: u64) -> u64 {
     if let Some(index) = LONG
         .read()
         .unwrap_or_else(PoisonError::into_inner)
@@ -67,12 +86,19 @@ fn ttl_millis(code: u64) -> u64 {
     if code < LONG_BASE {
         return code - 1;
     }
+    let (last_millis, last_code) = LAST_LONG.get();
+    if last_code == code {
+        return last_millis;
+    }
     let index = (code - LONG_BASE) as usize;
-    LONG.read()
+    let millis = LONG
+        .read()
         .unwrap_or_else(PoisonError::into_inner)
         .get(index)
         .copied()
-        .unwrap_or(u64::MAX)
+        .unwrap_or(u64::MAX);
+    LAST_LONG.set((millis, code));
+    millis
 }
 
 /// See the module documentation.
@@ -231,6 +257,19 @@ mod tests {
             let again = Packed::new(Some(ttl));
             assert_eq!(again.0 & TTL_MASK, packed.0 & TTL_MASK);
         }
+        // Two long durations in turn, and read on a thread that coded neither.
+        let year = Packed::new(Some(long[1]));
+        let more = Packed::new(Some(long[3]));
+        for _ in 0..3 {
+            assert_eq!(year.time_to_live(), Some(long[1]));
+            assert_eq!(more.time_to_live(), Some(long[3]));
+        }
+        std::thread::spawn(move || {
+            assert_eq!(more.time_to_live(), Some(long[3]));
+            assert_eq!(year.time_to_live(), Some(long[1]));
+        })
+        .join()
+        .expect("reader");
         // Whole milliseconds, as on the wire.
         assert_eq!(
             Packed::new(Some(Duration::from_micros(2_500))).time_to_live(),
