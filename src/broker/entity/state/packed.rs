@@ -217,6 +217,13 @@ mod tests {
     }
 
     #[test]
+    fn a_record_is_32_bytes() {
+        // Issue 16: the message, the sequence number, the enqueued time and these eight.
+        assert_eq!(std::mem::size_of::<Packed>(), 8);
+        assert_eq!(std::mem::size_of::<super::super::Record>(), 32);
+    }
+
+    #[test]
     fn a_new_record_is_active_unexpiring_and_undelivered() {
         let packed = Packed::new(Some(Duration::from_millis(250)));
         assert_eq!(packed.state(), MessageState::Active);
