@@ -305,9 +305,10 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
             .iter()
             .find(|range| !range.is_empty())
             .map_or(0, |range| range.start);
-        Message::from_joined(&bytes[start..body_range.end], lengths, apart)
+        Message::from_joined(header_fields, &bytes[start..body_range.end], lengths, apart)
     } else {
         Message::from_parts_apart(
+            header_fields,
             [
                 &annotations,
                 properties_bytes,
@@ -317,9 +318,6 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
             apart,
         )
     };
-    if header_fields != HeaderFields::default() {
-        message.set_header(header_fields);
-    }
     let Some(extras) = extras else {
         return Ok(message);
     };
@@ -528,26 +526,26 @@ pub fn encode_delivery(view: DeliveryView<'_>, output: &mut BytesMut) {
         writer.int(record.state() as i32);
         annotations.count += 2;
     }
-    writer.raw(message.annotation_entries());
-    annotations.count += message.annotation_element_count();
+    // Where the sections lie is read once (issue 16: the head keeps no offsets).
+    let [entries, properties, application, body] = message.sections();
+    writer.raw(entries);
+    if !entries.is_empty() {
+        annotations.count += message.annotation_element_count();
+    }
     writer.finish_compound(annotations);
 
     match lowered_ttl_properties(record) {
         Some(properties) => writer.raw(&properties),
-        None => writer.raw(message.properties_section()),
+        None => writer.raw(properties),
     }
     // What the broker set on this copy (dead-letter reason, properties-to-modify) is in the
     // section already; properties carried from a forwarding source are merged here.
     if extras.extra_properties.is_empty() {
-        writer.raw(message.application_properties_section());
+        writer.raw(application);
     } else {
-        write_changed_application_properties(
-            &mut writer,
-            message.application_properties_section(),
-            &extras.extra_properties,
-        );
+        write_changed_application_properties(&mut writer, application, &extras.extra_properties);
     }
-    writer.raw(message.body());
+    writer.raw(body);
 }
 
 /// When the entity lowered the message's TTL (rule TTL-2), the properties section with
@@ -556,7 +554,7 @@ pub fn encode_delivery(view: DeliveryView<'_>, output: &mut BytesMut) {
 fn lowered_ttl_properties(record: &Record) -> Option<Vec<u8>> {
     let effective = record.time_to_live()?;
     if record.message.header().time_to_live == Some(effective)
-        || record.message.properties_section().is_empty()
+        || properties_count(record.message.properties_section()) < CREATION_TIME_COUNT
     {
         return None;
     }
@@ -568,6 +566,28 @@ fn lowered_ttl_properties(record: &Record) -> Option<Vec<u8>> {
     properties.absolute_expiry_time =
         Some(serde_amqp::primitives::Timestamp::from_milliseconds(expiry));
     serde_amqp::to_vec(&properties).ok()
+}
+
+/// How many fields a properties list must hold to carry `creation-time` (the tenth).
+const CREATION_TIME_COUNT: usize = 10;
+
+/// How many fields an encoded properties section's list holds, from its constructor (0 when
+/// it is not a list): messages without a creation time are told apart before any decoding
+/// (issue 16: an entity with a default time to live decoded the properties of every
+/// message without one, on every delivery).
+fn properties_count(section: &[u8]) -> usize {
+    if section.first() != Some(&0x00) {
+        return 0;
+    }
+    let Ok(descriptor) = codec::value_length(section, 1) else {
+        return 0;
+    };
+    let list = 1 + descriptor;
+    match section.get(list) {
+        Some(0xc0) => section.get(list + 2).map_or(0, |count| *count as usize),
+        Some(0xd0) => codec::read_u32(section, list + 5).unwrap_or(0),
+        _ => 0,
+    }
 }
 
 pub fn write_property_value(writer: &mut Writer<'_>, value: &PropertyValue) {

@@ -60,15 +60,13 @@ static NO_EXTRAS: Extras = Extras {
     partition_key: None,
 };
 
-/// A message's fixed fields, kept in front of its bytes in its one allocation (16 bytes;
-/// with the reference count and the length, 24: issue 16). The rare fields ([`Extras`]) are
-/// pointed to from the allocation only when there are any (`shared`).
+/// A message's fixed fields, kept in front of its bytes in its one allocation (4 bytes;
+/// with the reference count and the length, 12: issue 16). The rare fields ([`Extras`]) are
+/// pointed to from the allocation only when there are any (`shared`); a time to live and,
+/// for sections that do not delimit themselves, their ends, follow the bytes only when
+/// there are any ([`Bounds`]).
 #[derive(Debug, Clone, Copy, Default)]
 struct Head {
-    /// Where the annotations, the properties and the application properties end, as 24-bit
-    /// little-endian numbers (ingress keeps these sections within [`MAX_HEADER_SECTIONS`]).
-    /// The body follows up to the text of the system properties kept apart, or to the end.
-    ends: [[u8; 3]; 3],
     /// [`DURABLE`], [`HAS_TTL`], and above them ([`HOP_SHIFT`]) the auto-forwarding hops
     /// this message has made (rule FWD-2; at most [`MAX_HOPS`]).
     bits: u8,
@@ -77,9 +75,23 @@ struct Head {
     /// Bit `i`: system field `i` is kept in the text after the body instead of read from
     /// the properties section (`system::text_apart`).
     system_in_text: u8,
-    /// `header.ttl` in milliseconds, as AMQP carries it (when [`HAS_TTL`] is set).
-    ttl_millis: u32,
+    /// [`ENDS_KEPT`].
+    trailers: u8,
 }
+
+/// `Head::trailers`: the ends of the annotations, properties and application properties
+/// are kept as 24-bit little-endian numbers in the last 9 bytes. Without it the annotations
+/// are empty and the other two sections are found by their descriptors and encoded
+/// lengths, as ingress checked them (issue 16: 9 bytes less per message). Annotations, or
+/// sections given that are not such (a test's, an old record's), keep their ends.
+const ENDS_KEPT: u8 = 1;
+
+/// Bytes of the kept ends.
+const ENDS_LEN: usize = 9;
+
+/// Bytes of the kept time to live (`header.ttl`, a 32-bit little-endian number of
+/// milliseconds, after the text of the system properties, when [`HAS_TTL`] is set).
+const TTL_LEN: usize = 4;
 
 /// `Head::bits`: `header.durable`.
 const DURABLE: u8 = 1;
@@ -91,7 +103,7 @@ const HOP_SHIFT: u32 = 2;
 pub const MAX_HOPS: u8 = u8::MAX >> HOP_SHIFT;
 
 /// How many bytes a message's annotations, properties and application properties may take
-/// together: their ends are kept in 24 bits, and this leaves room for what the broker adds
+/// together: their ends are kept in 24 bits (when kept: [`ENDS_KEPT`]), and this leaves room for what the broker adds
 /// to them later (rule actions, dead-letter reasons). Service Bus allows 64 KB of header;
 /// ingress refuses more than this with an error naming the size.
 pub const MAX_HEADER_SECTIONS: usize = 8 * 1024 * 1024;
@@ -109,6 +121,60 @@ fn end_from_bytes([a, b, c]: [u8; 3]) -> usize {
     u32::from_le_bytes([a, b, c, 0]) as usize
 }
 
+/// Where a message's parts lie in its bytes.
+struct Bounds {
+    /// Where the annotations, the properties and the application properties end.
+    ends: [usize; 3],
+    /// Where the body ends and the text of the system properties kept apart starts.
+    body_end: usize,
+    /// Where that text (with its length) ends and the trailers start.
+    text_end: usize,
+}
+
+/// The length of the section with descriptor `code` that starts `bytes` (0 when another
+/// starts it, or nothing readable).
+fn leading_section(bytes: &[u8], code: u64) -> usize {
+    if crate::amqp::codec::section_code(bytes, 0) != Some(code) {
+        return 0;
+    }
+    crate::amqp::codec::value_length(bytes, 0).unwrap_or(0)
+}
+
+/// The ends of the annotations (none), properties and application properties at the start
+/// of `bytes` (which end with the body), found from their descriptors and lengths.
+fn found_ends(bytes: &[u8]) -> [usize; 3] {
+    let properties = leading_section(bytes, PROPERTIES_CODE);
+    let application = leading_section(&bytes[properties..], APPLICATION_PROPERTIES_CODE);
+    [0, properties, properties + application]
+}
+
+/// Whether [`found_ends`] finds these sections where they are given: no annotations, each
+/// of the two sections either empty or one whole section of its kind, and nothing after an
+/// empty one that would be taken for it.
+fn self_delimiting(sections: [&[u8]; 4]) -> bool {
+    let whole = |section: &[u8], code| {
+        section.is_empty() || leading_section(section, code) == section.len()
+    };
+    let next = |from: usize| {
+        sections[from..]
+            .iter()
+            .copied()
+            .find(|section| !section.is_empty())
+            .unwrap_or_default()
+    };
+    sections[0].is_empty()
+        && whole(sections[1], PROPERTIES_CODE)
+        && whole(sections[2], APPLICATION_PROPERTIES_CODE)
+        && (!sections[1].is_empty() || leading_section(next(2), PROPERTIES_CODE) == 0)
+        && (!sections[2].is_empty()
+            || leading_section(sections[3], APPLICATION_PROPERTIES_CODE) == 0)
+}
+
+/// The properties section's descriptor code.
+const PROPERTIES_CODE: u64 = 0x73;
+/// The application-properties section's descriptor code.
+const APPLICATION_PROPERTIES_CODE: u64 = 0x74;
+
 /// One message as accepted from a client, immutable and shared by every copy (clones
 /// share it; the `set_*` and `edit_*` methods copy it first when it is shared). Its
 /// fixed fields and its kept sections lie in one allocation sized to them (issue 16: never
@@ -117,8 +183,9 @@ fn end_from_bytes([a, b, c]: [u8; 3]) -> usize {
 /// values, without the map constructor, broker-owned `x-opt-*` keys removed), the encoded
 /// properties section, the encoded application-properties section (both descriptor
 /// included, empty if none), the body sections and footer exactly as sent, then the text of
-/// the system properties the properties section does not hold as text (usually none). The
-/// rarer fields are out of line.
+/// the system properties the properties section does not hold as text (usually none), then
+/// `header.ttl` when the sender set one, then the sections' ends when they are kept
+/// ([`ENDS_KEPT`]). The rarer fields are out of line.
 #[derive(Clone)]
 pub struct Message(Shared<Head, Extras>);
 
@@ -167,35 +234,66 @@ enum Given<'a> {
 }
 
 /// Builds a message's one allocation: its sections back to back (`whole`, when they already
-/// lie so), then the text of the system properties the properties section does not hold.
+/// lie so), then the text of the system properties the properties section does not hold,
+/// then `ttl` (`header.ttl` in milliseconds) when there is one, then the sections' ends
+/// when they do not delimit themselves.
 fn assemble(
     mut head: Head,
     extras: Option<Box<Extras>>,
     sections: [&[u8]; 4],
     whole: Option<&[u8]>,
     system: Given<'_>,
+    ttl: Option<u32>,
 ) -> Shared<Head, Extras> {
-    let mut end = 0;
-    for (index, section) in sections.iter().take(3).enumerate() {
-        end += section.len();
-        head.ends[index] = end_to_bytes(end);
-    }
     let mut text = Vec::new();
     head.system_in_text = match system {
         Given::All(values) => text_apart(sections[1], values, &mut text),
         Given::Apart(values) => text_apart_given(values, &mut text),
     };
+    let mut trailers = [0; TTL_LEN + ENDS_LEN];
+    let mut trailers_len = 0;
+    head.bits &= !HAS_TTL;
+    if let Some(ttl) = ttl {
+        head.bits |= HAS_TTL;
+        trailers[..TTL_LEN].copy_from_slice(&ttl.to_le_bytes());
+        trailers_len = TTL_LEN;
+    }
+    head.trailers &= !ENDS_KEPT;
+    if !self_delimiting(sections) {
+        head.trailers |= ENDS_KEPT;
+        let mut end = 0;
+        for section in sections.iter().take(3) {
+            end += section.len();
+            trailers[trailers_len..trailers_len + 3].copy_from_slice(&end_to_bytes(end));
+            trailers_len += 3;
+        }
+    }
+    let trailers = &trailers[..trailers_len];
     // Each part copied once, straight into the allocation (issue 16: parts that did not
     // lie back to back, as when the broker assigns a message id, were joined in a buffer
     // first and the body copied twice).
     match whole {
-        Some(whole) => Shared::new(head, extras, &[whole, &text]),
+        Some(whole) => Shared::new(head, extras, &[whole, &text, trailers]),
         None => Shared::new(
             head,
             extras,
-            &[sections[0], sections[1], sections[2], sections[3], &text],
+            &[
+                sections[0],
+                sections[1],
+                sections[2],
+                sections[3],
+                &text,
+                trailers,
+            ],
         ),
     }
+}
+
+/// `header.ttl` as a head keeps it: whole milliseconds up to `u32::MAX`.
+fn ttl_millis(header: &HeaderFields) -> Option<u32> {
+    header
+        .time_to_live
+        .map(|ttl| u32::try_from(ttl.as_millis()).unwrap_or(u32::MAX))
 }
 
 impl Message {
@@ -208,26 +306,46 @@ impl Message {
             sections,
             None,
             Given::All(system),
+            None,
         ))
     }
 
-    /// A message of these sections whose properties section holds every system property
-    /// as text but those in `apart` (ingress: identifiers that are not strings), which is
-    /// then not read.
-    pub fn from_parts_apart(sections: [&[u8]; 4], apart: [Option<&str>; 8]) -> Message {
+    /// A head holding these header fields but the time to live, which goes in the bytes.
+    fn head_of(header: &HeaderFields) -> Head {
+        Head {
+            bits: if header.durable { DURABLE } else { 0 },
+            priority: header.priority,
+            ..Head::default()
+        }
+    }
+
+    /// A message of these header fields and sections whose properties section holds every
+    /// system property as text but those in `apart` (ingress: identifiers that are not
+    /// strings), which is then not read.
+    pub fn from_parts_apart(
+        header: HeaderFields,
+        sections: [&[u8]; 4],
+        apart: [Option<&str>; 8],
+    ) -> Message {
         Message(assemble(
-            Head::default(),
+            Message::head_of(&header),
             None,
             sections,
             None,
             Given::Apart(apart),
+            ttl_millis(&header),
         ))
     }
 
     /// [`Message::from_parts_apart`] of four sections lying back to back in `joined` (as a
     /// transfer usually carries them), each `lengths[i]` bytes long: one copy, into the
     /// message's allocation.
-    pub fn from_joined(joined: &[u8], lengths: [usize; 4], apart: [Option<&str>; 8]) -> Message {
+    pub fn from_joined(
+        header: HeaderFields,
+        joined: &[u8],
+        lengths: [usize; 4],
+        apart: [Option<&str>; 8],
+    ) -> Message {
         let mut sections: [&[u8]; 4] = [&[]; 4];
         let mut rest = joined;
         for (section, length) in sections.iter_mut().zip(lengths) {
@@ -236,11 +354,12 @@ impl Message {
             rest = after;
         }
         Message(assemble(
-            Head::default(),
+            Message::head_of(&header),
             None,
             sections,
             Some(joined),
             Given::Apart(apart),
+            ttl_millis(&header),
         ))
     }
 
@@ -268,26 +387,34 @@ impl Message {
         HeaderFields {
             durable: head.bits & DURABLE != 0,
             priority: head.priority,
-            time_to_live: (head.bits & HAS_TTL != 0)
-                .then(|| Duration::from_millis(head.ttl_millis.into())),
+            time_to_live: self
+                .ttl_millis()
+                .map(|millis| Duration::from_millis(millis.into())),
         }
     }
 
+    /// `header.ttl` in milliseconds, from the bytes after the text (when there is one).
+    fn ttl_millis(&self) -> Option<u32> {
+        if self.head().bits & HAS_TTL == 0 {
+            return None;
+        }
+        let at = self.bounds().text_end;
+        let ttl = self.bytes().get(at..at + TTL_LEN)?;
+        Some(u32::from_le_bytes(ttl.try_into().ok()?))
+    }
+
     /// Gives the message these header fields (a time to live in whole milliseconds up to
-    /// `u32::MAX`, as AMQP carries it: `header.ttl` is a `uint`).
+    /// `u32::MAX`, as AMQP carries it: `header.ttl` is a `uint`). A different time to live
+    /// rebuilds the allocation (it lies after the bytes); the rest is changed in place when
+    /// this is the only copy.
     pub fn set_header(&mut self, header: HeaderFields) {
+        let ttl = ttl_millis(&header);
+        if ttl != self.ttl_millis() {
+            self.rebuild(None, None, ttl);
+        }
         self.edit_head(|head| {
-            head.bits = (head.bits & !(DURABLE | HAS_TTL))
-                | if header.durable { DURABLE } else { 0 }
-                | if header.time_to_live.is_some() {
-                    HAS_TTL
-                } else {
-                    0
-                };
+            head.bits = (head.bits & !DURABLE) | if header.durable { DURABLE } else { 0 };
             head.priority = header.priority;
-            head.ttl_millis = header
-                .time_to_live
-                .map_or(0, |ttl| u32::try_from(ttl.as_millis()).unwrap_or(u32::MAX));
         });
     }
 
@@ -323,46 +450,105 @@ impl Message {
 
     /// The parsed system properties.
     pub fn system(&self) -> System<'_> {
-        let bytes = self.bytes();
-        let text = bytes
-            .get(self.body_end()..bytes.len().saturating_sub(4))
+        let bounds = self.bounds();
+        let [_, properties, _, _] = self.sections_within(&bounds);
+        let text = self
+            .bytes()
+            .get(bounds.body_end..bounds.text_end.saturating_sub(4))
             .unwrap_or_default();
-        System::of_message(self.section(1), text, self.head().system_in_text)
+        System::of_message(properties, text, self.head().system_in_text)
     }
 
     /// Gives the message these system properties.
     pub fn set_system(&mut self, system: SystemProperties) {
-        self.rebuild(None, system.view().values());
+        self.rebuild(None, Some(system.view().values()), self.ttl_millis());
     }
 
-    /// Rebuilds the allocation with one section replaced and these system properties.
-    fn rebuild(&mut self, replace: Option<(usize, &[u8])>, system: [Option<&str>; 8]) {
-        let mut sections = [0, 1, 2, 3].map(|at| self.section(at));
+    /// Rebuilds the allocation with one section replaced, these system properties (or the
+    /// same) and this time to live.
+    fn rebuild(
+        &mut self,
+        replace: Option<(usize, &[u8])>,
+        system: Option<[Option<&str>; 8]>,
+        ttl: Option<u32>,
+    ) {
+        let mut sections = self.sections();
         if let Some((index, section)) = replace {
             sections[index] = section;
         }
+        let kept;
+        let system = match system {
+            Some(values) => values,
+            None => {
+                kept = self
+                    .system()
+                    .values()
+                    .map(|value| value.map(str::to_string));
+                kept.each_ref().map(|value| value.as_deref())
+            }
+        };
         let extras = self.0.extras().map(|extras| Box::new(extras.clone()));
-        self.0 = assemble(*self.head(), extras, sections, None, Given::All(system));
+        self.0 = assemble(
+            *self.head(),
+            extras,
+            sections,
+            None,
+            Given::All(system),
+            ttl,
+        );
+    }
+
+    /// Where the parts lie: read from the back (the kept ends, the time to live, the text's
+    /// length), then the sections' ends kept or found from their descriptors.
+    fn bounds(&self) -> Bounds {
+        let bytes = self.bytes();
+        let head = self.head();
+        let mut end = bytes.len();
+        let mut ends = None;
+        if head.trailers & ENDS_KEPT != 0 {
+            end = end.saturating_sub(ENDS_LEN);
+            let kept = bytes.get(end..end + ENDS_LEN).unwrap_or(&[0; ENDS_LEN]);
+            ends = Some([0, 3, 6].map(|at| end_from_bytes([kept[at], kept[at + 1], kept[at + 2]])));
+        }
+        if head.bits & HAS_TTL != 0 {
+            end = end.saturating_sub(TTL_LEN);
+        }
+        let text_end = end;
+        let body_end = text_end - text_apart_len(&bytes[..text_end], head.system_in_text);
+        let ends = ends
+            .map(|ends| ends.map(|end| end.min(body_end)))
+            .unwrap_or_else(|| found_ends(&bytes[..body_end]));
+        Bounds {
+            ends,
+            body_end,
+            text_end,
+        }
     }
 
     /// Where the body ends: before the text of the system properties kept apart.
     fn body_end(&self) -> usize {
-        let bytes = self.bytes();
-        bytes.len() - text_apart_len(bytes, self.head().system_in_text)
+        self.bounds().body_end
+    }
+
+    /// The annotation entries, properties, application properties and body, as
+    /// [`Message::annotation_entries`] and the others give them, found at once.
+    pub fn sections(&self) -> [&[u8]; 4] {
+        self.sections_within(&self.bounds())
+    }
+
+    fn sections_within(&self, bounds: &Bounds) -> [&[u8]; 4] {
+        let bytes = &self.bytes()[..bounds.body_end];
+        let [annotations, properties, application] = bounds.ends;
+        [
+            &bytes[..annotations],
+            &bytes[annotations..properties],
+            &bytes[properties..application],
+            &bytes[application..],
+        ]
     }
 
     fn section(&self, index: usize) -> &[u8] {
-        let ends = &self.head().ends;
-        let start = if index == 0 {
-            0
-        } else {
-            end_from_bytes(ends[index - 1])
-        };
-        let end = match ends.get(index) {
-            Some(end) => end_from_bytes(*end),
-            None => self.body_end(),
-        };
-        self.bytes().get(start..end).unwrap_or_default()
+        self.sections()[index]
     }
 
     /// The client's message annotations as encoded map entries (keys and values, without
@@ -387,14 +573,7 @@ impl Message {
     }
 
     fn replace_section(&mut self, index: usize, section: &[u8]) {
-        let system = self
-            .system()
-            .values()
-            .map(|value| value.map(str::to_string));
-        self.rebuild(
-            Some((index, section)),
-            system.each_ref().map(|value| value.as_deref()),
-        );
+        self.rebuild(Some((index, section)), None, self.ttl_millis());
     }
 
     /// Replaces the properties section.
@@ -492,7 +671,8 @@ impl Message {
 
     /// Bytes of system-property text held apart from the properties section.
     fn system_text_len(&self) -> usize {
-        text_apart_len(self.bytes(), self.head().system_in_text)
+        let bounds = self.bounds();
+        bounds.text_end - bounds.body_end
     }
 }
 

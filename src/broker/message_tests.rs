@@ -139,6 +139,7 @@ fn sections_back_to_back_build_the_same_message_as_sections_apart() {
     let values = values.each_ref().map(|value| value.as_deref());
     let apart = Message::from_parts([b"", &section, application, body], values);
     let together = Message::from_joined(
+        HeaderFields::default(),
         &joined,
         [0, section.len(), application.len(), body.len()],
         values,
@@ -258,10 +259,163 @@ fn a_value_the_message_no_longer_has_is_absent_though_the_section_holds_it() {
 }
 
 #[test]
-fn the_fixed_fields_fit_in_16_bytes() {
-    // Issue 16: the head rides in front of the bytes of every stored message.
-    assert_eq!(std::mem::size_of::<Head>(), 16);
+fn the_fixed_fields_fit_in_4_bytes() {
+    // Issue 16: the head rides in front of the bytes of every stored message; with the
+    // count and the length, 12 bytes.
+    assert_eq!(std::mem::size_of::<Head>(), 4);
     assert_eq!(std::mem::size_of::<Message>(), 8);
+}
+
+/// The sections of a message as an SDK sends them: properties, application properties, a
+/// data section.
+fn sdk_sections() -> (Vec<u8>, Vec<u8>, Vec<u8>) {
+    let properties = encoded(&full_properties());
+    let application = b"\x00\x53\x74\xc1\x05\x02\xa1\x01k\x41".to_vec();
+    let body = [&b"\x00\x53\x75\xb0\x00\x00\x04\x00"[..], &[7; 1024]].concat();
+    (properties, application, body)
+}
+
+#[test]
+fn sections_found_by_their_descriptors_keep_no_ends() {
+    // Issue 16: a message without annotations whose properties and application properties
+    // are whole sections holds its bytes and nothing else (no ends, no time to live).
+    let (properties, application, body) = sdk_sections();
+    let all = full_properties();
+    let values = crate::amqp::message::system_values(&all);
+    let values = values.each_ref().map(|value| value.as_deref());
+    for sections in [
+        [&[][..], &properties, &application, &body],
+        [&[], &properties, &[], &body],
+        [&[], &[], &application, &body],
+        [&[], &[], &[], &body],
+    ] {
+        let message = Message::from_parts(sections, values);
+        assert_eq!(message.head().trailers & ENDS_KEPT, 0, "{sections:?}");
+        let held: usize = sections.iter().map(|section| section.len()).sum();
+        assert_eq!(
+            message.bytes().len(),
+            held + message.system_text_len(),
+            "only the bytes"
+        );
+        assert_eq!(message.sections(), sections);
+        assert_eq!(message.properties_section(), sections[1]);
+        assert_eq!(message.application_properties_section(), sections[2]);
+        assert_eq!(message.body(), sections[3]);
+    }
+    // The same as a transfer carries them, through the ingress parser.
+    let transfer = [&properties[..], &application, &body].concat();
+    let parsed =
+        crate::amqp::message::parse_message(bytes::Bytes::from(transfer.clone())).expect("parses");
+    assert_eq!(parsed.head().trailers & ENDS_KEPT, 0);
+    assert_eq!(
+        parsed.bytes(),
+        &transfer[..],
+        "the transfer's bytes, no more"
+    );
+    assert_eq!(parsed.body(), &body[..]);
+    assert_eq!(parsed.system().message_id(), Some("id-1"));
+}
+
+#[test]
+fn the_long_descriptor_form_is_found_as_well() {
+    // `0x00 0x80 <ulong>` describes a section as `0x00 0x53 <ubyte>` does.
+    let properties = b"\x00\x80\x00\x00\x00\x00\x00\x00\x00\x73\xc0\x04\x01\xa1\x01a";
+    let application = b"\x00\x80\x00\x00\x00\x00\x00\x00\x00\x74\xc1\x01\x00";
+    let body = b"\x00\x53\x77\x40";
+    let message = Message::from_parts([&[], properties, application, body], [None; 8]);
+    assert_eq!(message.head().trailers & ENDS_KEPT, 0);
+    assert_eq!(
+        message.sections(),
+        [&[][..], &properties[..], &application[..], &body[..]]
+    );
+}
+
+#[test]
+fn sections_that_do_not_delimit_themselves_keep_their_ends() {
+    let (properties, application, body) = sdk_sections();
+    let annotations = [0xa3, 0x01, b'k', 0x41];
+    for sections in [
+        // Annotations have no section of their own here (their entries only).
+        [&annotations[..], &properties, &application, &body],
+        // Not a whole properties section; not one at all.
+        [&[], &properties[..properties.len() - 1], &[], &body],
+        [&[], b"\x12\x34", &[], &body],
+        // Absent properties, and a body that starts as if it were some.
+        [&[], &[], &[], &properties],
+        [&[], &[], &[], &[&properties[..], &body].concat()],
+        // Absent application properties, and a body that starts as if it were some.
+        [&[], &properties, &[], &application],
+        // Application properties with something after them in the same part.
+        [
+            &[],
+            &properties,
+            &[&application[..], &[0x40]].concat(),
+            &body,
+        ],
+    ] {
+        let message = Message::from_parts(sections, [None; 8]);
+        assert_ne!(message.head().trailers & ENDS_KEPT, 0, "{sections:?}");
+        assert_eq!(message.sections(), sections, "read back where given");
+        assert_eq!(message.encoded_size(), sections.concat().len() + 16);
+    }
+}
+
+#[test]
+fn a_time_to_live_follows_the_text_and_the_ends_precede_nothing() {
+    let (properties, application, body) = sdk_sections();
+    let ttl = HeaderFields {
+        durable: true,
+        priority: 9,
+        time_to_live: Some(Duration::from_millis(0x0102_0304)),
+    };
+    let annotations = [0xa3, 0x01, b'k', 0x41];
+    for annotated in [false, true] {
+        let sections = [
+            if annotated { &annotations[..] } else { &[] },
+            &properties[..],
+            &application[..],
+            &body[..],
+        ];
+        // A value kept apart as text: the text, then the time to live, then the ends.
+        let mut message = Message::from_parts_apart(
+            ttl,
+            sections,
+            [Some("7"), None, None, None, None, None, None, None],
+        );
+        assert_eq!(message.header(), ttl);
+        assert_eq!(message.system().message_id(), Some("7"));
+        assert_eq!(message.sections(), sections);
+        assert_eq!(
+            message.bytes().len(),
+            sections.concat().len()
+                + message.system_text_len()
+                + TTL_LEN
+                + if annotated { ENDS_LEN } else { 0 }
+        );
+        // A shared copy changed: the other keeps its time to live.
+        let copy = message.clone();
+        message.set_header(HeaderFields {
+            time_to_live: None,
+            ..ttl
+        });
+        assert_eq!(message.header().time_to_live, None);
+        assert!(message.header().durable);
+        assert_eq!(copy.header(), ttl);
+        assert_eq!(message.sections(), sections);
+        assert_eq!(message.system().message_id(), Some("7"));
+        // Rebuilt with another section or other system properties, it keeps it.
+        let mut rebuilt = copy.clone();
+        rebuilt.set_application_properties_section(b"");
+        assert_eq!(rebuilt.header(), ttl);
+        assert_eq!(rebuilt.body(), &body[..]);
+        let changed = rebuilt.system().with(SystemField::Subject, Some("s"));
+        rebuilt.set_system(changed);
+        assert_eq!(rebuilt.header(), ttl);
+        assert_eq!(rebuilt.system().subject(), Some("s"));
+        assert_eq!(rebuilt.system().message_id(), Some("7"));
+        assert_eq!(rebuilt.annotation_entries(), sections[0]);
+        assert_eq!(rebuilt.body(), &body[..]);
+    }
 }
 
 #[test]
