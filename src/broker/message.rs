@@ -121,19 +121,46 @@ fn end_from_bytes([a, b, c]: [u8; 3]) -> usize {
     u32::from_le_bytes([a, b, c, 0]) as usize
 }
 
+/// Where a message's text and trailers lie, read from the back of its bytes.
+struct Tail {
+    /// Where the body ends and the text of the system properties kept apart starts.
+    body_end: usize,
+    /// Where that text (with its length) ends and the trailers start.
+    text_end: usize,
+    /// The sections' ends, when kept ([`ENDS_KEPT`]).
+    kept_ends: Option<[usize; 3]>,
+}
+
 /// Where a message's parts lie in its bytes.
 struct Bounds {
     /// Where the annotations, the properties and the application properties end.
     ends: [usize; 3],
     /// Where the body ends and the text of the system properties kept apart starts.
     body_end: usize,
-    /// Where that text (with its length) ends and the trailers start.
-    text_end: usize,
 }
 
 /// The length of the section with descriptor `code` that starts `bytes` (0 when another
 /// starts it, or nothing readable).
+#[inline]
 fn leading_section(bytes: &[u8], code: u64) -> usize {
+    // The usual encoding first (a small descriptor, a list or map): read at once (issue 16:
+    // every delivery finds the sections).
+    if let [0x00, 0x53, this, constructor, size, ..] = *bytes
+        && u64::from(this) == code
+    {
+        let length = match constructor {
+            0x45 => Some(4),
+            0xc0 | 0xc1 => Some(5 + usize::from(size)),
+            0xd0 | 0xd1 => bytes.get(4..8).and_then(|size| {
+                let size = u32::from_be_bytes(size.try_into().ok()?);
+                usize::try_from(size).ok()?.checked_add(8)
+            }),
+            _ => None,
+        };
+        if let Some(length) = length {
+            return if length <= bytes.len() { length } else { 0 };
+        }
+    }
     if crate::amqp::codec::section_code(bytes, 0) != Some(code) {
         return 0;
     }
@@ -229,7 +256,8 @@ pub const MESSAGE_OVERHEAD: usize = 100;
 enum Given<'a> {
     /// Every value: those the properties section does not hold are found by reading it.
     All([Option<&'a str>; 8]),
-    /// Only the values the properties section does not hold (the ingress parser knows).
+    /// Only the values the properties section does not hold (the ingress parser knows, and
+    /// the sections are as it parsed them: each one whole and of its kind).
     Apart([Option<&'a str>; 8]),
 }
 
@@ -259,7 +287,16 @@ fn assemble(
         trailers_len = TTL_LEN;
     }
     head.trailers &= !ENDS_KEPT;
-    if !self_delimiting(sections) {
+    let delimiting = match system {
+        // The ingress parser gave them: each section whole and of its kind, so without
+        // annotations nothing needs checking (issue 16: it was 1 % of the instructions).
+        Given::Apart(_) => {
+            debug_assert!(!sections[0].is_empty() || self_delimiting(sections));
+            sections[0].is_empty()
+        }
+        Given::All(_) => self_delimiting(sections),
+    };
+    if !delimiting {
         head.trailers |= ENDS_KEPT;
         let mut end = 0;
         for section in sections.iter().take(3) {
@@ -398,7 +435,7 @@ impl Message {
         if self.head().bits & HAS_TTL == 0 {
             return None;
         }
-        let at = self.bounds().text_end;
+        let at = self.tail().text_end;
         let ttl = self.bytes().get(at..at + TTL_LEN)?;
         Some(u32::from_le_bytes(ttl.try_into().ok()?))
     }
@@ -450,11 +487,18 @@ impl Message {
 
     /// The parsed system properties.
     pub fn system(&self) -> System<'_> {
-        let bounds = self.bounds();
-        let [_, properties, _, _] = self.sections_within(&bounds);
-        let text = self
-            .bytes()
-            .get(bounds.body_end..bounds.text_end.saturating_sub(4))
+        let tail = self.tail();
+        let bytes = self.bytes();
+        // Only the properties section is needed: found alone when the ends are not kept.
+        let properties = match tail.kept_ends {
+            Some([annotations, properties, _]) => &bytes[annotations..properties],
+            None => {
+                let within = &bytes[..tail.body_end];
+                &within[..leading_section(within, PROPERTIES_CODE)]
+            }
+        };
+        let text = bytes
+            .get(tail.body_end..tail.text_end.saturating_sub(4))
             .unwrap_or_default();
         System::of_message(properties, text, self.head().system_in_text)
     }
@@ -498,36 +542,63 @@ impl Message {
         );
     }
 
-    /// Where the parts lie: read from the back (the kept ends, the time to live, the text's
-    /// length), then the sections' ends kept or found from their descriptors.
-    fn bounds(&self) -> Bounds {
+    /// Where the text and the trailers lie: read from the back (the kept ends, the time to
+    /// live, the text's length).
+    #[inline]
+    fn tail(&self) -> Tail {
+        let head = self.head();
+        if head.trailers == 0 && head.bits & HAS_TTL == 0 && head.system_in_text == 0 {
+            // Most messages: nothing after the body.
+            let end = self.bytes().len();
+            return Tail {
+                body_end: end,
+                text_end: end,
+                kept_ends: None,
+            };
+        }
+        self.tail_after_body()
+    }
+
+    /// [`Message::tail`] of a message with something after its body.
+    #[inline(never)]
+    fn tail_after_body(&self) -> Tail {
         let bytes = self.bytes();
         let head = self.head();
         let mut end = bytes.len();
-        let mut ends = None;
+        let mut kept_ends = None;
         if head.trailers & ENDS_KEPT != 0 {
             end = end.saturating_sub(ENDS_LEN);
             let kept = bytes.get(end..end + ENDS_LEN).unwrap_or(&[0; ENDS_LEN]);
-            ends = Some([0, 3, 6].map(|at| end_from_bytes([kept[at], kept[at + 1], kept[at + 2]])));
+            kept_ends =
+                Some([0, 3, 6].map(|at| end_from_bytes([kept[at], kept[at + 1], kept[at + 2]])));
         }
         if head.bits & HAS_TTL != 0 {
             end = end.saturating_sub(TTL_LEN);
         }
         let text_end = end;
         let body_end = text_end - text_apart_len(&bytes[..text_end], head.system_in_text);
-        let ends = ends
-            .map(|ends| ends.map(|end| end.min(body_end)))
-            .unwrap_or_else(|| found_ends(&bytes[..body_end]));
-        Bounds {
-            ends,
+        Tail {
             body_end,
             text_end,
+            kept_ends: kept_ends.map(|ends| ends.map(|end| end.min(body_end))),
+        }
+    }
+
+    /// Where the parts lie: the tail, then the sections' ends kept or found from their
+    /// descriptors.
+    fn bounds(&self) -> Bounds {
+        let tail = self.tail();
+        Bounds {
+            ends: tail
+                .kept_ends
+                .unwrap_or_else(|| found_ends(&self.bytes()[..tail.body_end])),
+            body_end: tail.body_end,
         }
     }
 
     /// Where the body ends: before the text of the system properties kept apart.
     fn body_end(&self) -> usize {
-        self.bounds().body_end
+        self.tail().body_end
     }
 
     /// The annotation entries, properties, application properties and body, as
@@ -666,13 +737,16 @@ impl Message {
             .iter()
             .map(|(name, _)| name.len() + 64)
             .sum();
-        self.encoded_size() + MESSAGE_OVERHEAD + decoded + self.system_text_len()
+        let tail = self.tail();
+        // As encoded_size(), and the text kept apart.
+        tail.body_end + 16 + MESSAGE_OVERHEAD + decoded + (tail.text_end - tail.body_end)
     }
 
     /// Bytes of system-property text held apart from the properties section.
+    #[cfg(test)]
     fn system_text_len(&self) -> usize {
-        let bounds = self.bounds();
-        bounds.text_end - bounds.body_end
+        let tail = self.tail();
+        tail.text_end - tail.body_end
     }
 }
 

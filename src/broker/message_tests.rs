@@ -649,3 +649,28 @@ fn merged_properties_never_take_the_header_sections_past_their_limit() {
     assert_eq!(application_property_text(&message, "second"), None);
     assert_eq!(message.system().message_id(), Some("id-1"));
 }
+
+#[test]
+fn a_leading_section_is_measured_as_the_codec_measures_it() {
+    use crate::amqp::codec::value_length;
+    let map32 = b"\x00\x53\x74\xd1\x00\x00\x00\x08\x00\x00\x00\x02\xa1\x01k\x41\x40";
+    for (bytes, code) in [
+        (&b"\x00\x53\x73\x45"[..], PROPERTIES_CODE),
+        (b"\x00\x53\x73\xc0\x02\x01\x40\x00\x53\x75", PROPERTIES_CODE),
+        (
+            b"\x00\x53\x73\xd0\x00\x00\x00\x05\x00\x00\x00\x01\x40",
+            PROPERTIES_CODE,
+        ),
+        (b"\x00\x53\x74\xc1\x01\x00", APPLICATION_PROPERTIES_CODE),
+        (&map32[..], APPLICATION_PROPERTIES_CODE),
+        // A described null: the codec's path.
+        (b"\x00\x53\x73\x40", PROPERTIES_CODE),
+    ] {
+        let length = value_length(bytes, 0).expect("whole");
+        assert_eq!(leading_section(bytes, code), length, "{bytes:x?}");
+        // Another kind of section: none of this kind.
+        assert_eq!(leading_section(bytes, code + 1), 0);
+        // Cut short: nothing readable.
+        assert_eq!(leading_section(&bytes[..length - 1], code), 0);
+    }
+}
