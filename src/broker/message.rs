@@ -337,13 +337,23 @@ impl Message {
     /// A message of these sections and system properties ([`SystemField::ALL`] order), in
     /// one allocation built once (ingress and recovery).
     pub fn from_parts(sections: [&[u8]; 4], system: [Option<&str>; 8]) -> Message {
+        Message::from_parts_with_header(HeaderFields::default(), sections, system)
+    }
+
+    /// [`Message::from_parts`] with these header fields (recovery: a time to live set
+    /// afterwards would build the allocation again).
+    pub fn from_parts_with_header(
+        header: HeaderFields,
+        sections: [&[u8]; 4],
+        system: [Option<&str>; 8],
+    ) -> Message {
         Message(assemble(
-            Head::default(),
+            Message::head_of(&header),
             None,
             sections,
             None,
             Given::All(system),
-            None,
+            ttl_millis(&header),
         ))
     }
 

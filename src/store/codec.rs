@@ -548,7 +548,8 @@ impl<'a> In<'a> {
                 "a message whose annotations and properties take {header_length} bytes (at most {MAX_HEADER_SECTIONS})"
             ));
         }
-        let mut message = Message::from_parts(
+        let mut message = Message::from_parts_with_header(
+            header,
             [
                 annotation_entries,
                 properties_section,
@@ -557,7 +558,6 @@ impl<'a> In<'a> {
             ],
             system,
         );
-        message.set_header(header);
         let extras = Extras {
             scheduled_enqueue_time: self.opt_i64()?.map(Timestamp),
             original_sequence_number: self.opt_i64()?,
