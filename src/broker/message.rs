@@ -103,9 +103,9 @@ const HOP_SHIFT: u32 = 2;
 pub const MAX_HOPS: u8 = u8::MAX >> HOP_SHIFT;
 
 /// How many bytes a message's annotations, properties and application properties may take
-/// together: their ends are kept in 24 bits (when kept: [`ENDS_KEPT`]), and this leaves room for what the broker adds
-/// to them later (rule actions, dead-letter reasons). Service Bus allows 64 KB of header;
-/// ingress refuses more than this with an error naming the size.
+/// together: their ends, when kept ([`ENDS_KEPT`]), are kept in 24 bits, and this leaves
+/// room for what the broker adds to them later (rule actions, dead-letter reasons). Service
+/// Bus allows 64 KB of header; ingress refuses more than this with an error naming the size.
 pub const MAX_HEADER_SECTIONS: usize = 8 * 1024 * 1024;
 
 /// The largest end a head can hold.
@@ -243,10 +243,10 @@ impl std::fmt::Debug for Message {
 
 /// Memory one stored message costs beyond its encoded bytes: its allocation's reference
 /// count, length, fixed fields and rounding, and the record in its sub-queue's `RecordMap`
-/// run — measured by `tests/memory.rs` (counting allocator) at 52–61 bytes for SDK-encoded
+/// run — measured by `tests/memory.rs` (counting allocator) at 37–52 bytes for SDK-encoded
 /// messages (772 before issue 16, 229 before the one-allocation layout, 116–125 before the
 /// 24-byte head and the 40-byte record, 76–85 before the 32-byte record and the 24-byte
-/// prefix), rounded up with room for the allocator's own header and rounding. Counting it
+/// prefix, 52–61 before the 12-byte prefix), rounded up with room for the allocator's own header and rounding. Counting it
 /// makes `max_size_in_megabytes` bound what a queue of tiny messages really holds (issue 10,
 /// item 9: a 10 MiB queue of empty messages used to hold 143 MiB).
 pub const MESSAGE_OVERHEAD: usize = 100;
