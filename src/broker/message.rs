@@ -141,7 +141,6 @@ struct Bounds {
 
 /// The length of the section with descriptor `code` that starts `bytes` (0 when another
 /// starts it, or nothing readable).
-#[inline]
 fn leading_section(bytes: &[u8], code: u64) -> usize {
     // The usual encoding first (a small descriptor, a list or map): read at once (issue 16:
     // every delivery finds the sections).
@@ -177,7 +176,9 @@ fn found_ends(bytes: &[u8]) -> [usize; 3] {
 
 /// Whether [`found_ends`] finds these sections where they are given: no annotations, each
 /// of the two sections either empty or one whole section of its kind, and nothing after an
-/// empty one that would be taken for it.
+/// empty one that would be taken for it. (Out of line: ingress, which most messages come
+/// through, never needs it.)
+#[inline(never)]
 fn self_delimiting(sections: [&[u8]; 4]) -> bool {
     let whole = |section: &[u8], code| {
         section.is_empty() || leading_section(section, code) == section.len()
