@@ -21,8 +21,10 @@ pub const BATCH_MESSAGE_FORMAT: u32 = 0x8001_3700;
 const HEADER: u64 = 0x70;
 const DELIVERY_ANNOTATIONS: u64 = 0x71;
 const MESSAGE_ANNOTATIONS: u64 = 0x72;
-const PROPERTIES: u64 = 0x73;
-const APPLICATION_PROPERTIES: u64 = 0x74;
+/// The properties section's descriptor code.
+pub(crate) const PROPERTIES: u64 = 0x73;
+/// The application-properties section's descriptor code.
+pub(crate) const APPLICATION_PROPERTIES: u64 = 0x74;
 const DATA: u64 = 0x75;
 /// The last body section code (data 0x75, amqp-sequence 0x76, amqp-value 0x77).
 const AMQP_VALUE: u64 = 0x77;
@@ -579,15 +581,9 @@ fn properties_count(section: &[u8]) -> usize {
     if section.first() != Some(&0x00) {
         return 0;
     }
-    let Ok(descriptor) = codec::value_length(section, 1) else {
-        return 0;
-    };
-    let list = 1 + descriptor;
-    match section.get(list) {
-        Some(0xc0) => section.get(list + 2).map_or(0, |count| *count as usize),
-        Some(0xd0) => codec::read_u32(section, list + 5).unwrap_or(0),
-        _ => 0,
-    }
+    codec::value_length(section, 1)
+        .and_then(|descriptor| codec::compound_extent(section, 1 + descriptor))
+        .map_or(0, |(count, _, _)| count)
 }
 
 pub fn write_property_value(writer: &mut Writer<'_>, value: &PropertyValue) {
@@ -708,6 +704,31 @@ pub fn application_property_text(message: &Message, key: &str) -> Option<String>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_properties_field_count_is_read_from_the_list_constructor() {
+        // rule TTL-2: only a list that reaches creation-time (its tenth field) is decoded to
+        // lower absolute-expiry-time.
+        let with_times = serde_amqp::to_vec(&Properties {
+            message_id: Some(fe2o3_amqp_types::messaging::MessageId::String("m".into())),
+            absolute_expiry_time: Some(serde_amqp::primitives::Timestamp::from_milliseconds(9)),
+            creation_time: Some(serde_amqp::primitives::Timestamp::from_milliseconds(1)),
+            ..Properties::default()
+        })
+        .expect("encodes");
+        assert_eq!(properties_count(&with_times), CREATION_TIME_COUNT);
+        let id_only = serde_amqp::to_vec(&Properties {
+            message_id: Some(fe2o3_amqp_types::messaging::MessageId::String("m".into())),
+            ..Properties::default()
+        })
+        .expect("encodes");
+        assert_eq!(properties_count(&id_only), 1);
+        let list32 = b"\x00\x53\x73\xd0\x00\x00\x00\x0e\x00\x00\x00\x0a\x40\x40\x40\x40\x40\x40\x40\x40\x40\x40";
+        assert_eq!(properties_count(list32), 10);
+        for other in [&b""[..], b"\x00\x53\x73\x45", b"\x00\x53\x73\x40", b"\x40"] {
+            assert_eq!(properties_count(other), 0, "{other:x?}");
+        }
+    }
 
     /// A data section with this content.
     fn data(content: &[u8]) -> Vec<u8> {

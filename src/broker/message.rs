@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use super::types::Timestamp;
+use crate::amqp::message::{APPLICATION_PROPERTIES, PROPERTIES};
 
 mod shared;
 mod system;
@@ -169,8 +170,8 @@ fn leading_section(bytes: &[u8], code: u64) -> usize {
 /// The ends of the annotations (none), properties and application properties at the start
 /// of `bytes` (which end with the body), found from their descriptors and lengths.
 fn found_ends(bytes: &[u8]) -> [usize; 3] {
-    let properties = leading_section(bytes, PROPERTIES_CODE);
-    let application = leading_section(&bytes[properties..], APPLICATION_PROPERTIES_CODE);
+    let properties = leading_section(bytes, PROPERTIES);
+    let application = leading_section(&bytes[properties..], APPLICATION_PROPERTIES);
     [0, properties, properties + application]
 }
 
@@ -191,17 +192,11 @@ fn self_delimiting(sections: [&[u8]; 4]) -> bool {
             .unwrap_or_default()
     };
     sections[0].is_empty()
-        && whole(sections[1], PROPERTIES_CODE)
-        && whole(sections[2], APPLICATION_PROPERTIES_CODE)
-        && (!sections[1].is_empty() || leading_section(next(2), PROPERTIES_CODE) == 0)
-        && (!sections[2].is_empty()
-            || leading_section(sections[3], APPLICATION_PROPERTIES_CODE) == 0)
+        && whole(sections[1], PROPERTIES)
+        && whole(sections[2], APPLICATION_PROPERTIES)
+        && (!sections[1].is_empty() || leading_section(next(2), PROPERTIES) == 0)
+        && (!sections[2].is_empty() || leading_section(sections[3], APPLICATION_PROPERTIES) == 0)
 }
-
-/// The properties section's descriptor code.
-const PROPERTIES_CODE: u64 = 0x73;
-/// The application-properties section's descriptor code.
-const APPLICATION_PROPERTIES_CODE: u64 = 0x74;
 
 /// One message as accepted from a client, immutable and shared by every copy (clones
 /// share it; the `set_*` and `edit_*` methods copy it first when it is shared). Its
@@ -505,7 +500,7 @@ impl Message {
             Some([annotations, properties, _]) => &bytes[annotations..properties],
             None => {
                 let within = &bytes[..tail.body_end];
-                &within[..leading_section(within, PROPERTIES_CODE)]
+                &within[..leading_section(within, PROPERTIES)]
             }
         };
         let text = bytes

@@ -655,16 +655,16 @@ fn a_leading_section_is_measured_as_the_codec_measures_it() {
     use crate::amqp::codec::value_length;
     let map32 = b"\x00\x53\x74\xd1\x00\x00\x00\x08\x00\x00\x00\x02\xa1\x01k\x41\x40";
     for (bytes, code) in [
-        (&b"\x00\x53\x73\x45"[..], PROPERTIES_CODE),
-        (b"\x00\x53\x73\xc0\x02\x01\x40\x00\x53\x75", PROPERTIES_CODE),
+        (&b"\x00\x53\x73\x45"[..], PROPERTIES),
+        (b"\x00\x53\x73\xc0\x02\x01\x40\x00\x53\x75", PROPERTIES),
         (
             b"\x00\x53\x73\xd0\x00\x00\x00\x05\x00\x00\x00\x01\x40",
-            PROPERTIES_CODE,
+            PROPERTIES,
         ),
-        (b"\x00\x53\x74\xc1\x01\x00", APPLICATION_PROPERTIES_CODE),
-        (&map32[..], APPLICATION_PROPERTIES_CODE),
+        (b"\x00\x53\x74\xc1\x01\x00", APPLICATION_PROPERTIES),
+        (&map32[..], APPLICATION_PROPERTIES),
         // A described null: the codec's path.
-        (b"\x00\x53\x73\x40", PROPERTIES_CODE),
+        (b"\x00\x53\x73\x40", PROPERTIES),
     ] {
         let length = value_length(bytes, 0).expect("whole");
         assert_eq!(leading_section(bytes, code), length, "{bytes:x?}");
