@@ -84,7 +84,7 @@ struct Head {
 /// are kept as 24-bit little-endian numbers in the last 9 bytes. Without it the annotations
 /// are empty and the other two sections are found by their descriptors and encoded
 /// lengths, as ingress checked them (issue 16: 9 bytes less per message). Annotations, or
-/// sections given that are not such (a test's, an old record's), keep their ends.
+/// sections given that are not such (a test's, a hand-built one), keep their ends.
 const ENDS_KEPT: u8 = 1;
 
 /// Bytes of the kept ends.
