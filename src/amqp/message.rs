@@ -531,9 +531,7 @@ pub fn encode_delivery(view: DeliveryView<'_>, output: &mut BytesMut) {
     // Where the sections lie is read once (issue 16: the head keeps no offsets).
     let [entries, properties, application, body] = message.sections();
     writer.raw(entries);
-    if !entries.is_empty() {
-        annotations.count += message.annotation_element_count();
-    }
+    annotations.count += Message::element_count(entries);
     writer.finish_compound(annotations);
 
     match lowered_ttl_properties(record) {

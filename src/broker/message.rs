@@ -464,7 +464,12 @@ impl Message {
     /// Number of encoded elements in the annotation entries (keys plus values), counted
     /// from them (they are few, and most messages have none).
     pub fn annotation_element_count(&self) -> u32 {
-        let entries = self.annotation_entries();
+        Message::element_count(self.annotation_entries())
+    }
+
+    /// Number of encoded elements in `entries` (annotation entries taken from
+    /// [`Message::sections`]: a delivery reads where the sections lie once).
+    pub fn element_count(entries: &[u8]) -> u32 {
         let mut at = 0;
         let mut count = 0;
         while at < entries.len() {

@@ -310,6 +310,19 @@ mod tests {
         // The offsets used to read agree with the layouts allocated.
         assert_eq!(Handle::EXTRAS_AT, extras_at);
         assert_eq!((Handle::bytes_at(false), Handle::bytes_at(true)), (24, 32));
+        // A message's 4-byte head: a 12-byte prefix, and the rare fields' pointer aligned
+        // after it when there is one.
+        type Small = Shared<[u8; 4], Counted>;
+        assert_eq!(std::mem::size_of::<Prefix<[u8; 4]>>(), 12);
+        let (plain, _, bytes_at) = Small::layout(10, false);
+        assert_eq!((plain.size(), bytes_at), (22, 12));
+        let (rare, extras_at, bytes_at) = Small::layout(10, true);
+        assert_eq!((rare.size(), extras_at, bytes_at), (34, 16, 24));
+        assert_eq!(Small::EXTRAS_AT, extras_at);
+        assert_eq!((Small::bytes_at(false), Small::bytes_at(true)), (12, 24));
+        let handle = Small::new([3; 4], counted(7, &Arc::new(AtomicUsize::new(0))), &[b"ab"]);
+        assert_eq!((handle.head(), handle.bytes()), (&[3; 4], &b"ab"[..]));
+        assert_eq!(handle.extras().map(|extras| extras.value), Some(7));
     }
 
     #[test]
