@@ -205,9 +205,15 @@ fn id_text(value: &[u8]) -> Option<Cow<'static, str>> {
     }
 }
 
+/// A properties section written with an assigned message-id.
+pub type AssignedProperties = smallvec::SmallVec<[u8; 192]>;
+
 /// A properties section with message-id `id` (a string) and the other fields of the
 /// section at `section` (descriptor included; empty: none), which has no message-id.
-pub fn with_message_id(bytes: &[u8], section: &Range<usize>, id: &str) -> Vec<u8> {
+/// Written on the stack when it fits (issue 16: it is copied into the stored message at
+/// once, and the heap buffer cost an allocation and a free per message sent without an
+/// id).
+pub fn with_message_id(bytes: &[u8], section: &Range<usize>, id: &str) -> AssignedProperties {
     // The fields after the (absent) message-id, as they are: from the end of the list's
     // first element to the list's end — two lengths read, not every field's (issue 16).
     let after_id = || {
@@ -220,7 +226,7 @@ pub fn with_message_id(bytes: &[u8], section: &Range<usize>, id: &str) -> Vec<u8
     let (rest, count) = after_id().unwrap_or((&[][..], 1));
     let short_id = id.len() <= u8::MAX as usize;
     let content = if short_id { 2 } else { 5 } + id.len() + rest.len();
-    let mut out = Vec::with_capacity(3 + 9 + content);
+    let mut out = AssignedProperties::with_capacity(3 + 9 + content);
     out.extend_from_slice(&[0x00, 0x53, 0x73]);
     if content < u8::MAX as usize {
         out.extend_from_slice(&[0xc0, content as u8 + 1, count as u8]);
