@@ -100,15 +100,18 @@ pub fn check_values(bytes: &[u8]) -> Result<(), CodecError> {
     walk(bytes, None, |_| {}).map(|_| ())
 }
 
-/// [`check_values`], telling `each_end` where each value ends, in order (the message
-/// sections: issue 16, the walk that checks them finds them too).
-pub fn check_values_ends(bytes: &[u8], each_end: impl FnMut(usize)) -> Result<(), CodecError> {
-    let mut ends = smallvec::SmallVec::<[usize; 8]>::new();
-    if flat_ends(bytes, &mut ends) {
-        ends.into_iter().for_each(each_end);
-        return Ok(());
+/// Where each value of a sequence of whole values (message sections) ends, in order,
+/// once they are checked as [`check_values`] does (issue 16: the check finds them too).
+pub type Ends = smallvec::SmallVec<[usize; 8]>;
+
+/// [`check_values`], returning where each value ends.
+pub fn check_values_ends(bytes: &[u8]) -> Result<Ends, CodecError> {
+    let mut ends = Ends::new();
+    if !flat_ends(bytes, &mut ends) {
+        ends.clear();
+        walk(bytes, None, |end| ends.push(end))?;
     }
-    walk(bytes, None, each_end).map(|_| ())
+    Ok(ends)
 }
 
 /// The length of the primitive value (not described, not a list, map or array) at `at`
@@ -135,7 +138,7 @@ fn primitive_length(bytes: &[u8], at: usize, end: usize) -> Option<usize> {
 /// loop, without the stack (issue 16: the walk was 4 % of a message's instructions).
 /// `false` when a value is anything else or malformed: [`walk`] then checks it, and
 /// refuses it naming the fault.
-fn flat_ends(bytes: &[u8], ends: &mut smallvec::SmallVec<[usize; 8]>) -> bool {
+fn flat_ends(bytes: &[u8], ends: &mut Ends) -> bool {
     let mut at = 0;
     while at < bytes.len() {
         let value = match bytes[at] {
@@ -499,11 +502,11 @@ mod tests {
         let sections = [
             0x00, 0x53, 0x70, 0x45, 0x00, 0x53, 0x75, 0xa0, 0x03, 1, 2, 3, 0x00, 0x53, 0x77, 0x40,
         ];
-        let mut ends = Vec::new();
-        assert_eq!(check_values_ends(&sections, |end| ends.push(end)), Ok(()));
-        assert_eq!(ends, [4, 12, 16]);
-        ends.clear();
-        assert!(check_values_ends(&sections[..14], |end| ends.push(end)).is_err());
+        assert_eq!(
+            check_values_ends(&sections).map(|ends| ends.to_vec()),
+            Ok(vec![4, 12, 16])
+        );
+        assert!(check_values_ends(&sections[..14]).is_err());
     }
 
     #[test]
@@ -606,11 +609,12 @@ mod tests {
             }
         }
         // A list in a map: walked, and found whole.
-        let mut ends = Vec::new();
         let nested = b"\x00\x53\x74\xc1\x07\x02\xa1\x01k\xc0\x01\x00";
-        assert!(!flat_ends(nested, &mut smallvec::SmallVec::new()));
-        assert_eq!(check_values_ends(nested, |end| ends.push(end)), Ok(()));
-        assert_eq!(ends, [nested.len()]);
+        assert!(!flat_ends(nested, &mut Ends::new()));
+        assert_eq!(
+            check_values_ends(nested).map(|ends| ends.to_vec()),
+            Ok(vec![nested.len()])
+        );
     }
 
     #[test]

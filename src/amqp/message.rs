@@ -168,8 +168,7 @@ fn message_id_text(id: &MessageId) -> String {
 pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
     // Before any decoder (serde_amqp recurses): bounded nesting, lengths within bounds;
     // the same walk finds where each section ends.
-    let mut ends = smallvec::SmallVec::<[usize; 8]>::new();
-    depth::check_values_ends(&bytes, |end| ends.push(end))?;
+    let ends = depth::check_values_ends(&bytes)?;
     let mut header_fields = HeaderFields::default();
     // Only a message with annotations can carry what goes here.
     let mut extras = None;
@@ -274,9 +273,10 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
     // (issue 10, item 9 and issue 16: slices pinned whole 64 KiB buffers). The properties,
     // application properties and body usually lie back to back in the transfer: then they
     // are copied once, straight into it.
-    let properties_bytes = assigned_properties
-        .as_deref()
-        .unwrap_or(&bytes[properties_range.clone()]);
+    let properties_bytes = assigned_properties.as_ref().map_or(
+        &bytes[properties_range.clone()],
+        codec::StackBuffer::as_slice,
+    );
     let lengths = [
         annotations.len(),
         properties_bytes.len(),

@@ -7,7 +7,7 @@
 use std::borrow::Cow;
 use std::ops::Range;
 
-use super::codec;
+use super::codec::{self, Sink};
 use super::ids;
 use super::message::MessageError;
 use crate::broker::message::{HeaderFields, LIST_INDEX};
@@ -129,7 +129,14 @@ fn uint(
 /// The header section at `section` (descriptor included): the fields the broker keeps.
 pub fn read_header(bytes: &[u8], section: &Range<usize>) -> Result<HeaderFields, MessageError> {
     let mut fields: [Range<usize>; 5] = Default::default();
-    list_elements(bytes, section, "header", &mut fields)?;
+    // An empty list (as Proton and others send): every field takes its default.
+    if list_elements(bytes, section, "header", &mut fields)? == 0 {
+        return Ok(HeaderFields {
+            durable: false,
+            priority: 4,
+            time_to_live: None,
+        });
+    }
     let durable = boolean(bytes, &fields[0], "durable")?.unwrap_or(false);
     let priority = match field_code(bytes, &fields[1], &[0x50], "header", "priority")? {
         0x50 => bytes[fields[1].start + 1],
@@ -155,6 +162,9 @@ pub fn read_properties<'a>(
 ) -> Result<[Option<Cow<'a, str>>; 8], MessageError> {
     let mut fields: [Range<usize>; 13] = Default::default();
     let count = list_elements(bytes, section, "properties", &mut fields)?;
+    if count == 0 {
+        return Ok(Default::default());
+    }
     let mut text: [Option<&str>; 13] = [None; 13];
     // Fields past the list's end are absent (null).
     for (index, range) in fields.iter().enumerate().take(count) {
@@ -206,7 +216,7 @@ fn id_text(value: &[u8]) -> Option<Cow<'static, str>> {
 }
 
 /// A properties section written with an assigned message-id.
-pub type AssignedProperties = smallvec::SmallVec<[u8; 192]>;
+pub type AssignedProperties = codec::StackBuffer<192>;
 
 /// A properties section with message-id `id` (a string) and the other fields of the
 /// section at `section` (descriptor included; empty: none), which has no message-id.
@@ -226,23 +236,23 @@ pub fn with_message_id(bytes: &[u8], section: &Range<usize>, id: &str) -> Assign
     let (rest, count) = after_id().unwrap_or((&[][..], 1));
     let short_id = id.len() <= u8::MAX as usize;
     let content = if short_id { 2 } else { 5 } + id.len() + rest.len();
-    let mut out = AssignedProperties::with_capacity(3 + 9 + content);
-    out.extend_from_slice(&[0x00, 0x53, 0x73]);
+    let mut out = AssignedProperties::new();
+    out.put(&[0x00, 0x53, 0x73]);
     if content < u8::MAX as usize {
-        out.extend_from_slice(&[0xc0, content as u8 + 1, count as u8]);
+        out.put(&[0xc0, content as u8 + 1, count as u8]);
     } else {
-        out.push(0xd0);
-        out.extend_from_slice(&((content + 4) as u32).to_be_bytes());
-        out.extend_from_slice(&(count as u32).to_be_bytes());
+        out.put(&[0xd0]);
+        out.put(&((content + 4) as u32).to_be_bytes());
+        out.put(&(count as u32).to_be_bytes());
     }
     if short_id {
-        out.extend_from_slice(&[0xa1, id.len() as u8]);
+        out.put(&[0xa1, id.len() as u8]);
     } else {
-        out.push(0xb1);
-        out.extend_from_slice(&(id.len() as u32).to_be_bytes());
+        out.put(&[0xb1]);
+        out.put(&(id.len() as u32).to_be_bytes());
     }
-    out.extend_from_slice(id.as_bytes());
-    out.extend_from_slice(rest);
+    out.put(id.as_bytes());
+    out.put(rest);
     out
 }
 

@@ -166,7 +166,7 @@ fn an_assigned_message_id_goes_first_and_keeps_the_other_fields() {
     let id = "0123456789abcdef0123456789abcdef0123";
     // No section at all.
     let section = with_message_id(&[], &(0..0), id);
-    let decoded: Properties = serde_amqp::from_slice(&section).expect("decodes");
+    let decoded: Properties = serde_amqp::from_slice(section.as_slice()).expect("decodes");
     assert_eq!(decoded.message_id, Some(MessageId::String(id.into())));
     assert_eq!(
         Properties {
@@ -184,7 +184,7 @@ fn an_assigned_message_id_goes_first_and_keeps_the_other_fields() {
     for properties in [full_properties(None), long, Properties::default()] {
         let bytes = serde_amqp::to_vec(&properties).expect("encoded");
         let section = with_message_id(&bytes, &whole(&bytes), id);
-        let decoded: Properties = serde_amqp::from_slice(&section).expect("decodes");
+        let decoded: Properties = serde_amqp::from_slice(section.as_slice()).expect("decodes");
         assert_eq!(
             decoded,
             Properties {
@@ -196,6 +196,18 @@ fn an_assigned_message_id_goes_first_and_keeps_the_other_fields() {
     // An id longer than 255 bytes takes a str32.
     let long_id = "i".repeat(300);
     let section = with_message_id(&[], &(0..0), &long_id);
-    let decoded: Properties = serde_amqp::from_slice(&section).expect("decodes");
+    let decoded: Properties = serde_amqp::from_slice(section.as_slice()).expect("decodes");
     assert_eq!(decoded.message_id, Some(MessageId::String(long_id)));
+}
+
+#[test]
+fn empty_properties_hold_no_system_property() {
+    // list0 (as Proton-C sends) and an empty list8.
+    for bytes in [
+        &[0x00, 0x53, 0x73, 0x45][..],
+        &[0x00, 0x53, 0x73, 0xc0, 1, 0],
+    ] {
+        let values = read_properties(bytes, &whole(bytes)).expect("read");
+        assert!(values.iter().all(Option::is_none), "{values:?}");
+    }
 }
