@@ -131,6 +131,23 @@ pub fn section_code(bytes: &[u8], start: usize) -> Option<u64> {
     }
 }
 
+/// `text` encoded as a symbol (sym8), at compile time: the annotation keys the broker writes
+/// on every delivery are copied, not encoded (issue 16). `N` is the text's length and 2;
+/// a wrong `N` or a text past 255 bytes fails the build.
+pub const fn sym8<const N: usize>(text: &str) -> [u8; N] {
+    let text = text.as_bytes();
+    assert!(text.len() <= u8::MAX as usize && N == text.len() + 2);
+    let mut encoded = [0; N];
+    encoded[0] = 0xa3;
+    encoded[1] = text.len() as u8;
+    let mut at = 0;
+    while at < text.len() {
+        encoded[at + 2] = text[at];
+        at += 1;
+    }
+    encoded
+}
+
 /// Where a [`Writer`] puts what it encodes: the connection's output buffer, or a buffer on
 /// the stack that gathers many small values into one copy (issue 16: a delivery's header
 /// and annotations were 37 calls into the output buffer).
@@ -334,6 +351,7 @@ impl<'a, S: Sink> Writer<'a, S> {
         self.variable(0xa0, 0xb0, value);
     }
     /// Already-encoded bytes of one or more values.
+    #[inline]
     pub fn raw(&mut self, encoded: &[u8]) {
         self.buffer.put(encoded);
     }
@@ -567,6 +585,14 @@ mod tests {
             1 + 6 + 7 + 2 + 5 + 5 + 2 + 7 + 7,
             "{defined:x?}"
         );
+    }
+
+    #[test]
+    fn a_symbol_encoded_at_compile_time_is_the_written_one() {
+        const KEY: [u8; 18] = sym8("x-opt-lock-token");
+        let mut written = BytesMut::new();
+        Writer::new(&mut written).symbol("x-opt-lock-token");
+        assert_eq!(&KEY[..], &written[..]);
     }
 
     #[test]

@@ -464,6 +464,15 @@ pub struct DeliveryView<'a> {
     pub lock_token: bool,
 }
 
+/// The annotation keys a delivery carries, encoded once (issue 16).
+const LOCK_TOKEN_KEY: [u8; 18] = codec::sym8("x-opt-lock-token");
+const SEQUENCE_NUMBER_KEY: [u8; 23] = codec::sym8("x-opt-sequence-number");
+const ENQUEUED_TIME_KEY: [u8; 21] = codec::sym8("x-opt-enqueued-time");
+const LOCKED_UNTIL_KEY: [u8; 20] = codec::sym8("x-opt-locked-until");
+const ENQUEUE_SEQUENCE_NUMBER_KEY: [u8; 31] = codec::sym8("x-opt-enqueue-sequence-number");
+const DEAD_LETTER_SOURCE_KEY: [u8; 25] = codec::sym8("x-opt-deadletter-source");
+const MESSAGE_STATE_KEY: [u8; 21] = codec::sym8("x-opt-message-state");
+
 /// Encodes a message for delivery: header, annotations, then the client's sections.
 pub fn encode_delivery(view: DeliveryView<'_>, output: &mut BytesMut) {
     let record = view.record;
@@ -490,7 +499,7 @@ pub fn encode_delivery(view: DeliveryView<'_>, output: &mut BytesMut) {
     if let (true, Some((token, _))) = (view.lock_token, view.lock) {
         writer.descriptor(DELIVERY_ANNOTATIONS as u8);
         let mut delivery_annotations = writer.start_map();
-        writer.symbol("x-opt-lock-token");
+        writer.raw(&LOCK_TOKEN_KEY);
         writer.uuid(&token.0);
         delivery_annotations.count = 2;
         writer.finish_compound(delivery_annotations);
@@ -498,13 +507,13 @@ pub fn encode_delivery(view: DeliveryView<'_>, output: &mut BytesMut) {
 
     writer.descriptor(MESSAGE_ANNOTATIONS as u8);
     let mut annotations = writer.start_map();
-    writer.symbol("x-opt-sequence-number");
+    writer.raw(&SEQUENCE_NUMBER_KEY);
     writer.long(record.sequence_number.0);
-    writer.symbol("x-opt-enqueued-time");
+    writer.raw(&ENQUEUED_TIME_KEY);
     writer.timestamp(record.enqueued_time.0);
     annotations.count += 4;
     if let Some((_, until)) = view.lock {
-        writer.symbol("x-opt-locked-until");
+        writer.raw(&LOCKED_UNTIL_KEY);
         writer.timestamp(until.0);
         annotations.count += 2;
     }
@@ -514,17 +523,17 @@ pub fn encode_delivery(view: DeliveryView<'_>, output: &mut BytesMut) {
     let mut writer = Writer::new(output);
     let extras = message.extras();
     if let Some(original) = extras.original_sequence_number {
-        writer.symbol("x-opt-enqueue-sequence-number");
+        writer.raw(&ENQUEUE_SEQUENCE_NUMBER_KEY);
         writer.long(original);
         annotations.count += 2;
     }
     if let Some(source) = &extras.dead_letter_source {
-        writer.symbol("x-opt-deadletter-source");
+        writer.raw(&DEAD_LETTER_SOURCE_KEY);
         writer.string(source);
         annotations.count += 2;
     }
     if record.state() != MessageState::Active {
-        writer.symbol("x-opt-message-state");
+        writer.raw(&MESSAGE_STATE_KEY);
         writer.int(record.state() as i32);
         annotations.count += 2;
     }
