@@ -5,12 +5,12 @@
 //! Everything written during one turn of the loop is flushed with one `write`.
 
 use crate::broker::entity::state::FastMap;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::transport::RawStream;
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use fe2o3_amqp_types::definitions::Error as AmqpError;
 use fe2o3_amqp_types::performatives::{ChannelMax, Close, MaxFrameSize, Open, Performative};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -103,8 +103,15 @@ pub enum Pending {
 pub struct Connection {
     /// Shared broker context.
     pub(super) context: Arc<Context>,
-    /// Frames waiting to be flushed.
+    /// Frames waiting to be flushed (after `output_ahead`).
     pub(super) output: BytesMut,
+    /// Output frozen ahead of `output`, written first and in order: when a delivery needs
+    /// more room than `output` has left while the socket still owes part of it, that part
+    /// moves here whole instead of being copied to the buffer's front or into a grown one
+    /// (issue 16: those copies moved more bytes than the deliveries themselves).
+    pub(super) output_ahead: VecDeque<Bytes>,
+    /// Bytes in `output_ahead`.
+    pub(super) output_ahead_len: usize,
     /// The peer's max-frame-size.
     pub(super) peer_max_frame_size: u32,
     /// Sessions by the peer's channel (our channel is the same number).
@@ -145,6 +152,25 @@ pub struct Connection {
 }
 
 impl Connection {
+    /// Bytes written for the peer and not yet taken by the socket.
+    pub(super) fn output_len(&self) -> usize {
+        self.output_ahead_len + self.output.len()
+    }
+
+    /// Room for `needed` more bytes at the end of `output`, without copying what it holds.
+    pub(super) fn output_room(&mut self, needed: usize) {
+        if self.output.capacity() - self.output.len() >= needed {
+            return;
+        }
+        if !self.output.is_empty() {
+            self.output_ahead_len += self.output.len();
+            self.output_ahead.push_back(self.output.split().freeze());
+            // Its offsets were in the part moved ahead.
+            self.accepted_run = None;
+        }
+        self.output.reserve(needed);
+    }
+
     /// A fresh request id registered as waiting for `pending`.
     pub fn register(&mut self, pending: Pending) -> RequestId {
         self.next_request_id += 1;
@@ -380,6 +406,8 @@ pub async fn run<S: RawStream>(
     let mut connection = Connection {
         context: context.clone(),
         output,
+        output_ahead: VecDeque::new(),
+        output_ahead_len: 0,
         peer_max_frame_size: open.max_frame_size.0.max(frame::MIN_MAX_FRAME_SIZE),
         sessions: FastMap::default(),
         notifications,
@@ -418,7 +446,7 @@ pub async fn run<S: RawStream>(
                 &refusal,
             )),
         );
-        write_last(&mut stream, &connection.output).await;
+        write_remaining(&mut stream, &connection).await;
         return;
     }
     let result = event_loop(
@@ -438,7 +466,7 @@ pub async fn run<S: RawStream>(
         Err(ConnectionError::Io(error)) => tracing::debug!(%error, "connection i/o error"),
         Err(ConnectionError::Closed) | Ok(()) => {}
     }
-    write_last(&mut stream, &connection.output).await;
+    write_remaining(&mut stream, &connection).await;
     tracing::debug!(container_id = %LogText(&connection.container_id), "connection closed");
     connection.detach_all().await;
     // Deliveries that reached this connection but were never written go back untouched.
@@ -456,6 +484,17 @@ const LAST_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Writes the last bytes of a connection, giving up after [`LAST_WRITE_TIMEOUT`].
 async fn write_last<S: RawStream>(stream: &mut S, bytes: &[u8]) {
     let _ = tokio::time::timeout(LAST_WRITE_TIMEOUT, stream.write_all(bytes)).await;
+}
+
+/// [`write_last`] for everything a connection still owes the peer, in order.
+async fn write_remaining<S: RawStream>(stream: &mut S, connection: &Connection) {
+    let _ = tokio::time::timeout(LAST_WRITE_TIMEOUT, async {
+        for chunk in &connection.output_ahead {
+            stream.write_all(chunk).await?;
+        }
+        stream.write_all(&connection.output).await
+    })
+    .await;
 }
 
 /// The error a `close` carries for a connection error the peer caused.
@@ -498,16 +537,33 @@ fn close_with(
 /// that sends but never reads cannot make the broker buffer without limit.
 const OUTPUT_READ_PAUSE: usize = 8 * 1024 * 1024;
 
-/// Writes as much of `output` as the socket takes now, without waiting. Returns whether
-/// anything was written.
-fn flush_now<S: RawStream>(stream: &S, output: &mut BytesMut) -> Result<bool, ConnectionError> {
+/// Writes as much of the connection's output (`output_ahead`, then `output`) as the socket
+/// takes now, without waiting. Returns whether anything was written.
+fn flush_now<S: RawStream>(
+    stream: &S,
+    connection: &mut Connection,
+) -> Result<bool, ConnectionError> {
     let mut wrote = false;
-    while !output.is_empty() {
-        match stream.write_now(output) {
+    loop {
+        let chunk: &[u8] = match connection.output_ahead.front() {
+            Some(front) => front,
+            None if connection.output.is_empty() => break,
+            None => &connection.output,
+        };
+        match stream.write_now(chunk) {
             Ok(0) => return Err(ConnectionError::Closed),
             Ok(written) => {
-                output.advance(written);
                 wrote = true;
+                match connection.output_ahead.front_mut() {
+                    Some(front) => {
+                        front.advance(written);
+                        connection.output_ahead_len -= written;
+                        if front.is_empty() {
+                            connection.output_ahead.pop_front();
+                        }
+                    }
+                    None => connection.output.advance(written),
+                }
             }
             Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => break,
             Err(error) => return Err(error.into()),
@@ -556,7 +612,7 @@ async fn event_loop<S: RawStream>(
         // the peer is not reading what we owe it.
         // The clock is read once per batch of frames, not once per frame (issue 16).
         let mut heard = false;
-        while connection.output.len() < OUTPUT_READ_PAUSE {
+        while connection.output_len() < OUTPUT_READ_PAUSE {
             let Some(frame) = frame::take_frame(input, max_frame_size)? else {
                 break;
             };
@@ -568,13 +624,13 @@ async fn event_loop<S: RawStream>(
         if heard {
             last_heard = tokio::time::Instant::now();
         }
-        if flush_now(stream, &mut connection.output)? {
+        if flush_now(stream, connection)? {
             connection.accepted_run = None;
             heartbeat.reset();
         }
         connection.unblock_receivers().await;
-        let reading = connection.output.len() < OUTPUT_READ_PAUSE;
-        let writing = !connection.output.is_empty();
+        let reading = connection.output_len() < OUTPUT_READ_PAUSE;
+        let writing = connection.output_len() > 0;
         let token_expiry = connection.next_authorization_expiry().map(|until| {
             let now = connection.context.clock.now().0;
             let wait = ((until + 1) * 1000 - now).max(0) as u64;
@@ -741,6 +797,10 @@ impl Connection {
                 receiver,
                 delivery_count,
             } => self.drained(receiver, delivery_count),
+            Notification::Fenced { receiver } => {
+                self.fenced(receiver);
+                Ok(())
+            }
             Notification::SessionAccepted {
                 receiver,
                 session_id,

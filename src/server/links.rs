@@ -127,6 +127,10 @@ pub struct Link {
     /// Receiver links: deliveries are held back at the entity (window closed or output
     /// backed up) until the connection can write again.
     pub blocked: bool,
+    /// Held back, and deliveries the entity made before that may still be on their way:
+    /// the link is not given credit again before the entity's `Fenced` (they would
+    /// overtake the ones returned to it).
+    pub fence_pending: bool,
     /// Entity links attached under a `$cbs` token: what it covers and until when.
     pub authorization: Option<LinkAuthorization>,
     /// Its share of the broker's metrics.
@@ -316,6 +320,7 @@ impl Connection {
             credit: 0,
             partial: None,
             blocked: false,
+            fence_pending: false,
             authorization,
         };
         let grants_credit = client_sends;
@@ -655,6 +660,7 @@ impl Connection {
                 credit: 0,
                 partial: None,
                 blocked: false,
+                fence_pending: false,
                 authorization: None,
                 metrics: LinkMetrics::default(),
             },

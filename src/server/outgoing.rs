@@ -166,8 +166,7 @@ impl Connection {
                 .unsettled
                 .insert(delivery_id, Unsettled { handle, token });
         }
-        self.output
-            .reserve(delivery.record.message.encoded_size() + 256);
+        self.output_room(delivery.record.message.encoded_size() + 256);
         self.send_encoded_on_link(channel, handle, settled, tag, |output| {
             message::encode_delivery(
                 DeliveryView {
@@ -183,7 +182,7 @@ impl Connection {
     /// Whether a delivery to this link would not reach the socket now: the peer's session
     /// window is closed, or the peer is not reading what we already have for it.
     fn cannot_send(&mut self, channel: u16, handle: u32) -> bool {
-        if self.output.len() >= OUTPUT_HIGH_WATER {
+        if self.output_len() >= OUTPUT_HIGH_WATER {
             return true;
         }
         let Some(session) = self.sessions.get(&channel) else {
@@ -217,6 +216,7 @@ impl Connection {
         let entity = entity.clone();
         if !link.blocked {
             link.blocked = true;
+            link.fence_pending = true;
             self.receivers_blocked = true;
             let _ = entity
                 .send(Command::Credit {
@@ -226,6 +226,7 @@ impl Connection {
                     drain: false,
                 })
                 .await;
+            let _ = entity.send(Command::Fence { receiver }).await;
         }
         let _ = entity
             .send(Command::Return {
@@ -277,7 +278,7 @@ impl Connection {
     /// Gives held-back receiver links their credit again once their session window is
     /// open and the output has drained.
     pub(super) async fn unblock_receivers(&mut self) {
-        if self.draining || !self.receivers_blocked || self.output.len() >= OUTPUT_HIGH_WATER / 2 {
+        if self.draining || !self.receivers_blocked || self.output_len() >= OUTPUT_HIGH_WATER / 2 {
             return;
         }
         let mut still_blocked = false;
@@ -285,7 +286,7 @@ impl Connection {
         for session in self.sessions.values_mut() {
             let open = session.remote_incoming_window > 0 && session.queued.is_empty();
             for link in session.links.values_mut().filter(|link| link.blocked) {
-                if !open {
+                if !open || link.fence_pending {
                     still_blocked = true;
                     continue;
                 }
@@ -306,6 +307,18 @@ impl Connection {
         self.receivers_blocked = still_blocked;
         for (entity, command) in grants {
             let _ = entity.send(command).await;
+        }
+    }
+
+    /// The entity's answer to a fence: the link may be given credit again.
+    pub(super) fn fenced(&mut self, receiver: ReceiverId) {
+        if let Some(&(channel, handle)) = self.receivers.get(&receiver)
+            && let Some(link) = self
+                .sessions
+                .get_mut(&channel)
+                .and_then(|session| session.links.get_mut(&handle))
+        {
+            link.fence_pending = false;
         }
     }
 

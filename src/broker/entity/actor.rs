@@ -518,6 +518,7 @@ impl Actor {
             } => self
                 .state
                 .grant_credit(now, receiver, delivery_count, link_credit, drain),
+            Command::Fence { receiver } => self.state.fence(receiver),
             Command::Settle {
                 token,
                 settlement,
@@ -684,6 +685,11 @@ impl Actor {
                             receiver,
                             delivery_count,
                         });
+                    }
+                }
+                Effect::Fenced { receiver } => {
+                    if let Some(sink) = self.sinks.get(&receiver) {
+                        let _ = sink.send(Notification::Fenced { receiver });
                     }
                 }
                 Effect::DeadLettered { .. } => {}

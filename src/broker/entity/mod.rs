@@ -48,6 +48,11 @@ pub type SequenceNumbers = smallvec::SmallVec<[SequenceNumber; 1]>;
 pub enum Notification {
     /// A message for one of the connection's receivers.
     Deliver(Delivery),
+    /// Every delivery to `receiver` made before its [`Command::Fence`] came before this.
+    Fenced {
+        /// The receiver.
+        receiver: ReceiverId,
+    },
     /// A receiver's drain completed; its delivery count is now `delivery_count`.
     Drained {
         /// The drained receiver.
@@ -265,6 +270,14 @@ pub enum Command {
     /// Detach a receiving link.
     DetachReceiver {
         /// The link's id.
+        receiver: ReceiverId,
+    },
+    /// Answer with [`Notification::Fenced`] behind every delivery to `receiver` made before
+    /// this command: a connection that held the receiver back waits for it before giving
+    /// credit again, so that deliveries still on their way do not overtake the ones it
+    /// returned (sequence order, rule SEQ-4).
+    Fence {
+        /// The receiver held back.
         receiver: ReceiverId,
     },
     /// Update a receiver's credit.

@@ -441,6 +441,31 @@ fn drain_consumes_remaining_credit_after_delivering() {
 }
 
 #[test]
+fn a_fence_follows_every_delivery_made_before_it() {
+    // Rule SEQ-4: a connection that held its receiver back gives credit again only after
+    // the fence, so deliveries still on their way cannot overtake the ones it returned.
+    let mut state = entity(|_| {});
+    state
+        .enqueue(START, vec![message("a"), message("b")])
+        .expect("accepted");
+    state.attach_receiver(START, RECEIVER, SubQueue::Main, ReceiveMode::PeekLock);
+    state.set_credit(START, RECEIVER, 5, false);
+    state.set_credit(START, RECEIVER, 0, false);
+    state.fence(RECEIVER);
+    state.enqueue(START, vec![message("c")]).expect("accepted");
+    let effects = state.take_effects();
+    let kinds: Vec<&str> = effects
+        .iter()
+        .filter_map(|effect| match effect {
+            Effect::Deliver(_) => Some("deliver"),
+            Effect::Fenced { receiver } if *receiver == RECEIVER => Some("fenced"),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(kinds, ["deliver", "deliver", "fenced"]);
+}
+
+#[test]
 fn a_receive_and_delete_delivery_that_never_reached_its_link_is_restored() {
     // No message loss: the link detached while the delivery was in flight.
     let mut state = entity(|_| {});

@@ -49,6 +49,12 @@ impl EntityState {
         self.receivers.remove(&receiver);
     }
 
+    /// Marks where the deliveries to `receiver` made so far end (see
+    /// [`crate::broker::entity::Command::Fence`]).
+    pub fn fence(&mut self, receiver: ReceiverId) {
+        self.effects.push(Effect::Fenced { receiver });
+    }
+
     /// Sets a receiver's credit from the client's `flow`: `link_credit` counted from the
     /// client's `delivery_count` (AMQP 1.0 §2.6.7). Deliveries the client has not seen yet
     /// (ours is ahead of its count) use up part of that credit; a missing count means the

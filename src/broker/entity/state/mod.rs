@@ -199,6 +199,11 @@ pub enum Effect {
         /// The link delivery-count after consuming all credit.
         delivery_count: u32,
     },
+    /// Every delivery to `receiver` before this is out: answer its connection's fence.
+    Fenced {
+        /// The receiver.
+        receiver: ReceiverId,
+    },
     /// The entity was idle for its `auto_delete_on_idle` and must be deleted (rule IDL-1).
     Idle,
     /// A session receiver now holds `session_id` (answer its attach).
