@@ -47,6 +47,12 @@ fn list_start(bytes: &[u8], section: &Range<usize>) -> Result<usize, codec::Code
     Ok(section.start + 1 + codec::value_length(bytes, section.start + 1)?)
 }
 
+/// Whether the section at `section` is `0x00 0x53 code` and an empty list (list0), as
+/// Proton-C and others send a header or properties with no field set: nothing to read.
+fn is_list0(bytes: &[u8], section: &Range<usize>) -> bool {
+    matches!(bytes.get(section.clone()), Some([0x00, 0x53, _, 0x45]))
+}
+
 /// Fills `elements` with the element ranges of the described list section at `section`
 /// and returns their count. A list of more elements than `elements` holds, or a value that
 /// is not a list, is refused.
@@ -128,14 +134,18 @@ fn uint(
 
 /// The header section at `section` (descriptor included): the fields the broker keeps.
 pub fn read_header(bytes: &[u8], section: &Range<usize>) -> Result<HeaderFields, MessageError> {
-    let mut fields: [Range<usize>; 5] = Default::default();
     // An empty list (as Proton and others send): every field takes its default.
+    const DEFAULTS: HeaderFields = HeaderFields {
+        durable: false,
+        priority: 4,
+        time_to_live: None,
+    };
+    if is_list0(bytes, section) {
+        return Ok(DEFAULTS);
+    }
+    let mut fields: [Range<usize>; 5] = Default::default();
     if list_elements(bytes, section, "header", &mut fields)? == 0 {
-        return Ok(HeaderFields {
-            durable: false,
-            priority: 4,
-            time_to_live: None,
-        });
+        return Ok(DEFAULTS);
     }
     let durable = boolean(bytes, &fields[0], "durable")?.unwrap_or(false);
     let priority = match field_code(bytes, &fields[1], &[0x50], "header", "priority")? {
@@ -160,6 +170,9 @@ pub fn read_properties<'a>(
     bytes: &'a [u8],
     section: &Range<usize>,
 ) -> Result<[Option<Cow<'a, str>>; 8], MessageError> {
+    if is_list0(bytes, section) {
+        return Ok(Default::default());
+    }
     let mut fields: [Range<usize>; 13] = Default::default();
     let count = list_elements(bytes, section, "properties", &mut fields)?;
     if count == 0 {

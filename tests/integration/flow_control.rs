@@ -370,7 +370,7 @@ async fn sends_in_flight_together_are_each_acknowledged_once_in_ranges() {
 #[tokio::test]
 async fn a_reader_far_behind_receives_every_message_whole_and_in_order() {
     // Issue 16: when the socket does not take the connection's output, the part it still
-    // owes is set ahead of the buffer new deliveries go into, not copied. ~50 MB of
+    // owes is set ahead of the buffer new deliveries go into, not copied. ~40 MB of
     // deliveries (more than loopback's socket buffers hold), large ones split over frames
     // and small ones in one, to a peer that reads nothing for a while: every delivery
     // arrives once, in order, byte for byte.
