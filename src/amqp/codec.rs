@@ -99,6 +99,17 @@ fn value_length_at_depth(bytes: &[u8], start: usize, depth: u32) -> Result<usize
     Ok(length)
 }
 
+/// The length of the primitive value (not described, not a list, map or array) at
+/// `start`, if it is one and lies within `bytes`.
+#[inline]
+pub fn primitive_length(bytes: &[u8], start: usize) -> Option<usize> {
+    match bytes.get(start)? {
+        0xc0..=0xd1 | 0xe0 | 0xf0 => None,
+        code if matches!(MEASURE[*code as usize], DESCRIBED | INVALID) => None,
+        _ => value_length(bytes, start).ok(),
+    }
+}
+
 /// The length of the described value at `start` (at nesting `depth`): no value may sit
 /// deeper than 16 levels.
 #[inline(never)]
@@ -593,6 +604,30 @@ mod tests {
         let mut written = BytesMut::new();
         Writer::new(&mut written).symbol("x-opt-lock-token");
         assert_eq!(&KEY[..], &written[..]);
+    }
+
+    #[test]
+    fn only_primitives_are_measured_as_primitives() {
+        assert_eq!(primitive_length(&[0x40], 0), Some(1));
+        assert_eq!(primitive_length(&[0x52, 7], 0), Some(2));
+        assert_eq!(primitive_length(&[0xa1, 2, b'h', b'i'], 0), Some(4));
+        assert_eq!(primitive_length(&[0xb0, 0, 0, 0, 1, 9], 0), Some(6));
+        // list0 is a constructor and nothing else: it holds nothing.
+        assert_eq!(primitive_length(&[0x45], 0), Some(1));
+        for compound in [
+            &[0xc0, 1, 0][..],
+            &[0xc1, 1, 0],
+            &[0xd0, 0, 0, 0, 4, 0, 0, 0, 0],
+            &[0xd1, 0, 0, 0, 4, 0, 0, 0, 0],
+            &[0xe0, 2, 0, 0x40],
+            &[0xf0, 0, 0, 0, 5, 0, 0, 0, 0, 0x40],
+            &[0x00, 0x53, 0x01, 0x40],
+            &[0x3f],
+        ] {
+            assert_eq!(primitive_length(compound, 0), None, "{compound:x?}");
+        }
+        assert_eq!(primitive_length(&[0xa1, 3, b'h'], 0), None, "truncated");
+        assert_eq!(primitive_length(&[], 0), None);
     }
 
     #[test]

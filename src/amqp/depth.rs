@@ -6,7 +6,7 @@
 //! otherwise overflow the stack and abort the whole process (issue 10, item 1). Every
 //! list, map, array and described value counts as one level.
 
-use super::codec::{CodecError, read_u8, read_u32};
+use super::codec::{CodecError, primitive_length, read_u8, read_u32};
 
 /// Levels of list, map, array or described value a value may nest.
 pub const MAX_DEPTH: usize = 32;
@@ -114,24 +114,6 @@ pub fn check_values_ends(bytes: &[u8]) -> Result<Ends, CodecError> {
     Ok(ends)
 }
 
-/// The length of the primitive value (not described, not a list, map or array) at `at`
-/// when it ends by `end`.
-#[inline]
-fn primitive_length(bytes: &[u8], at: usize, end: usize) -> Option<usize> {
-    let length = match *bytes.get(at)? {
-        0x40..=0x45 => 1,
-        0x50..=0x56 => 2,
-        0x60..=0x61 => 3,
-        0x70..=0x74 => 5,
-        0x80..=0x84 => 9,
-        0x94 | 0x98 => 17,
-        0xa0..=0xa3 => 2 + *bytes.get(at + 1)? as usize,
-        0xb0..=0xb3 => 5 + read_u32(bytes, at + 1).ok()?,
-        _ => return None,
-    };
-    (at + length <= end).then_some(length)
-}
-
 /// Where each value of `bytes` ends, when every one is flat: a primitive, a list or map of
 /// primitives, or one of those described by a `0x00 0x53 code` descriptor — as message
 /// sections usually are. Such values nest at most two levels, so they are checked in one
@@ -166,9 +148,10 @@ fn flat_ends(bytes: &[u8], ends: &mut Ends) -> bool {
                     return false;
                 }
                 // Every element takes a byte at least: at most `size` steps.
+                let compound = &bytes[..end];
                 let mut element = value + 1 + 2 * header;
                 for _ in 0..count {
-                    match primitive_length(bytes, element, end) {
+                    match primitive_length(compound, element) {
                         Some(length) => element += length,
                         None => return false,
                     }
@@ -178,7 +161,7 @@ fn flat_ends(bytes: &[u8], ends: &mut Ends) -> bool {
                 }
                 end
             }
-            _ => match primitive_length(bytes, value, bytes.len()) {
+            _ => match primitive_length(bytes, value) {
                 Some(length) => value + length,
                 None => return false,
             },

@@ -144,9 +144,7 @@ pub fn read_header(bytes: &[u8], section: &Range<usize>) -> Result<HeaderFields,
         return Ok(DEFAULTS);
     }
     let mut fields: [Range<usize>; 5] = Default::default();
-    if list_elements(bytes, section, "header", &mut fields)? == 0 {
-        return Ok(DEFAULTS);
-    }
+    list_elements(bytes, section, "header", &mut fields)?;
     let durable = boolean(bytes, &fields[0], "durable")?.unwrap_or(false);
     let priority = match field_code(bytes, &fields[1], &[0x50], "header", "priority")? {
         0x50 => bytes[fields[1].start + 1],
@@ -175,9 +173,6 @@ pub fn read_properties<'a>(
     }
     let mut fields: [Range<usize>; 13] = Default::default();
     let count = list_elements(bytes, section, "properties", &mut fields)?;
-    if count == 0 {
-        return Ok(Default::default());
-    }
     let mut text: [Option<&str>; 13] = [None; 13];
     // Fields past the list's end are absent (null).
     for (index, range) in fields.iter().enumerate().take(count) {
