@@ -86,6 +86,7 @@ SHARED_QUEUES: Dict[str, Dict[str, object]] = {
     "sdk-message-too-large": {"max_message_size_in_kilobytes": 64},
     "sdk-queue-full": {"max_size_in_megabytes": 1, "max_message_size_in_kilobytes": 256},
     "sdk-many-messages": {},
+    "sdk-large-backlog": {},
     "sdk-any-key": {},
     # test_generic_amqp.py
     "amqp-anonymous": {},
