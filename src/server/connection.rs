@@ -149,6 +149,9 @@ pub struct Connection {
     /// The time read once for a batch of notifications (the delivery latency metric counts
     /// whole milliseconds: a clock read per delivery was 1 % of the CPU, issue 16).
     pub(super) batch_now: Option<crate::broker::types::Timestamp>,
+    /// Sends to one queue taken from the frames of this read, not yet handed to it (see
+    /// `incoming.rs`).
+    pub(super) staged: Option<super::incoming::StagedSends>,
 }
 
 impl Connection {
@@ -425,6 +428,7 @@ pub async fn run<S: RawStream>(
         partial_bytes: 0,
         accepted_run: None,
         batch_now: None,
+        staged: None,
     };
     tracing::debug!(container_id = %LogText(&open.container_id), "connection open");
     let our_open = our_open(&context);
@@ -611,16 +615,29 @@ async fn event_loop<S: RawStream>(
         // Frames already buffered (pipelined behind `open`, or several in one read), unless
         // the peer is not reading what we owe it.
         // The clock is read once per batch of frames, not once per frame (issue 16).
+        // Sends to a queue are staged while the frames last and handed over together, also
+        // when a frame ends the connection (what came before it is not lost).
         let mut heard = false;
-        while connection.output_len() < OUTPUT_READ_PAUSE {
-            let Some(frame) = frame::take_frame(input, max_frame_size)? else {
-                break;
+        let finished = loop {
+            if connection.output_len() >= OUTPUT_READ_PAUSE {
+                break Ok(false);
+            }
+            let frame = match frame::take_frame(input, max_frame_size) {
+                Ok(Some(frame)) => frame,
+                Ok(None) => break Ok(false),
+                Err(error) => break Err(error.into()),
             };
             heard = true;
-            if connection.handle_frame(frame).await? {
-                return Ok(());
+            match connection.handle_frame(frame).await {
+                Ok(false) => {}
+                done => break done,
             }
+        };
+        let handed = connection.hand_over_sends().await;
+        if finished? {
+            return Ok(());
         }
+        handed?;
         if heard {
             last_heard = tokio::time::Instant::now();
         }
@@ -734,6 +751,8 @@ impl Connection {
             self.transfer(frame.channel, transfer, payload).await?;
             return Ok(false);
         }
+        // Anything else acts after the sends before it.
+        self.hand_over_sends().await?;
         let (performative, payload) = frame::decode_performative(&frame.body)?;
         tracing::trace!(channel = frame.channel, ?performative, "frame received");
         let channel = frame.channel;
@@ -848,6 +867,14 @@ impl Connection {
                     return Ok(());
                 };
                 self.reply(pending, result)
+            }
+            Notification::Replies { replies } => {
+                for (request, result) in replies {
+                    if let Some(pending) = self.pending.remove(&request) {
+                        self.reply(pending, result)?;
+                    }
+                }
+                Ok(())
             }
         }
     }

@@ -14,7 +14,7 @@ use super::log_text::LogText;
 use super::session::unattached_handle;
 use crate::amqp::errors::{self, Failure};
 use crate::amqp::message::{self};
-use crate::broker::entity::{Command, ReplyTo};
+use crate::broker::entity::{BatchedSend, Command, EntityHandle, Messages, ReplyTo};
 use crate::broker::topic::TopicCommand;
 
 impl Connection {
@@ -145,6 +145,8 @@ impl Connection {
                 )
                 .await;
         }
+        // Transfers other than sends act after the sends before them.
+        self.hand_over_sends().await?;
         if let Some(coordinator) = coordinator {
             return self
                 .coordinator_transfer(channel, coordinator, delivery_id, settled, &payload)
@@ -220,6 +222,12 @@ impl Connection {
                 return refuse(self, Failure::new(condition, error.to_string(), 400));
             }
         };
+        if let (SendTarget::Queue(entity), None, None) = (&target, &txn_id, &via) {
+            return self
+                .stage_send(entity, messages, settled, channel, delivery_id)
+                .await;
+        }
+        self.hand_over_sends().await?;
         if txn_id.is_some() || via.is_some() {
             return self
                 .transactional_send(
@@ -262,6 +270,93 @@ impl Connection {
         if let (Err(error), Some(request)) = (sent, request) {
             self.pending.remove(&request);
             return refuse(self, errors::entity_failure(&error));
+        }
+        Ok(())
+    }
+}
+
+/// Sends to one queue staged from consecutive transfers: handed over in one command when
+/// the frames of a read run out, before anything else the connection does (another
+/// entity's send, a disposition, an attach...), and when the batch grows past
+/// [`STAGED_SENDS`] or [`STAGED_BYTES`]. Each send keeps its own outcome (issue 16: a
+/// bounded-channel send, a reply and a wake-up of the entity for every message).
+pub(super) struct StagedSends {
+    entity: EntityHandle,
+    sends: Vec<BatchedSend>,
+    bytes: usize,
+}
+
+/// At most this many sends go in one command.
+const STAGED_SENDS: usize = 256;
+/// At most this many message bytes go in one command (the entity's inbox holds a bounded
+/// number of commands; this bounds what each can hold).
+const STAGED_BYTES: usize = 1024 * 1024;
+
+impl Connection {
+    /// Stages a send to a queue, after handing over the staged sends to another one.
+    async fn stage_send(
+        &mut self,
+        entity: &EntityHandle,
+        messages: Messages,
+        settled: bool,
+        channel: u16,
+        delivery_id: u32,
+    ) -> Result<(), ConnectionError> {
+        if self
+            .staged
+            .as_ref()
+            .is_some_and(|staged| !staged.entity.same_entity(entity))
+        {
+            self.hand_over_sends().await?;
+        }
+        let request = (!settled).then(|| {
+            self.register(Pending::Enqueue {
+                channel,
+                delivery_id,
+            })
+        });
+        let bytes: usize = messages.iter().map(|message| message.size()).sum();
+        let staged = self.staged.get_or_insert_with(|| StagedSends {
+            entity: entity.clone(),
+            sends: Vec::new(),
+            bytes: 0,
+        });
+        staged.sends.push(BatchedSend { messages, request });
+        staged.bytes += bytes;
+        // A send handed over alone would take a unit of the task's cooperative budget (the
+        // channel's permit): so does a staged one, or a fast sender's connection would keep
+        // its worker for many reads in a row and starve the entity and the receivers (the
+        // backlog then grows however fast they are). When the budget is spent the staged
+        // sends are handed over first, so that the entity has them while this task waits.
+        if staged.sends.len() >= STAGED_SENDS
+            || staged.bytes >= STAGED_BYTES
+            || !tokio::task::coop::has_budget_remaining()
+        {
+            self.hand_over_sends().await?;
+        }
+        tokio::task::coop::consume_budget().await;
+        Ok(())
+    }
+
+    /// Hands the staged sends to their queue; if it is gone, every send waiting for an
+    /// outcome is rejected with the reason, as the entity would have.
+    pub(super) async fn hand_over_sends(&mut self) -> Result<(), ConnectionError> {
+        let Some(staged) = self.staged.take() else {
+            return Ok(());
+        };
+        let sent = staged
+            .entity
+            .send_or_give_back(Command::SendBatch {
+                sends: staged.sends,
+                sink: self.notifications.clone(),
+            })
+            .await;
+        if let Err((error, Command::SendBatch { sends, .. })) = sent {
+            for request in sends.into_iter().filter_map(|send| send.request) {
+                if let Some(pending) = self.pending.remove(&request) {
+                    self.reply(pending, Err(error.clone()))?;
+                }
+            }
         }
         Ok(())
     }

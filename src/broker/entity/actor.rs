@@ -98,6 +98,7 @@ pub fn spawn(
         charged: 0,
         storage,
         held_replies: Vec::new(),
+        held_batches: Vec::new(),
         checkpointed: 0,
         deleting: None,
     };
@@ -125,11 +126,19 @@ struct Actor {
     storage: Option<(Storage, String)>,
     /// Replies of this turn, released once the turn's changes are durable.
     held_replies: Vec<(super::ReplyTo, Result<super::Reply, EntityError>)>,
+    /// The same for the batched sends of this turn: each batch's replies go out together.
+    held_batches: Vec<HeldBatch>,
     /// The last compaction round this entity wrote a checkpoint for.
     checkpointed: u64,
     /// A deletion was asked for (admin API): who waits for it.
     deleting: Option<super::ReplyTo>,
 }
+
+/// The replies of one batch of sends, held until the turn's changes are durable.
+type HeldBatch = (
+    super::NotificationSender,
+    Vec<(super::RequestId, Result<Reply, EntityError>)>,
+);
 
 impl Actor {
     async fn run(
@@ -298,7 +307,13 @@ impl Actor {
         };
         if failure.is_some() {
             // Sends of this turn were refused: their messages must not be delivered.
-            for (_, result) in &self.held_replies {
+            let batched = self.held_batches.iter().flat_map(|(_, replies)| replies);
+            for result in self
+                .held_replies
+                .iter()
+                .map(|(_, result)| result)
+                .chain(batched.map(|(_, result)| result))
+            {
                 if let Ok(Reply::SequenceNumbers(numbers)) = result {
                     self.state.withdraw(numbers);
                 }
@@ -309,6 +324,16 @@ impl Actor {
                 (Some(error), Ok(_)) => reply.send(Err(error.clone())),
                 (_, result) => reply.send(result),
             }
+        }
+        for (sink, mut replies) in self.held_batches.drain(..) {
+            if let Some(error) = &failure {
+                for (_, result) in &mut replies {
+                    if result.is_ok() {
+                        *result = Err(error.clone());
+                    }
+                }
+            }
+            let _ = sink.send(Notification::Replies { replies });
         }
         failure
     }
@@ -381,48 +406,58 @@ impl Actor {
             })
     }
 
+    /// One send: the entity's status, the disk and the broker's memory budget are checked
+    /// before the messages reach the core.
+    fn send(
+        &mut self,
+        now: Timestamp,
+        messages: super::Messages,
+    ) -> Result<super::SequenceNumbers, EntityError> {
+        if !self.state.settings().status.allows_send() {
+            return Err(EntityError::Disabled(format!(
+                "Messaging entity '{}' is currently disabled for sending ({}).",
+                self.state.settings().path,
+                self.state.settings().status.as_str()
+            )));
+        }
+        if let Some((storage, _)) = &self.storage
+            && !storage.has_room()
+        {
+            return Err(EntityError::StorageFull(storage.full_error()));
+        }
+        let incoming: u64 = messages.iter().map(|message| message.size() as u64).sum();
+        if let Err(used) = self.budget.admit(incoming) {
+            return Err(EntityError::QuotaExceeded {
+                entity: "the broker's memory budget (server.memory_budget)".into(),
+                size: used,
+                limit: self.budget.limit(),
+            });
+        }
+        self.state.enqueue(now, messages)
+    }
+
     fn handle(&mut self, command: Command, now: Timestamp) {
         match command {
             Command::Send { messages, reply } => {
-                if !self.state.settings().status.allows_send() {
-                    if let Some(reply) = reply {
-                        self.answer(
-                            reply,
-                            Err(EntityError::Disabled(format!(
-                                "Messaging entity '{}' is currently disabled for sending ({}).",
-                                self.state.settings().path,
-                                self.state.settings().status.as_str()
-                            ))),
-                        );
-                    }
-                    return;
-                }
-                if let Some((storage, _)) = &self.storage
-                    && !storage.has_room()
-                {
-                    let error = EntityError::StorageFull(storage.full_error());
-                    if let Some(reply) = reply {
-                        self.answer(reply, Err(error));
-                    }
-                    return;
-                }
-                let incoming: u64 = messages.iter().map(|message| message.size() as u64).sum();
-                if let Err(used) = self.budget.admit(incoming) {
-                    if let Some(reply) = reply {
-                        self.answer(
-                            reply,
-                            Err(EntityError::QuotaExceeded {
-                                entity: "the broker's memory budget (server.memory_budget)".into(),
-                                size: used,
-                                limit: self.budget.limit(),
-                            }),
-                        );
-                    }
-                    return;
-                }
-                let result = self.state.enqueue(now, messages);
+                let result = self.send(now, messages);
                 if let Some(reply) = reply {
                     self.answer(reply, result.map(Reply::SequenceNumbers));
+                }
+            }
+            Command::SendBatch { sends, sink } => {
+                let mut replies = Vec::new();
+                for send in sends {
+                    let result = self.send(now, send.messages);
+                    if let Some(request) = send.request {
+                        replies.push((request, result.map(Reply::SequenceNumbers)));
+                    }
+                }
+                if !replies.is_empty() {
+                    if self.storage.is_some() {
+                        self.held_batches.push((sink, replies));
+                    } else {
+                        let _ = sink.send(Notification::Replies { replies });
+                    }
                 }
             }
             Command::Commit { work, reply } => {
@@ -625,6 +660,16 @@ impl Actor {
             | Command::UpdateSettings { reply, .. }
             | Command::Describe { reply }
             | Command::Delete { reply } => reply.send(Err(gone)),
+            Command::SendBatch { sends, sink } => {
+                let replies: Vec<_> = sends
+                    .into_iter()
+                    .filter_map(|send| send.request)
+                    .map(|request| (request, Err(gone.clone())))
+                    .collect();
+                if !replies.is_empty() {
+                    let _ = sink.send(Notification::Replies { replies });
+                }
+            }
             Command::AttachSessionReceiver { receiver, sink, .. } => {
                 let _ = sink.send(Notification::SessionRefused {
                     receiver,

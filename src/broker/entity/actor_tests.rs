@@ -433,3 +433,92 @@ async fn deliveries_to_a_closed_connection_return_to_the_entity() {
         other => panic!("expected the returned message, got {other:?}"),
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_of_sends_refuses_only_the_sends_that_do_not_fit_and_answers_in_one_notification() {
+    // Issue 16: consecutive transfers reach the entity in one command; each keeps its own
+    // outcome, as if it had come alone (rules SEQ-1, SEQ-2).
+    let body = |tag: u8| Message::with_body(&Bytes::from(vec![tag; 1000]));
+    let size = body(0).size() as u64;
+    let mut entity = Entity::spawn(|settings| settings.max_size_bytes = 3 * size + size / 2);
+    let send = |tag: u8, request: Option<u64>| super::BatchedSend {
+        messages: vec![body(tag)].into(),
+        request: request.map(RequestId),
+    };
+    // A small one after a refused one still fits.
+    let small = super::BatchedSend {
+        messages: vec![message(6)].into(),
+        request: Some(RequestId(16)),
+    };
+    entity
+        .command(Command::SendBatch {
+            // The second is pre-settled: stored, not answered.
+            sends: vec![
+                send(1, Some(11)),
+                send(2, None),
+                send(3, Some(13)),
+                send(4, Some(14)),
+                send(5, Some(15)),
+                small,
+            ],
+            sink: entity.reply_sink.clone(),
+        })
+        .await;
+    let replies = match entity.replies.recv().await {
+        Some(Notification::Replies { replies }) => replies,
+        other => panic!("expected the batch's replies, got {other:?}"),
+    };
+    let outcomes: Vec<(u64, Result<Vec<SequenceNumber>, bool>)> = replies
+        .into_iter()
+        .map(|(request, result)| {
+            let outcome = match result {
+                Ok(Reply::SequenceNumbers(numbers)) => Ok(numbers.into_vec()),
+                Err(EntityError::QuotaExceeded { .. }) => Err(true),
+                other => panic!("unexpected outcome {other:?}"),
+            };
+            (request.0, outcome)
+        })
+        .collect();
+    assert_eq!(
+        outcomes,
+        vec![
+            (11, Ok(vec![SequenceNumber(1)])),
+            (13, Ok(vec![SequenceNumber(3)])),
+            (14, Err(true)),
+            (15, Err(true)),
+            (16, Ok(vec![SequenceNumber(4)])),
+        ]
+    );
+    // Exactly the four admitted are stored, in order.
+    let stored: Vec<Vec<u8>> = entity
+        .peek(SubQueue::Main)
+        .await
+        .into_iter()
+        .map(|record| record.message.body().to_vec())
+        .collect();
+    assert_eq!(
+        stored,
+        vec![vec![1; 1000], vec![2; 1000], vec![3; 1000], vec![6]]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_of_pre_settled_sends_is_stored_without_a_reply() {
+    let mut entity = Entity::spawn(|_| {});
+    entity
+        .command(Command::SendBatch {
+            sends: vec![super::BatchedSend {
+                messages: vec![message(9)].into(),
+                request: None,
+            }],
+            sink: entity.reply_sink.clone(),
+        })
+        .await;
+    let stored = entity.peek(SubQueue::Main).await;
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].message.body(), &[9][..]);
+    assert!(
+        entity.replies.try_recv().is_err(),
+        "nothing answers a pre-settled send"
+    );
+}

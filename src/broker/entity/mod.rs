@@ -99,6 +99,11 @@ pub enum Notification {
         /// Its outcome.
         result: Result<Reply, EntityError>,
     },
+    /// The answers to the sends of one [`Command::SendBatch`] that wait for one, in order.
+    Replies {
+        /// Which request, and its outcome.
+        replies: Vec<(RequestId, Result<Reply, EntityError>)>,
+    },
 }
 
 /// Successful answers.
@@ -173,6 +178,15 @@ impl ReplyTo {
     }
 }
 
+/// One send (a transfer's messages) of a [`Command::SendBatch`].
+#[derive(Debug)]
+pub struct BatchedSend {
+    /// The messages, in order.
+    pub messages: Messages,
+    /// The request waiting for the outcome (`None` for pre-settled transfers).
+    pub request: Option<RequestId>,
+}
+
 /// Requests to an entity actor.
 #[derive(Debug)]
 pub enum Command {
@@ -189,6 +203,16 @@ pub enum Command {
         messages: Messages,
         /// Who waits for the outcome (`None` for pre-settled transfers).
         reply: Option<ReplyTo>,
+    },
+    /// Consecutive sends from one connection, taken in one command (issue 16: a channel
+    /// operation and a wake-up per message): each is handled as if it came alone, with its
+    /// own outcome, so a refusal (quota, status) refuses only the sends it applies to.
+    SendBatch {
+        /// The sends, in the order they arrived.
+        sends: Vec<BatchedSend>,
+        /// The connection waiting for the outcomes: one [`Notification::Replies`] answers
+        /// every send that has a request.
+        sink: NotificationSender,
     },
     /// Store messages straight into the dead-letter sub-queue (a topic's copies that fail
     /// their filter or need a session id they lack).
@@ -409,5 +433,21 @@ impl EntityHandle {
             .send(command)
             .await
             .map_err(|_| EntityError::NotFound(self.path.to_string()))
+    }
+
+    /// Sends a command; when the entity is gone, gives it back with the error (its replies
+    /// are the caller's to answer).
+    pub async fn send_or_give_back(&self, command: Command) -> Result<(), (EntityError, Command)> {
+        self.commands
+            .send(command)
+            .await
+            .map_err(|mpsc::error::SendError(command)| {
+                (EntityError::NotFound(self.path.to_string()), command)
+            })
+    }
+
+    /// Whether both handles reach the same actor.
+    pub fn same_entity(&self, other: &EntityHandle) -> bool {
+        self.commands.same_channel(&other.commands)
     }
 }
