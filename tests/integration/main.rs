@@ -3,6 +3,7 @@
 
 mod admin_http;
 mod auth;
+mod batched_sends;
 mod cli;
 mod crash;
 mod durability;

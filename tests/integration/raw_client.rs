@@ -246,6 +246,19 @@ pub fn transfer_frame_bytes(
     payload: &[u8],
     more: bool,
 ) -> BytesMut {
+    transfer_bytes(handle, delivery_id, format, payload, more, false)
+}
+
+/// The bytes of one transfer frame on channel 0 carrying `payload`, pre-settled if
+/// `settled`.
+pub fn transfer_bytes(
+    handle: u32,
+    delivery_id: u32,
+    format: u32,
+    payload: &[u8],
+    more: bool,
+    settled: bool,
+) -> BytesMut {
     let transfer = Performative::Transfer(fe2o3_amqp_types::performatives::Transfer {
         handle: Handle(handle),
         delivery_id: Some(delivery_id),
@@ -253,7 +266,7 @@ pub fn transfer_frame_bytes(
             delivery_id.to_be_bytes().to_vec(),
         )),
         message_format: Some(format),
-        settled: Some(false),
+        settled: Some(settled),
         more,
         rcv_settle_mode: None,
         state: None,

@@ -448,6 +448,8 @@ impl Actor {
                 let mut replies = Vec::new();
                 for send in sends {
                     let result = self.send(now, send.messages);
+                    // The next send is admitted against the budget with this one counted.
+                    self.recharge();
                     if let Some(request) = send.request {
                         replies.push((request, result.map(Reply::SequenceNumbers)));
                     }

@@ -1,0 +1,163 @@
+//! Pipelined transfers (issue 16): a connection hands the consecutive sends of what it read
+//! to a queue in one command. Each transfer still has its own outcome, and every queue
+//! keeps the order the client sent in (rules SEQ-1, SEQ-2).
+
+use std::collections::BTreeMap;
+
+use fe2o3_amqp::Receiver;
+use fe2o3_amqp::types::messaging::{AmqpValue, Body};
+use fe2o3_amqp::types::primitives::Value;
+use fe2o3_amqp_types::messaging::DeliveryState;
+use fe2o3_amqp_types::performatives::Performative;
+
+use crate::harness::{Broker, receive};
+use crate::raw_client::{RawClient, transfer_bytes};
+
+/// A message whose body is the AMQP value `text`.
+fn text_message(text: &str) -> Vec<u8> {
+    let mut payload = vec![0x00, 0x53, 0x77, 0xb1];
+    payload.extend_from_slice(&(text.len() as u32).to_be_bytes());
+    payload.extend_from_slice(text.as_bytes());
+    payload
+}
+
+/// The outcomes of `count` unsettled transfers, by delivery id (a disposition may settle a
+/// range).
+async fn outcomes(client: &mut RawClient, count: usize) -> BTreeMap<u32, DeliveryState> {
+    let mut outcomes = BTreeMap::new();
+    while outcomes.len() < count {
+        let (performative, _) = client
+            .expect(|performative| matches!(performative, Performative::Disposition(_)))
+            .await;
+        let Performative::Disposition(disposition) = performative else {
+            unreachable!()
+        };
+        let state = disposition.state.expect("an outcome");
+        for id in disposition.first..=disposition.last.unwrap_or(disposition.first) {
+            assert!(
+                outcomes.insert(id, state.clone()).is_none(),
+                "delivery {id} settled twice"
+            );
+        }
+    }
+    outcomes
+}
+
+/// The texts of the next `count` messages on `queue`, completed as they come.
+async fn texts(broker: &Broker, queue: &str, count: usize) -> Vec<String> {
+    let (_connection, mut session) = broker.connect().await;
+    let mut receiver = Receiver::attach(&mut session, "check", queue)
+        .await
+        .expect("attach");
+    let mut texts = Vec::new();
+    for _ in 0..count {
+        let delivery = receive(&mut receiver).await;
+        match delivery.body() {
+            Body::Value(AmqpValue(Value::String(text))) => texts.push(text.clone()),
+            other => panic!("unexpected body {other:?}"),
+        }
+        receiver.accept(&delivery).await.expect("completes");
+    }
+    texts
+}
+
+#[tokio::test]
+async fn pipelined_sends_past_the_memory_budget_are_refused_one_by_one_and_the_rest_kept_in_order()
+{
+    let broker =
+        Broker::start("[server]\nmemory_budget = \"100KiB\"\n[[queues]]\nname = \"q\"\n").await;
+    let mut client = RawClient::connect(&broker, 10_000).await;
+    client.attach_sender("pipelined", "q", 0).await;
+    // Twenty sends of ~10 KiB and a small one, written at once: the budget holds nine or so.
+    let text = |index: u32| format!("m{index:02}-{}", "x".repeat(10 * 1024));
+    let mut bytes = Vec::new();
+    for index in 0..20 {
+        bytes.extend_from_slice(&transfer_bytes(
+            0,
+            index,
+            0,
+            &text_message(&text(index)),
+            false,
+            false,
+        ));
+    }
+    bytes.extend_from_slice(&transfer_bytes(
+        0,
+        20,
+        0,
+        &text_message("small"),
+        false,
+        false,
+    ));
+    client.send_raw(&bytes).await;
+
+    let outcomes = outcomes(&mut client, 21).await;
+    let accepted = |id: u32| matches!(outcomes[&id], DeliveryState::Accepted(_));
+    let kept = (0..20).take_while(|id| accepted(*id)).count() as u32;
+    assert!(
+        (5..=10).contains(&kept),
+        "about 100 KiB of 10 KiB messages fit: {kept} ({outcomes:?})"
+    );
+    for id in kept..20 {
+        let DeliveryState::Rejected(rejected) = &outcomes[&id] else {
+            panic!("send {id} after the budget was full: {:?}", outcomes[&id]);
+        };
+        let error = rejected.error.as_ref().expect("an error");
+        let text = format!("{:?} {:?}", error.condition, error.description);
+        assert!(
+            text.contains("ResourceLimitExceeded") && text.contains("memory budget"),
+            "{text}"
+        );
+    }
+    assert!(accepted(20), "the small send after them fits: {outcomes:?}");
+
+    let mut expected: Vec<String> = (0..kept).map(text).collect();
+    expected.push("small".into());
+    assert_eq!(texts(&broker, "q", expected.len()).await, expected);
+}
+
+#[tokio::test]
+async fn pipelined_sends_to_two_queues_keep_each_queues_order_settled_or_not() {
+    let broker = Broker::start("[[queues]]\nname = \"a\"\n[[queues]]\nname = \"b\"\n").await;
+    let mut client = RawClient::connect(&broker, 10_000).await;
+    client.attach_sender("to-a", "a", 0).await;
+    client.attach_sender("to-b", "b", 1).await;
+    // Runs of three to each queue in turn; every fifth is pre-settled.
+    let mut bytes = Vec::new();
+    let (mut to_a, mut to_b) = (Vec::new(), Vec::new());
+    let mut unsettled = 0;
+    for index in 0..90u32 {
+        let (handle, name, sent) = if (index / 3) % 2 == 0 {
+            (0, "a", &mut to_a)
+        } else {
+            (1, "b", &mut to_b)
+        };
+        let text = format!("{name}-{index}");
+        let settled = index % 5 == 0;
+        unsettled += usize::from(!settled);
+        bytes.extend_from_slice(&transfer_bytes(
+            handle,
+            index,
+            0,
+            &text_message(&text),
+            false,
+            settled,
+        ));
+        sent.push(text);
+    }
+    client.send_raw(&bytes).await;
+
+    let outcomes = outcomes(&mut client, unsettled).await;
+    assert!(
+        outcomes
+            .values()
+            .all(|state| matches!(state, DeliveryState::Accepted(_))),
+        "{outcomes:?}"
+    );
+    assert!(
+        outcomes.keys().all(|id| id % 5 != 0),
+        "pre-settled sends are not answered: {outcomes:?}"
+    );
+    assert_eq!(texts(&broker, "a", to_a.len()).await, to_a);
+    assert_eq!(texts(&broker, "b", to_b.len()).await, to_b);
+}
