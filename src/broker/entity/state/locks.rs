@@ -49,7 +49,9 @@ impl EntityState {
     }
 
     /// Disarms the lapse of a lock that was settled, released or renewed: out of the
-    /// deadline set, and off the front of the lock queue with any other stale entries there.
+    /// deadline set, and off the front of the lock queue when it is there. Other stale
+    /// entries at the front go when the next deadline is asked for, once a turn (issue 16:
+    /// looking up the next lock after every settlement cost 3 % of the CPU).
     pub(super) fn disarm_lock(&mut self, until: Timestamp, token: LockToken) {
         if !self.deadlines.is_empty() {
             self.deadlines.remove(&(until, Deadline::Lock(token)));
@@ -59,7 +61,6 @@ impl EntityState {
         if self.lock_deadlines.front() == Some(&(until, token)) {
             self.lock_deadlines.pop_front();
         }
-        self.trim_lock_deadlines();
     }
 
     /// Drops stale entries (settled, released or renewed locks) off the front of the lock

@@ -593,8 +593,10 @@ impl EntityState {
         std::mem::take(&mut self.effects)
     }
 
-    /// The earliest pending deadline, for the shell's single timer.
-    pub fn next_deadline(&self) -> Option<Timestamp> {
+    /// The earliest pending deadline, for the shell's single timer (never a lock that was
+    /// settled, released or renewed: those are dropped off the lock queue's front first).
+    pub fn next_deadline(&mut self) -> Option<Timestamp> {
+        self.trim_lock_deadlines();
         let first = match (
             self.deadlines.first().map(|(at, _)| *at),
             self.lock_deadlines.front().map(|(at, _)| *at),
