@@ -2,46 +2,13 @@
 //! to a queue in one command. Each transfer still has its own outcome, and every queue
 //! keeps the order the client sent in (rules SEQ-1, SEQ-2).
 
-use std::collections::BTreeMap;
-
 use fe2o3_amqp::Receiver;
 use fe2o3_amqp::types::messaging::{AmqpValue, Body};
 use fe2o3_amqp::types::primitives::Value;
 use fe2o3_amqp_types::messaging::DeliveryState;
-use fe2o3_amqp_types::performatives::Performative;
 
 use crate::harness::{Broker, receive};
-use crate::raw_client::{RawClient, transfer_bytes};
-
-/// A message whose body is the AMQP value `text`.
-fn text_message(text: &str) -> Vec<u8> {
-    let mut payload = vec![0x00, 0x53, 0x77, 0xb1];
-    payload.extend_from_slice(&(text.len() as u32).to_be_bytes());
-    payload.extend_from_slice(text.as_bytes());
-    payload
-}
-
-/// The outcomes of `count` unsettled transfers, by delivery id (a disposition may settle a
-/// range).
-async fn outcomes(client: &mut RawClient, count: usize) -> BTreeMap<u32, DeliveryState> {
-    let mut outcomes = BTreeMap::new();
-    while outcomes.len() < count {
-        let (performative, _) = client
-            .expect(|performative| matches!(performative, Performative::Disposition(_)))
-            .await;
-        let Performative::Disposition(disposition) = performative else {
-            unreachable!()
-        };
-        let state = disposition.state.expect("an outcome");
-        for id in disposition.first..=disposition.last.unwrap_or(disposition.first) {
-            assert!(
-                outcomes.insert(id, state.clone()).is_none(),
-                "delivery {id} settled twice"
-            );
-        }
-    }
-    outcomes
-}
+use crate::raw_client::{RawClient, text_message, transfer_bytes};
 
 /// The texts of the next `count` messages on `queue`, completed as they come.
 async fn texts(broker: &Broker, queue: &str, count: usize) -> Vec<String> {
@@ -91,7 +58,7 @@ async fn pipelined_sends_past_the_memory_budget_are_refused_one_by_one_and_the_r
     ));
     client.send_raw(&bytes).await;
 
-    let outcomes = outcomes(&mut client, 21).await;
+    let outcomes = client.outcomes(21).await;
     let accepted = |id: u32| matches!(outcomes[&id], DeliveryState::Accepted(_));
     let kept = (0..20).take_while(|id| accepted(*id)).count() as u32;
     assert!(
@@ -147,7 +114,7 @@ async fn pipelined_sends_to_two_queues_keep_each_queues_order_settled_or_not() {
     }
     client.send_raw(&bytes).await;
 
-    let outcomes = outcomes(&mut client, unsettled).await;
+    let outcomes = client.outcomes(unsettled).await;
     assert!(
         outcomes
             .values()

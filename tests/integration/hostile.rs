@@ -11,7 +11,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::harness::Broker;
-use crate::raw_client::RawClient;
+use crate::raw_client::{RawClient, described};
 
 /// How deep the hostile values nest: far past the limit of 32, and deep enough to
 /// overflow a recursive decoder's stack.
@@ -47,12 +47,6 @@ fn map(entries: &[(Vec<u8>, Vec<u8>)]) -> Vec<u8> {
     bytes.extend_from_slice(&((content.len() + 4) as u32).to_be_bytes());
     bytes.extend_from_slice(&((entries.len() * 2) as u32).to_be_bytes());
     bytes.extend_from_slice(&content);
-    bytes
-}
-
-fn described(code: u8, value: Vec<u8>) -> Vec<u8> {
-    let mut bytes = vec![0x00, 0x53, code];
-    bytes.extend_from_slice(&value);
     bytes
 }
 

@@ -12,7 +12,7 @@ use fe2o3_amqp_types::messaging::DeliveryState;
 
 use crate::harness::{Broker, receive};
 use crate::process::BrokerProcess;
-use crate::raw_client::RawClient;
+use crate::raw_client::{RawClient, described};
 
 fn refusal(
     result: Result<fe2o3_amqp::types::messaging::Outcome, fe2o3_amqp::link::SendError>,
@@ -142,12 +142,6 @@ async fn system_properties_beyond_64_kib_of_text_are_refused() {
         .and_then(|properties| properties.subject.clone());
     assert_eq!(subject.map(|subject| subject.len()), Some(65_000));
     receiver.accept(&delivery).await.expect("accept");
-}
-
-fn described(code: u8, value: Vec<u8>) -> Vec<u8> {
-    let mut bytes = vec![0x00, 0x53, code];
-    bytes.extend_from_slice(&value);
-    bytes
 }
 
 /// A message with ~400 KB of delivery annotations (dropped on arrival) and a tiny body.

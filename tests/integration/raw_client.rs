@@ -176,6 +176,33 @@ impl RawClient {
             .expect("the disposition carries an outcome")
     }
 
+    /// The outcomes of the next `count` deliveries the broker settles, by delivery id (one
+    /// disposition may settle a range).
+    pub async fn outcomes(
+        &mut self,
+        count: usize,
+    ) -> std::collections::BTreeMap<u32, fe2o3_amqp_types::messaging::DeliveryState> {
+        let mut outcomes = std::collections::BTreeMap::new();
+        while outcomes.len() < count {
+            let (performative, _) = self
+                .expect(|performative| matches!(performative, Performative::Disposition(_)))
+                .await;
+            let Performative::Disposition(disposition) = performative else {
+                unreachable!()
+            };
+            let state = disposition
+                .state
+                .expect("the disposition carries an outcome");
+            for id in disposition.first..=disposition.last.unwrap_or(disposition.first) {
+                assert!(
+                    outcomes.insert(id, state.clone()).is_none(),
+                    "delivery {id} settled twice"
+                );
+            }
+        }
+        outcomes
+    }
+
     /// A flow granting `credit` on `handle`, with the session window `incoming_window`.
     pub async fn flow(&mut self, handle: u32, credit: u32, incoming_window: u32) {
         self.send(Performative::Flow(Flow {
@@ -280,6 +307,21 @@ pub fn transfer_bytes(
     let size = (bytes.len() as u32).to_be_bytes();
     bytes[..4].copy_from_slice(&size);
     bytes
+}
+
+/// A described value: descriptor `code` (a small ulong), then `value`'s encoding.
+pub fn described(code: u8, value: Vec<u8>) -> Vec<u8> {
+    let mut bytes = vec![0x00, 0x53, code];
+    bytes.extend_from_slice(&value);
+    bytes
+}
+
+/// A message whose body is the AMQP value `text` (str32: any length).
+pub fn text_message(text: &str) -> Vec<u8> {
+    let mut value = vec![0xb1];
+    value.extend_from_slice(&(text.len() as u32).to_be_bytes());
+    value.extend_from_slice(text.as_bytes());
+    described(0x77, value)
 }
 
 pub fn is_transfer(performative: &Performative) -> bool {
