@@ -42,6 +42,7 @@ const QUEUES = {
   "js-batch-size": { max_message_size_in_kilobytes: 64 },
   "js-drain-empty": {},
   "js-drain-keeps-lock": {},
+  "js-in-flight-full": { max_size_in_megabytes: 1 },
 };
 const TOPIC = "js-topic";
 const TOPIC_SUBSCRIPTIONS = ["audit", "billing"];
@@ -350,6 +351,37 @@ brokerTest("a message larger than max_message_size_in_kilobytes fails with Messa
     const received = await receiveExactly(receiver, 1);
     assert.deepEqual(received.map((message) => message.messageId), ["small"]);
     await assertNothingToReceive(receiver);
+  } finally {
+    await client.close();
+  }
+});
+
+brokerTest("sends in flight at once to a filling queue are answered one by one", async () => {
+  // Issue 16: the broker takes a connection's consecutive transfers to a queue in one batch;
+  // each send must still get its own answer. Three hundred 4 KB sends in flight to a 1 MB
+  // queue: those that fit are stored, the rest refused with QuotaExceeded, and exactly the
+  // accepted ones are received, once each, in sequence order (rules SEQ-1, SEQ-2). (Whether
+  // a batch mixes both outcomes depends on how the SDK's writes fall; the raw-frame test in
+  // tests/integration/batched_sends.rs makes sure of it.)
+  const queue = "js-in-flight-full";
+  const texts = Array.from({ length: 300 }, (_, index) => `${String(index).padStart(3, "0")}-${"x".repeat(4 * 1024)}`);
+  const client = noRetryClient(broker.connectionString);
+  try {
+    const sender = client.createSender(queue);
+    const results = await Promise.allSettled(texts.map((text) => sender.sendMessages({ body: text })));
+    const accepted = texts.filter((_, index) => results[index].status === "fulfilled");
+    for (const result of results.filter((result) => result.status === "rejected")) {
+      assert.ok(isServiceBusError(result.reason), String(result.reason));
+      assert.equal(result.reason.code, "QuotaExceeded", result.reason.message);
+    }
+    // 1 MiB / 4 KiB = 256, less the per-message overhead the quota counts.
+    assert.ok(accepted.length >= 200 && accepted.length < 256, `${accepted.length} of 300 accepted`);
+    const receiver = client.createReceiver(queue, { receiveMode: "receiveAndDelete" });
+    const received = await receiveExactly(receiver, accepted.length);
+    await assertNothingToReceive(receiver);
+    const numbers = sequenceNumbersOf(received);
+    assert.deepEqual(numbers, [...numbers].sort((a, b) => a - b));
+    assert.deepEqual(received.map((message) => message.body).sort(), [...accepted].sort());
   } finally {
     await client.close();
   }
