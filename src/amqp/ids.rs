@@ -62,7 +62,35 @@ pub fn hex(bytes: &[u8]) -> String {
 
 /// A GUID's 36 characters of text, without allocating (ingress assigns one to every
 /// message that has no message-id).
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct GuidText([u8; 36]);
+
+impl std::fmt::Debug for GuidText {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(self.as_str())
+    }
+}
+
+/// The RFC-order bytes of a GUID written as [`GuidText`] writes one (lower-case digits
+/// grouped 8-4-4-4-12), `None` for any other text (upper case included: the bytes must give
+/// back exactly this text).
+pub fn parse_guid_text(text: &str) -> Option<[u8; 16]> {
+    let text = text.as_bytes();
+    if text.len() != 36 || [8, 13, 18, 23].iter().any(|&at| text[at] != b'-') {
+        return None;
+    }
+    let digit = |byte: u8| match byte {
+        b'0'..=b'9' => Some(byte - b'0'),
+        b'a'..=b'f' => Some(byte - b'a' + 10),
+        _ => None,
+    };
+    const AT: [usize; 16] = [0, 2, 4, 6, 9, 11, 14, 16, 19, 21, 24, 26, 28, 30, 32, 34];
+    let mut bytes = [0; 16];
+    for (byte, at) in bytes.iter_mut().zip(AT) {
+        *byte = (digit(text[at])? << 4) | digit(text[at + 1])?;
+    }
+    Some(bytes)
+}
 
 impl GuidText {
     /// The text of RFC-order GUID bytes.
@@ -121,6 +149,28 @@ mod tests {
             format_guid(&swap_guid_byte_order(&tag)),
             "60b1549f-3f8d-ccad-a813-01cca7b60a70"
         );
+    }
+
+    #[test]
+    fn guid_text_parses_back_to_its_bytes_and_nothing_else_parses() {
+        for _ in 0..100 {
+            let bytes = unique_guid_bytes();
+            assert_eq!(parse_guid_text(GuidText::new(&bytes).as_str()), Some(bytes));
+        }
+        let text = "0f203142-5364-7586-97a8-b9cadbecfd0e";
+        assert!(parse_guid_text(text).is_some());
+        for other in [
+            "0F203142-5364-7586-97a8-b9cadbecfd0e",
+            "0f203142-5364-7586-97a8-b9cadbecfd0",
+            "0f203142-5364-7586-97a8-b9cadbecfd0e0",
+            "0f2031425-364-7586-97a8-b9cadbecfd0e",
+            "0f203142-5364-7586-97a8-b9cadbecfd0g",
+            "{f203142-5364-7586-97a8-b9cadbecfd0}",
+            "0f203142x5364-7586-97a8-b9cadbecfd0e",
+            "",
+        ] {
+            assert_eq!(parse_guid_text(other), None, "{other}");
+        }
     }
 
     #[test]

@@ -226,19 +226,17 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
         return Err(MessageError::NoBody);
     }
     let body = join_ranges(&bytes, body_ranges);
-    let mut values = if properties_range.is_empty() {
+    let values = if properties_range.is_empty() {
         Default::default()
     } else {
         sections::read_properties(&bytes, &properties_range)?
     };
-    let mut assigned_properties = None;
-    let assigned_id;
-    if values[SystemField::MessageId as usize].is_none() {
-        assigned_id = ids::GuidText::new(&ids::unique_guid_bytes());
-        let id = assigned_id.as_str();
-        assigned_properties = Some(sections::with_message_id(&bytes, &properties_range, id));
-        values[SystemField::MessageId as usize] = Some(std::borrow::Cow::Borrowed(id));
-    }
+    // A message sent without an id is given one (the SDKs need it, wire contract §5): its
+    // GUID bytes are kept beside the message and written into its properties section on
+    // the way out (issue 16: 16 bytes kept where a section written with the text took 44).
+    let assigned = values[SystemField::MessageId as usize]
+        .is_none()
+        .then(ids::unique_guid_bytes);
     let system = values.each_ref().map(|value| value.as_deref());
     for (field, value) in [
         ("message-id", system[SystemField::MessageId as usize]),
@@ -273,10 +271,7 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
     // (issue 10, item 9 and issue 16: slices pinned whole 64 KiB buffers). The properties,
     // application properties and body usually lie back to back in the transfer: then they
     // are copied once, straight into it.
-    let properties_bytes = assigned_properties.as_ref().map_or(
-        &bytes[properties_range.clone()],
-        codec::StackBuffer::as_slice,
-    );
+    let properties_bytes = &bytes[properties_range.clone()];
     let lengths = [
         annotations.len(),
         properties_bytes.len(),
@@ -298,16 +293,19 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
         application_properties_range.clone(),
         body_range.clone(),
     ];
-    let back_to_back = annotations.is_empty()
-        && assigned_properties.is_none()
-        && !body_range.is_empty()
-        && contiguous(&kept);
+    let back_to_back = annotations.is_empty() && !body_range.is_empty() && contiguous(&kept);
     let mut message = if back_to_back {
         let start = kept
             .iter()
             .find(|range| !range.is_empty())
             .map_or(0, |range| range.start);
-        Message::from_joined(header_fields, &bytes[start..body_range.end], lengths, apart)
+        Message::from_joined(
+            header_fields,
+            &bytes[start..body_range.end],
+            lengths,
+            apart,
+            assigned,
+        )
     } else {
         Message::from_parts_apart(
             header_fields,
@@ -318,6 +316,7 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
                 &body,
             ],
             apart,
+            assigned,
         )
     };
     let Some(extras) = extras else {
@@ -543,9 +542,10 @@ pub fn encode_delivery(view: DeliveryView<'_>, output: &mut BytesMut) {
     annotations.count += Message::element_count(entries);
     writer.finish_compound(annotations);
 
-    match lowered_ttl_properties(record) {
+    let properties = message.delivered_properties(properties);
+    match lowered_ttl_properties(record, properties.as_slice()) {
         Some(properties) => writer.raw(&properties),
-        None => writer.raw(properties),
+        None => writer.raw(properties.as_slice()),
     }
     // What the broker set on this copy (dead-letter reason, properties-to-modify) is in the
     // section already; properties carried from a forwarding source are merged here.
@@ -560,15 +560,14 @@ pub fn encode_delivery(view: DeliveryView<'_>, output: &mut BytesMut) {
 /// When the entity lowered the message's TTL (rule TTL-2), the properties section with
 /// `absolute-expiry-time` = `creation-time` + the effective TTL: the JS SDK derives
 /// `timeToLive` from those two timestamps when both are present.
-fn lowered_ttl_properties(record: &Record) -> Option<Vec<u8>> {
+fn lowered_ttl_properties(record: &Record, section: &[u8]) -> Option<Vec<u8>> {
     let effective = record.time_to_live()?;
     if record.message.header().time_to_live == Some(effective)
-        || properties_count(record.message.properties_section()) < CREATION_TIME_COUNT
+        || properties_count(section) < CREATION_TIME_COUNT
     {
         return None;
     }
-    let mut properties: Properties =
-        serde_amqp::from_slice(record.message.properties_section()).ok()?;
+    let mut properties: Properties = serde_amqp::from_slice(section).ok()?;
     let creation = properties.creation_time.as_ref()?.milliseconds();
     properties.absolute_expiry_time?;
     let expiry = creation.saturating_add(effective.as_millis().min(i64::MAX as u128) as i64);

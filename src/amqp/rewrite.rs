@@ -114,7 +114,12 @@ pub fn apply_rule_action(
                 value,
             } => {
                 let decoded = properties.get_or_insert_with(|| {
-                    serde_amqp::from_slice(message.properties_section()).unwrap_or_default()
+                    serde_amqp::from_slice(
+                        message
+                            .delivered_properties(message.properties_section())
+                            .as_slice(),
+                    )
+                    .unwrap_or_default()
                 });
                 set_system(decoded, *property, text_of(&rules::property_value(value)));
             }
@@ -122,7 +127,12 @@ pub fn apply_rule_action(
                 target: PropertyTarget::System(property),
             } => {
                 let decoded = properties.get_or_insert_with(|| {
-                    serde_amqp::from_slice(message.properties_section()).unwrap_or_default()
+                    serde_amqp::from_slice(
+                        message
+                            .delivered_properties(message.properties_section())
+                            .as_slice(),
+                    )
+                    .unwrap_or_default()
                 });
                 set_system(decoded, *property, None);
             }

@@ -13,8 +13,31 @@ mod system;
 
 use shared::Shared;
 
+use crate::amqp::ids::GuidText;
+
 pub use system::{LIST_INDEX, MAX_SYSTEM_TEXT, System, SystemField, SystemProperties};
 use system::{text_apart, text_apart_given, text_apart_len};
+
+/// A properties section as delivered ([`Message::delivered_properties`]).
+// Lives on the stack for one delivery: boxing the written section would cost the
+// allocation the stack buffer avoids.
+#[allow(clippy::large_enum_variant)]
+pub enum DeliveredProperties<'a> {
+    /// The stored section.
+    Stored(&'a [u8]),
+    /// The stored section with the assigned message-id written in.
+    Assigned(crate::amqp::sections::AssignedProperties),
+}
+
+impl DeliveredProperties<'_> {
+    /// The encoded section.
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            DeliveredProperties::Stored(section) => section,
+            DeliveredProperties::Assigned(section) => section.as_slice(),
+        }
+    }
+}
 
 /// Sender-chosen header fields kept for redelivery (the broker sets `delivery-count`).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -90,6 +113,16 @@ const ENDS_KEPT: u8 = 1;
 /// Bytes of the kept ends.
 const ENDS_LEN: usize = 9;
 
+/// `Head::trailers`: the broker gave the message its id (the sender set none) and keeps
+/// the GUID's 16 bytes in front of the kept ends instead of a properties section written
+/// with its 36 characters: the id is written into the properties section on the way out
+/// (issue 16: 44 bytes of properties became 16, the 1 KiB backlog without ids 1.126× the
+/// payload).
+const ID_ASSIGNED: u8 = 2;
+
+/// Bytes of an assigned id.
+const ID_LEN: usize = 16;
+
 /// Bytes of the kept time to live (`header.ttl`, a 32-bit little-endian number of
 /// milliseconds, after the text of the system properties, when [`HAS_TTL`] is set).
 const TTL_LEN: usize = 4;
@@ -130,6 +163,8 @@ struct Tail {
     text_end: usize,
     /// The sections' ends, when kept ([`ENDS_KEPT`]).
     kept_ends: Option<[usize; 3]>,
+    /// Where the assigned id lies, when there is one ([`ID_ASSIGNED`]).
+    id_at: Option<usize>,
 }
 
 /// Where a message's parts lie in its bytes.
@@ -268,19 +303,37 @@ fn assemble(
     whole: Option<&[u8]>,
     system: Given<'_>,
     ttl: Option<u32>,
+    assigned: Option<[u8; ID_LEN]>,
 ) -> Shared<Head, Extras> {
+    let (system, assigned) = match (system, assigned) {
+        (Given::All(values), None) => match assignable_id(sections[1], values[0]) {
+            Some(id) => {
+                let mut values = values;
+                values[0] = None;
+                (Given::All(values), Some(id))
+            }
+            None => (system, None),
+        },
+        _ => (system, assigned),
+    };
     let mut text = Vec::new();
     head.system_in_text = match system {
         Given::All(values) => text_apart(sections[1], values, &mut text),
         Given::Apart(values) => text_apart_given(values, &mut text),
     };
-    let mut trailers = [0; TTL_LEN + ENDS_LEN];
+    let mut trailers = [0; TTL_LEN + ID_LEN + ENDS_LEN];
     let mut trailers_len = 0;
     head.bits &= !HAS_TTL;
     if let Some(ttl) = ttl {
         head.bits |= HAS_TTL;
         trailers[..TTL_LEN].copy_from_slice(&ttl.to_le_bytes());
         trailers_len = TTL_LEN;
+    }
+    head.trailers &= !ID_ASSIGNED;
+    if let Some(id) = assigned {
+        head.trailers |= ID_ASSIGNED;
+        trailers[trailers_len..trailers_len + ID_LEN].copy_from_slice(&id);
+        trailers_len += ID_LEN;
     }
     head.trailers &= !ENDS_KEPT;
     let delimiting = match system {
@@ -329,6 +382,15 @@ fn ttl_millis(header: &HeaderFields) -> Option<u32> {
         .map(|ttl| u32::try_from(ttl.as_millis()).unwrap_or(u32::MAX))
 }
 
+/// The GUID bytes of `id` when it can be kept as an assigned id ([`ID_ASSIGNED`]): the
+/// properties section holds no message-id (none, or null: a sender's id of another type is
+/// kept as it was sent) and `id` is a GUID in the lower-case text the broker writes, so that
+/// the id written on the way out is exactly `id` (recovery, rebuilt messages).
+fn assignable_id(properties: &[u8], id: Option<&str>) -> Option<[u8; ID_LEN]> {
+    let bytes = crate::amqp::ids::parse_guid_text(id?)?;
+    system::holds_no_message_id(properties).then_some(bytes)
+}
+
 impl Message {
     /// A message of these sections and system properties ([`SystemField::ALL`] order), in
     /// one allocation built once (ingress and recovery).
@@ -350,6 +412,7 @@ impl Message {
             None,
             Given::All(system),
             ttl_millis(&header),
+            None,
         ))
     }
 
@@ -364,11 +427,13 @@ impl Message {
 
     /// A message of these header fields and sections whose properties section holds every
     /// system property as text but those in `apart` (ingress: identifiers that are not
-    /// strings), which is then not read.
+    /// strings), which is then not read, and, when the sender set no message-id, the id the
+    /// broker `assigned` it (GUID bytes: not in the section, written into it on the way out).
     pub fn from_parts_apart(
         header: HeaderFields,
         sections: [&[u8]; 4],
         apart: [Option<&str>; 8],
+        assigned: Option<[u8; 16]>,
     ) -> Message {
         Message(assemble(
             Message::head_of(&header),
@@ -377,6 +442,7 @@ impl Message {
             None,
             Given::Apart(apart),
             ttl_millis(&header),
+            assigned,
         ))
     }
 
@@ -388,6 +454,7 @@ impl Message {
         joined: &[u8],
         lengths: [usize; 4],
         apart: [Option<&str>; 8],
+        assigned: Option<[u8; 16]>,
     ) -> Message {
         let mut sections: [&[u8]; 4] = [&[]; 4];
         let mut rest = joined;
@@ -403,6 +470,7 @@ impl Message {
             Some(joined),
             Given::Apart(apart),
             ttl_millis(&header),
+            assigned,
         ))
     }
 
@@ -511,7 +579,33 @@ impl Message {
         let text = bytes
             .get(tail.body_end..tail.text_end.saturating_sub(4))
             .unwrap_or_default();
-        System::of_message(properties, text, self.head().system_in_text)
+        let assigned = self.assigned_id_in(&tail).map(|id| GuidText::new(&id));
+        System::of_message(properties, text, self.head().system_in_text, assigned)
+    }
+
+    /// The GUID bytes of the id the broker assigned this message (the sender set none),
+    /// which its properties section does not hold ([`ID_ASSIGNED`]).
+    pub fn assigned_id(&self) -> Option<[u8; 16]> {
+        self.assigned_id_in(&self.tail())
+    }
+
+    fn assigned_id_in(&self, tail: &Tail) -> Option<[u8; ID_LEN]> {
+        let at = tail.id_at?;
+        self.bytes().get(at..at + ID_LEN)?.try_into().ok()
+    }
+
+    /// The properties section as a receiver gets it: the stored one, or, when the broker
+    /// assigned the message its id, the stored one with that id written in (`section` is
+    /// [`Message::properties_section`], found by the caller with the other sections).
+    pub fn delivered_properties<'a>(&self, section: &'a [u8]) -> DeliveredProperties<'a> {
+        match self.assigned_id() {
+            None => DeliveredProperties::Stored(section),
+            Some(id) => DeliveredProperties::Assigned(crate::amqp::sections::with_message_id(
+                section,
+                &(0..section.len()),
+                GuidText::new(&id).as_str(),
+            )),
+        }
     }
 
     /// Gives the message these system properties.
@@ -550,6 +644,7 @@ impl Message {
             None,
             Given::All(system),
             ttl,
+            None,
         );
     }
 
@@ -565,6 +660,7 @@ impl Message {
                 body_end: end,
                 text_end: end,
                 kept_ends: None,
+                id_at: None,
             };
         }
         self.tail_after_body()
@@ -583,6 +679,11 @@ impl Message {
             kept_ends =
                 Some([0, 3, 6].map(|at| end_from_bytes([kept[at], kept[at + 1], kept[at + 2]])));
         }
+        let mut id_at = None;
+        if head.trailers & ID_ASSIGNED != 0 {
+            end = end.saturating_sub(ID_LEN);
+            id_at = Some(end);
+        }
         if head.bits & HAS_TTL != 0 {
             end = end.saturating_sub(TTL_LEN);
         }
@@ -592,6 +693,7 @@ impl Message {
             body_end,
             text_end,
             kept_ends: kept_ends.map(|ends| ends.map(|end| end.min(body_end))),
+            id_at,
         }
     }
 

@@ -143,6 +143,7 @@ fn sections_back_to_back_build_the_same_message_as_sections_apart() {
         &joined,
         [0, section.len(), application.len(), body.len()],
         values,
+        None,
     );
     for message in [&apart, &together] {
         assert_eq!(message.properties_section(), &section[..]);
@@ -243,7 +244,8 @@ fn a_value_the_message_no_longer_has_is_absent_though_the_section_holds_it() {
     assert_eq!(message.system().subject(), None);
     assert_eq!(message.system().to(), Some("to-1"));
     assert_eq!(message.system().session_id(), Some("session-1"));
-    let values = message.system().values();
+    let system = message.system();
+    let values = system.values();
     assert_eq!(values[SystemField::Subject as usize], None);
     assert_eq!(
         values[SystemField::ContentType as usize],
@@ -381,6 +383,7 @@ fn a_time_to_live_follows_the_text_and_the_ends_precede_nothing() {
             ttl,
             sections,
             [Some("7"), None, None, None, None, None, None, None],
+            None,
         );
         assert_eq!(message.header(), ttl);
         assert_eq!(message.system().message_id(), Some("7"));
@@ -673,4 +676,137 @@ fn a_leading_section_is_measured_as_the_codec_measures_it() {
         // Cut short: nothing readable.
         assert_eq!(leading_section(&bytes[..length - 1], code), 0);
     }
+}
+
+/// A delivered properties section, decoded.
+fn delivered(message: &Message) -> Properties {
+    let section = message.properties_section();
+    serde_amqp::from_slice(message.delivered_properties(section).as_slice())
+        .expect("a properties section")
+}
+
+fn assigned_text(message: &Message) -> String {
+    crate::amqp::ids::GuidText::new(&message.assigned_id().expect("an assigned id"))
+        .as_str()
+        .to_string()
+}
+
+#[test]
+fn an_id_the_broker_assigns_is_kept_as_16_bytes_and_written_into_the_section_on_the_way_out() {
+    let body = b"\x00\x53\x75\xa0\x02hi";
+    let sent_fields = Properties {
+        subject: Some("created".into()),
+        correlation_id: Some(MessageId::String("c-1".into())),
+        content_type: Some(Symbol::from("text/plain")),
+        ..Properties::default()
+    };
+    for properties in [None, Some(Properties::default()), Some(sent_fields)] {
+        let mut sent = properties.as_ref().map(encoded).unwrap_or_default();
+        let section_length = sent.len();
+        sent.extend_from_slice(body);
+        let message =
+            crate::amqp::message::parse_message(bytes::Bytes::from(sent)).expect("parses");
+        let id = assigned_text(&message);
+        assert_eq!(message.system().message_id(), Some(id.as_str()));
+        assert_eq!(
+            message.properties_section().len(),
+            section_length,
+            "the section as sent"
+        );
+        assert_eq!(message.body(), body);
+        assert_eq!(message.system_text_len(), 0, "no text kept for the id");
+        // The sections, the id's 16 bytes and nothing else.
+        assert_eq!(message.bytes().len(), section_length + body.len() + ID_LEN);
+        let out = delivered(&message);
+        assert_eq!(out.message_id, Some(MessageId::String(id.clone())));
+        let mut expected = properties.unwrap_or_default();
+        expected.message_id = Some(MessageId::String(id));
+        assert_eq!(out, expected, "the sent fields after the id");
+    }
+}
+
+#[test]
+fn an_assigned_id_stays_the_same_through_every_change_to_the_message() {
+    // A properties section holding a null message-id.
+    let mut sent = b"\x00\x53\x73\xc0\x02\x01\x40".to_vec();
+    sent.extend_from_slice(b"\x00\x53\x75\xa0\x02hi");
+    let original = crate::amqp::message::parse_message(bytes::Bytes::from(sent)).expect("parses");
+    let id = original.assigned_id();
+    assert!(id.is_some());
+    let mut message = original.clone();
+    let ttl = HeaderFields {
+        durable: true,
+        priority: 7,
+        time_to_live: Some(Duration::from_millis(1500)),
+    };
+    message.set_header(ttl);
+    assert_eq!(message.assigned_id(), id, "a time to live added");
+    assert_eq!(message.header(), ttl);
+    message.merge_application_properties(&[(
+        "DeadLetterReason".to_string(),
+        crate::broker::types::PropertyValue::String("why".into()),
+    )]);
+    assert_eq!(message.assigned_id(), id, "application properties merged");
+    let changed = message.system().with(SystemField::Subject, Some("s"));
+    message.set_system(changed);
+    assert_eq!(message.assigned_id(), id, "another system property set");
+    assert_eq!(message.system().subject(), Some("s"));
+    message.set_hop_count(3);
+    assert_eq!(message.assigned_id(), id);
+    assert_eq!(message.header(), ttl, "the time to live beside the id");
+    assert_eq!(message.body(), b"\x00\x53\x75\xa0\x02hi");
+    let text = crate::amqp::ids::GuidText::new(&id.unwrap());
+    assert_eq!(
+        delivered(&message).message_id,
+        Some(MessageId::String(text.as_str().to_string()))
+    );
+    // The first copy was not changed.
+    assert_eq!(original.header(), HeaderFields::default());
+    assert_eq!(original.assigned_id(), id);
+    // Built again from its stored parts (recovery: the sections and the system values),
+    // it keeps the id as 16 bytes.
+    let system = message.system();
+    let values = system.values();
+    let recovered = Message::from_parts_with_header(message.header(), message.sections(), values);
+    assert_eq!(recovered.assigned_id(), id);
+    assert_eq!(recovered.system().values(), values);
+    assert_eq!(recovered.bytes(), message.bytes());
+}
+
+#[test]
+fn an_id_the_section_holds_is_never_taken_for_an_assigned_one() {
+    let guid = "0f203142-5364-4586-97a8-b9cadbecfd0e";
+    let uuid = Properties {
+        message_id: Some(MessageId::Uuid(Uuid::from(
+            crate::amqp::ids::parse_guid_text(guid).unwrap(),
+        ))),
+        ..Properties::default()
+    };
+    let string = Properties {
+        message_id: Some(MessageId::String(guid.into())),
+        ..Properties::default()
+    };
+    for properties in [uuid, string] {
+        let message = with_properties(&properties);
+        assert_eq!(message.system().message_id(), Some(guid));
+        assert_eq!(message.assigned_id(), None, "{properties:?}");
+        assert_eq!(delivered(&message), properties, "delivered as sent");
+    }
+    // Text the broker would not have written (upper case) stays text.
+    let upper = guid.to_uppercase();
+    let message = Message::from_parts(
+        [b"", b"", b"", b"\x00\x53\x75\xa0\x02hi"],
+        [
+            Some(upper.as_str()),
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+        ],
+    );
+    assert_eq!(message.assigned_id(), None);
+    assert_eq!(message.system().message_id(), Some(upper.as_str()));
 }

@@ -41,11 +41,11 @@ impl Partitioner {
         if self.partitions <= 1 {
             return 0;
         }
-        let key = message
-            .system()
+        let system = message.system();
+        let key = system
             .session_id()
             .or(message.extras().partition_key.as_deref())
-            .or(message.system().message_id().filter(|_| self.by_message_id));
+            .or(system.message_id().filter(|_| self.by_message_id));
         match key {
             Some(key) => partition_of_key(key, self.partitions),
             None => {

@@ -273,6 +273,8 @@ pub struct FilterView<'a> {
     pub message: &'a Message,
     /// The topic's enqueued time for it (unix ms).
     pub enqueued_time: i64,
+    /// Its system properties, read once per publish (`message.system()`).
+    pub system: crate::broker::message::System<'a>,
 }
 
 fn text(value: Option<&str>) -> Option<FilterValueRef<'_>> {
@@ -281,7 +283,7 @@ fn text(value: Option<&str>) -> Option<FilterValueRef<'_>> {
 
 impl FilterMessage for FilterView<'_> {
     fn system_property(&self, property: SystemProperty) -> Option<FilterValueRef<'_>> {
-        let system = self.message.system();
+        let system = &self.system;
         match property {
             SystemProperty::MessageId => text(system.message_id()),
             SystemProperty::CorrelationId => text(system.correlation_id()),

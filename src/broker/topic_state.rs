@@ -412,6 +412,7 @@ impl TopicState {
         let view = FilterView {
             message,
             enqueued_time: now,
+            system: message.system(),
         };
         let mut copies = Copies {
             accepted: Vec::new(),

@@ -43,6 +43,17 @@ name = "watched"
 auto_delete_on_idle = "300ms"
 [[topics.subscriptions]]
 name = "s"
+
+[[topics]]
+name = "labelled"
+[[topics.subscriptions]]
+name = "plain"
+[[topics.subscriptions]]
+name = "relabel"
+[[topics.subscriptions.rules]]
+name = "relabel"
+sql_filter = "1 = 1"
+sql_action = "SET sys.Label = 'relabelled'"
 "#;
 
 fn with_id(id: &str, body: &str) -> Message<AmqpValue<String>> {
@@ -266,4 +277,48 @@ async fn pipelined_publishes_are_all_answered_and_every_subscription_keeps_their
         );
         receiver.close().await.ok();
     }
+}
+
+#[tokio::test]
+async fn every_copy_of_a_publish_without_an_id_carries_the_one_id_assigned_to_it() {
+    // The broker assigns a message sent without an id one GUID, kept beside the message
+    // and written into its properties section on the way out (issue 16): each
+    // subscription's copy carries it, a copy a rule action changed (a system property set:
+    // the section decoded and written again) included.
+    use fe2o3_amqp::types::messaging::MessageId;
+    let broker = Broker::start(CONFIG).await;
+    let (_connection, mut session) = broker.connect().await;
+    let mut sender = Sender::attach(&mut session, "sender", "labelled")
+        .await
+        .expect("attach");
+    let message = Message::builder()
+        .properties(Properties::builder().subject("original").build())
+        .value("no id".to_string())
+        .build();
+    sender.send(message).await.expect("accepted");
+    let mut seen = Vec::new();
+    for (subscription, label) in [("plain", "original"), ("relabel", "relabelled")] {
+        let mut receiver = Receiver::attach(
+            &mut session,
+            format!("r-{subscription}"),
+            format!("labelled/Subscriptions/{subscription}"),
+        )
+        .await
+        .expect("attach");
+        let delivery = receive(&mut receiver).await;
+        let properties = delivery.message().properties.clone().expect("properties");
+        assert_eq!(properties.subject.as_deref(), Some(label), "{subscription}");
+        match properties.message_id {
+            Some(MessageId::String(id)) => seen.push(id),
+            other => panic!("{subscription}: a string message-id, got {other:?}"),
+        }
+        receiver.accept(&delivery).await.expect("completed");
+        receiver.close().await.expect("detached");
+    }
+    assert!(
+        ferrobus::amqp::ids::parse_guid_text(&seen[0]).is_some(),
+        "a GUID: {}",
+        seen[0]
+    );
+    assert_eq!(seen[0], seen[1], "one id for every copy");
 }

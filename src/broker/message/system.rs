@@ -3,6 +3,8 @@
 //! properties section when asked for where it holds them as strings or symbols, kept as
 //! text after the body otherwise (issue 16).
 
+use crate::amqp::ids::GuidText;
+
 /// The system properties the broker reads (filters, sessions, duplicate detection).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SystemField {
@@ -80,6 +82,34 @@ fn property_elements(section: &[u8], take: usize) -> [Option<usize>; 13] {
         at += length;
     }
     elements
+}
+
+/// Whether an encoded properties section holds no message-id (none, or null).
+pub(super) fn holds_no_message_id(properties: &[u8]) -> bool {
+    if properties.is_empty() {
+        return true;
+    }
+    match property_elements(properties, 1)[0] {
+        Some(at) => properties.get(at) == Some(&0x40),
+        // A list without elements; anything else is not a properties section the broker
+        // wrote an id into.
+        None => properties_list_is_empty(properties),
+    }
+}
+
+/// Whether an encoded properties section is an empty list.
+fn properties_list_is_empty(properties: &[u8]) -> bool {
+    use crate::amqp::codec::value_length;
+    let Ok(descriptor) = value_length(properties, 1) else {
+        return false;
+    };
+    let list = 1 + descriptor;
+    match properties.get(list) {
+        Some(0x45) => true,
+        Some(0xc0) => properties.get(list + 2) == Some(&0),
+        Some(0xd0) => crate::amqp::codec::read_u32(properties, list + 5) == Ok(0),
+        _ => false,
+    }
 }
 
 /// The text of the string or symbol encoded at `at`.
@@ -183,11 +213,13 @@ pub struct System<'a> {
 
 #[derive(Clone, Copy)]
 enum Source<'a> {
-    /// A message's properties section and the text after its body.
+    /// A message's properties section, the text after its body and the id the broker
+    /// assigned it (the section then holds none).
     Message {
         properties: &'a [u8],
         text: &'a [u8],
         in_text: u8,
+        assigned: Option<GuidText>,
     },
     /// Owned values.
     Values(&'a [Option<String>; 8]),
@@ -196,18 +228,35 @@ enum Source<'a> {
 impl<'a> System<'a> {
     /// The view of a message's: its properties section, the text after its body (without
     /// its length) and which fields that text holds.
-    pub(super) fn of_message(properties: &'a [u8], text: &'a [u8], in_text: u8) -> Self {
+    pub(super) fn of_message(
+        properties: &'a [u8],
+        text: &'a [u8],
+        in_text: u8,
+        assigned: Option<GuidText>,
+    ) -> Self {
         System {
             source: Source::Message {
                 properties,
                 text,
                 in_text,
+                assigned,
             },
         }
     }
 
     /// A field's value.
-    pub fn get(&self, field: SystemField) -> Option<&'a str> {
+    pub fn get(&self, field: SystemField) -> Option<&str> {
+        match &self.source {
+            Source::Message {
+                assigned: Some(id), ..
+            } if field == SystemField::MessageId => Some(id.as_str()),
+            _ => self.held(field),
+        }
+    }
+
+    /// A field's value as the message or the values hold it: all but an assigned
+    /// message-id, which is made when asked for ([`System::get`]).
+    fn held(&self, field: SystemField) -> Option<&'a str> {
         let index = field as usize;
         match self.source {
             Source::Values(values) => values[index].as_deref(),
@@ -215,6 +264,7 @@ impl<'a> System<'a> {
                 properties,
                 text,
                 in_text,
+                ..
             } => {
                 if in_text & (1 << index) != 0 {
                     text_value(text, in_text, index)
@@ -227,17 +277,22 @@ impl<'a> System<'a> {
     }
 
     /// Every field's value, in [`SystemField::ALL`] order (the section read once).
-    pub fn values(&self) -> [Option<&'a str>; 8] {
-        match self.source {
+    pub fn values(&self) -> [Option<&str>; 8] {
+        match &self.source {
             Source::Values(values) => values.each_ref().map(|value| value.as_deref()),
-            Source::Message {
+            &Source::Message {
                 properties,
                 text,
                 in_text,
+                ref assigned,
             } => {
                 let elements = property_elements(properties, 13);
                 std::array::from_fn(|index| {
-                    if in_text & (1 << index) != 0 {
+                    if index == SystemField::MessageId as usize
+                        && let Some(id) = assigned
+                    {
+                        Some(id.as_str())
+                    } else if in_text & (1 << index) != 0 {
                         text_value(text, in_text, index)
                     } else {
                         held(properties, &elements, index)
@@ -255,36 +310,36 @@ impl<'a> System<'a> {
     }
 
     /// `properties.message-id` as text.
-    pub fn message_id(&self) -> Option<&'a str> {
+    pub fn message_id(&self) -> Option<&str> {
         self.get(SystemField::MessageId)
     }
     /// `properties.correlation-id` as text.
     pub fn correlation_id(&self) -> Option<&'a str> {
-        self.get(SystemField::CorrelationId)
+        self.held(SystemField::CorrelationId)
     }
     /// `properties.to`.
     pub fn to(&self) -> Option<&'a str> {
-        self.get(SystemField::To)
+        self.held(SystemField::To)
     }
     /// `properties.reply-to`.
     pub fn reply_to(&self) -> Option<&'a str> {
-        self.get(SystemField::ReplyTo)
+        self.held(SystemField::ReplyTo)
     }
     /// `properties.subject` (the Service Bus label).
     pub fn subject(&self) -> Option<&'a str> {
-        self.get(SystemField::Subject)
+        self.held(SystemField::Subject)
     }
     /// `properties.group-id` (the Service Bus session id).
     pub fn session_id(&self) -> Option<&'a str> {
-        self.get(SystemField::SessionId)
+        self.held(SystemField::SessionId)
     }
     /// `properties.reply-to-group-id`.
     pub fn reply_to_session_id(&self) -> Option<&'a str> {
-        self.get(SystemField::ReplyToSessionId)
+        self.held(SystemField::ReplyToSessionId)
     }
     /// `properties.content-type`.
     pub fn content_type(&self) -> Option<&'a str> {
-        self.get(SystemField::ContentType)
+        self.held(SystemField::ContentType)
     }
 }
 
