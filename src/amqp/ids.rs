@@ -116,6 +116,11 @@ impl GuidText {
         GuidText(text)
     }
 
+    /// The text's bytes (ASCII).
+    pub fn as_bytes(&self) -> &[u8; 36] {
+        &self.0
+    }
+
     /// The text.
     pub fn as_str(&self) -> &str {
         // Only ASCII hex digits and dashes are ever written.

@@ -537,15 +537,26 @@ pub fn encode_delivery(view: DeliveryView<'_>, output: &mut BytesMut) {
         annotations.count += 2;
     }
     // Where the sections lie is read once (issue 16: the head keeps no offsets).
-    let [entries, properties, application, body] = message.sections();
+    let ([entries, properties, application, body], assigned) = message.sections_and_assigned_id();
     writer.raw(entries);
     annotations.count += Message::element_count(entries);
     writer.finish_compound(annotations);
 
-    let properties = message.delivered_properties(properties);
-    match lowered_ttl_properties(record, properties.as_slice()) {
-        Some(properties) => writer.raw(&properties),
-        None => writer.raw(properties.as_slice()),
+    match assigned {
+        // The usual message sent without an id has no properties section at all: the
+        // section holding only the id is written at once (no time to live to lower: it
+        // has no creation time).
+        Some(id) if properties.is_empty() => {
+            writer.raw(&ASSIGNED_ID_ONLY);
+            writer.raw(ids::GuidText::new(&id).as_bytes());
+        }
+        _ => {
+            let properties = Message::properties_with_id(properties, assigned);
+            match lowered_ttl_properties(record, properties.as_slice()) {
+                Some(properties) => writer.raw(&properties),
+                None => writer.raw(properties.as_slice()),
+            }
+        }
     }
     // What the broker set on this copy (dead-letter reason, properties-to-modify) is in the
     // section already; properties carried from a forwarding source are merged here.
@@ -556,6 +567,10 @@ pub fn encode_delivery(view: DeliveryView<'_>, output: &mut BytesMut) {
     }
     writer.raw(body);
 }
+
+/// A properties section holding only a message-id of a GUID's 36 characters, up to the
+/// text: descriptor, list8 of 39 bytes and 1 field, str8 of 36.
+const ASSIGNED_ID_ONLY: [u8; 8] = [0x00, 0x53, 0x73, 0xc0, 39, 1, 0xa1, 36];
 
 /// When the entity lowered the message's TTL (rule TTL-2), the properties section with
 /// `absolute-expiry-time` = `creation-time` + the effective TTL: the JS SDK derives
@@ -761,5 +776,20 @@ mod tests {
         sections.extend_from_slice(&parts[5..]);
         let message = parse_message(Bytes::from(sections.concat())).expect("parsed");
         assert_eq!(message.body(), &parts.concat()[..]);
+    }
+
+    #[test]
+    fn the_section_of_an_assigned_id_alone_is_the_one_written_with_the_id() {
+        let id = ids::GuidText::new(&ids::unique_guid_bytes());
+        let written = sections::with_message_id(&[], &(0..0), id.as_str());
+        assert_eq!(
+            written.as_slice(),
+            &[&ASSIGNED_ID_ONLY[..], id.as_bytes()].concat()[..]
+        );
+        let decoded: Properties = serde_amqp::from_slice(written.as_slice()).expect("decodes");
+        assert_eq!(
+            decoded.message_id,
+            Some(MessageId::String(id.as_str().to_string()))
+        );
     }
 }

@@ -598,7 +598,16 @@ impl Message {
     /// assigned the message its id, the stored one with that id written in (`section` is
     /// [`Message::properties_section`], found by the caller with the other sections).
     pub fn delivered_properties<'a>(&self, section: &'a [u8]) -> DeliveredProperties<'a> {
-        match self.assigned_id() {
+        Message::properties_with_id(section, self.assigned_id())
+    }
+
+    /// [`Message::delivered_properties`] of a section and an assigned id found with the
+    /// other sections ([`Message::sections_and_assigned_id`]).
+    pub fn properties_with_id(
+        section: &[u8],
+        assigned: Option<[u8; 16]>,
+    ) -> DeliveredProperties<'_> {
+        match assigned {
             None => DeliveredProperties::Stored(section),
             Some(id) => DeliveredProperties::Assigned(crate::amqp::sections::with_message_id(
                 section,
@@ -653,15 +662,27 @@ impl Message {
     #[inline]
     fn tail(&self) -> Tail {
         let head = self.head();
-        if head.trailers == 0 && head.bits & HAS_TTL == 0 && head.system_in_text == 0 {
-            // Most messages: nothing after the body.
+        if head.bits & HAS_TTL == 0 && head.system_in_text == 0 {
             let end = self.bytes().len();
-            return Tail {
-                body_end: end,
-                text_end: end,
-                kept_ends: None,
-                id_at: None,
-            };
+            // Most messages: nothing after the body, or only the id the broker assigned
+            // them (a sender that sets no id).
+            if head.trailers == 0 {
+                return Tail {
+                    body_end: end,
+                    text_end: end,
+                    kept_ends: None,
+                    id_at: None,
+                };
+            }
+            if head.trailers == ID_ASSIGNED {
+                let body_end = end.saturating_sub(ID_LEN);
+                return Tail {
+                    body_end,
+                    text_end: body_end,
+                    kept_ends: None,
+                    id_at: Some(body_end),
+                };
+            }
         }
         self.tail_after_body()
     }
@@ -718,6 +739,19 @@ impl Message {
     /// [`Message::annotation_entries`] and the others give them, found at once.
     pub fn sections(&self) -> [&[u8]; 4] {
         self.sections_within(&self.bounds())
+    }
+
+    /// [`Message::sections`] and [`Message::assigned_id`], found at once (a delivery).
+    pub fn sections_and_assigned_id(&self) -> ([&[u8]; 4], Option<[u8; 16]>) {
+        let tail = self.tail();
+        let assigned = self.assigned_id_in(&tail);
+        let bounds = Bounds {
+            ends: tail
+                .kept_ends
+                .unwrap_or_else(|| found_ends(&self.bytes()[..tail.body_end])),
+            body_end: tail.body_end,
+        };
+        (self.sections_within(&bounds), assigned)
     }
 
     fn sections_within(&self, bounds: &Bounds) -> [&[u8]; 4] {
