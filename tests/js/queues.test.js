@@ -31,6 +31,7 @@ const QUEUES = {
   "js-send-single": {},
   "js-sequence": {},
   "js-message-id-assigned": {},
+  "js-message-id-assigned-properties": {},
   "js-receive-and-delete": {},
   "js-subscribe": {},
   "js-abandon": {},
@@ -139,8 +140,45 @@ brokerTest("messages sent without a messageId are delivered with one", async () 
       );
     }
     assert.equal(new Set(received.map((message) => String(message.messageId))).size, 3, "messageIds are distinct");
+    // The id is the broker's (kept as 16 bytes, written on the way out: issue 16): the
+    // same when peeked and when delivered again, beside the properties that were sent.
+    const idOf = (message) => `${toNumber(message.sequenceNumber)}=${String(message.messageId)}`;
+    const ids = received.map(idOf).sort();
+    const peeked = await receiver.peekMessages(3, { fromSequenceNumber: received[0].sequenceNumber });
+    assert.deepEqual(peeked.map(idOf).sort(), ids, "peeked with the same ids");
+    for (const message of received) await receiver.abandonMessage(message);
+    const again = await receiveExactly(receiver, 3);
+    assert.deepEqual(again.map(idOf).sort(), ids, "delivered again with the same ids");
     // Completing needs the messageId (the SDK's lock renewer is keyed by it).
-    for (const message of received) await receiver.completeMessage(message);
+    for (const message of again) await receiver.completeMessage(message);
+    await assertNothingToReceive(receiver);
+  });
+});
+
+brokerTest("a batch item without a messageId keeps its properties beside the id it is given", async () => {
+  // contract §4.3; issue 16: the id goes in front of the properties the sender set
+  const queue = "js-message-id-assigned-properties";
+  await withClient(broker.connectionString, async (client) => {
+    const sender = client.createSender(queue);
+    const batch = await sender.createMessageBatch();
+    assert.ok(
+      batch.tryAddMessage({
+        body: "batched",
+        subject: "created",
+        contentType: "text/plain",
+        correlationId: "corr-1",
+        applicationProperties: { n: 7 },
+      }),
+    );
+    await sender.sendMessages(batch);
+    const receiver = client.createReceiver(queue);
+    const [message] = await receiveExactly(receiver, 1);
+    assert.match(String(message.messageId), /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/);
+    assert.equal(message.subject, "created");
+    assert.equal(message.contentType, "text/plain");
+    assert.equal(message.correlationId, "corr-1");
+    assert.equal(message.applicationProperties.n, 7);
+    await receiver.completeMessage(message);
     await assertNothingToReceive(receiver);
   });
 });
