@@ -792,4 +792,27 @@ mod tests {
             Some(MessageId::String(id.as_str().to_string()))
         );
     }
+
+    #[test]
+    fn a_message_without_a_header_has_the_amqp_defaults() {
+        // AMQP 1.0 §3.2.1: priority 4 when there is no header (it was stored as 0).
+        let body = b"\x00\x53\x77\xa1\x02hi".to_vec();
+        let message = parse_message(Bytes::from(body.clone())).expect("parsed");
+        assert_eq!(
+            message.header(),
+            HeaderFields {
+                durable: false,
+                priority: 4,
+                time_to_live: None,
+            }
+        );
+        // A header with another priority keeps it.
+        let mut with_header = vec![0x00, 0x53, 0x70, 0xc0, 0x04, 0x02, 0x41, 0x50, 0x09];
+        with_header.extend_from_slice(&body);
+        let message = parse_message(Bytes::from(with_header)).expect("parsed");
+        assert_eq!(
+            (message.header().durable, message.header().priority),
+            (true, 9)
+        );
+    }
 }

@@ -135,13 +135,8 @@ fn uint(
 /// The header section at `section` (descriptor included): the fields the broker keeps.
 pub fn read_header(bytes: &[u8], section: &Range<usize>) -> Result<HeaderFields, MessageError> {
     // An empty list (as Proton and others send): every field takes its default.
-    const DEFAULTS: HeaderFields = HeaderFields {
-        durable: false,
-        priority: 4,
-        time_to_live: None,
-    };
     if is_list0(bytes, section) {
-        return Ok(DEFAULTS);
+        return Ok(HeaderFields::AMQP_DEFAULT);
     }
     let mut fields: [Range<usize>; 5] = Default::default();
     list_elements(bytes, section, "header", &mut fields)?;

@@ -40,7 +40,7 @@ impl DeliveredProperties<'_> {
 }
 
 /// Sender-chosen header fields kept for redelivery (the broker sets `delivery-count`).
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct HeaderFields {
     /// `header.durable`.
     pub durable: bool,
@@ -48,6 +48,24 @@ pub struct HeaderFields {
     pub priority: u8,
     /// `header.ttl`: the message's own time to live (rule TTL-1).
     pub time_to_live: Option<Duration>,
+}
+
+impl HeaderFields {
+    /// What AMQP 1.0 gives a message without a header (§3.2.1): not durable, priority 4, no
+    /// time to live.
+    pub const AMQP_DEFAULT: HeaderFields = HeaderFields {
+        durable: false,
+        priority: 4,
+        time_to_live: None,
+    };
+}
+
+impl Default for HeaderFields {
+    /// [`HeaderFields::AMQP_DEFAULT`]: a message sent without a header is delivered with
+    /// priority 4, not 0.
+    fn default() -> Self {
+        HeaderFields::AMQP_DEFAULT
+    }
 }
 
 /// What few messages carry: kept out of line so that a plain message does not pay for

@@ -276,6 +276,25 @@ async fn bodies_and_properties_arrive_as_sent() {
 }
 
 #[tokio::test]
+async fn a_message_sent_without_a_header_is_delivered_with_priority_4() {
+    // AMQP 1.0 §3.2.1: a header's priority defaults to 4 (the broker delivered 0).
+    let broker = Broker::start(CONFIG).await;
+    let (_connection, mut session) = broker.connect().await;
+    let mut sender = Sender::attach(&mut session, "sender", "orders")
+        .await
+        .expect("attach sender");
+    sender.send("no header").await.expect("accepted");
+    let mut receiver = Receiver::attach(&mut session, "receiver", "orders")
+        .await
+        .expect("attach receiver");
+    let delivery = receive(&mut receiver).await;
+    let header = delivery.message().header.clone().expect("a header");
+    assert_eq!(header.priority.0, 4);
+    assert!(!header.durable);
+    receiver.accept(&delivery).await.expect("complete");
+}
+
+#[tokio::test]
 async fn a_message_without_an_id_gets_one_and_keeps_its_other_properties() {
     // The broker writes the assigned id in front of the fields the client sent (issue 16:
     // found from the section's lengths, not by reading every field again).
