@@ -13,7 +13,7 @@ use fe2o3_amqp::types::primitives::Value;
 use fe2o3_amqp::{Receiver, Sender};
 use fe2o3_amqp_types::definitions::SenderSettleMode;
 
-use crate::harness::{Broker, annotation, receive};
+use crate::harness::{Broker, annotation, receive, string_message_id};
 use crate::process::BrokerProcess;
 
 fn scratch(name: &str) -> std::path::PathBuf {
@@ -353,20 +353,6 @@ async fn a_failed_fsync_is_never_acknowledged_and_stops_acceptance() {
     let _ = std::fs::remove_dir_all(&directory);
 }
 
-/// The message-id of a delivery, which must be a string.
-fn string_id(delivery: &fe2o3_amqp::Delivery<Body<Value>>) -> String {
-    use fe2o3_amqp::types::messaging::MessageId;
-    match delivery
-        .message()
-        .properties
-        .as_ref()
-        .and_then(|properties| properties.message_id.clone())
-    {
-        Some(MessageId::String(id)) => id,
-        other => panic!("a string message-id, got {other:?}"),
-    }
-}
-
 #[tokio::test]
 async fn an_assigned_message_id_is_the_same_on_redelivery_and_after_kill_9() {
     // The broker keeps the id it assigns as 16 bytes beside the message and writes it into
@@ -401,7 +387,7 @@ name = "q"
     let mut first = Vec::new();
     for _ in 0..2 {
         let delivery = receive(&mut receiver).await;
-        first.push((text(&delivery), string_id(&delivery)));
+        first.push((text(&delivery), string_message_id(&delivery)));
         receiver.release(&delivery).await.expect("released");
     }
     assert_ne!(first[0].1, first[1].1, "each message its own id");
@@ -414,7 +400,7 @@ name = "q"
     for expected in &first {
         let delivery = receive(&mut receiver).await;
         assert_eq!(
-            &(text(&delivery), string_id(&delivery)),
+            &(text(&delivery), string_message_id(&delivery)),
             expected,
             "redelivered"
         );
@@ -432,7 +418,7 @@ name = "q"
     for expected in &first {
         let delivery = receive(&mut receiver).await;
         assert_eq!(
-            &(text(&delivery), string_id(&delivery)),
+            &(text(&delivery), string_message_id(&delivery)),
             expected,
             "recovered"
         );

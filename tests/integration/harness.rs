@@ -105,6 +105,21 @@ pub async fn receive(receiver: &mut Receiver) -> Delivery<Body<Value>> {
         .expect("receive succeeds")
 }
 
+/// The message-id of a delivery, which must be a string (as the broker assigns one to a
+/// message sent without it).
+pub fn string_message_id(delivery: &Delivery<Body<Value>>) -> String {
+    use fe2o3_amqp::types::messaging::MessageId;
+    match delivery
+        .message()
+        .properties
+        .as_ref()
+        .and_then(|properties| properties.message_id.clone())
+    {
+        Some(MessageId::String(id)) => id,
+        other => panic!("a string message-id, got {other:?}"),
+    }
+}
+
 /// A message annotation of a delivery, by symbol name.
 pub fn annotation(delivery: &Delivery<Body<Value>>, key: &str) -> Option<Value> {
     let annotations = delivery.message().message_annotations.as_ref()?;
