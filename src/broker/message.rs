@@ -9,6 +9,7 @@ use super::types::Timestamp;
 use crate::amqp::message::{APPLICATION_PROPERTIES, PROPERTIES};
 
 mod shared;
+mod spare;
 mod system;
 
 use shared::Shared;

@@ -13,10 +13,12 @@
 //! (`Release`) and the last one (after an `Acquire` fence) drops the rare fields and frees
 //! the allocation. A handle gives out `&mut` access only while its count is 1.
 
-use std::alloc::{Layout, alloc, dealloc, handle_alloc_error};
+use std::alloc::{Layout, handle_alloc_error};
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering, fence};
+
+use super::spare;
 
 /// The length's top bit: the allocation holds a rare-fields pointer.
 const HAS_EXTRAS: u32 = 1 << 31;
@@ -91,8 +93,9 @@ impl<H: Copy, E: Clone> Shared<H, E> {
         let len: usize = parts.iter().map(|part| part.len()).sum();
         assert!(len <= MAX_LEN, "{len} bytes in one message");
         let (layout, extras_at, bytes_at) = Self::layout(len, extras.is_some());
-        // SAFETY: the layout is never zero-sized (it holds a prefix).
-        let raw = unsafe { alloc(layout) };
+        // The layout is never zero-sized (it holds a prefix). A spare of this size freed
+        // on this thread when there is one.
+        let raw = spare::take(layout);
         let Some(start) = NonNull::new(raw) else {
             handle_alloc_error(layout)
         };
@@ -254,9 +257,9 @@ impl<H: Copy, E: Clone> Drop for Shared<H, E> {
             }
         }
         let (layout, _, _) = Self::layout(len, has_extras);
-        // SAFETY: allocated in `new` with this layout (same length and flag); `H: Copy`
-        // needs no drop; no handle remains.
-        unsafe { dealloc(self.ptr.cast::<u8>().as_ptr(), layout) };
+        // SAFETY: allocated in `new` (by `spare::take`) with this layout (same length and
+        // flag); `H: Copy` needs no drop; no handle remains.
+        unsafe { spare::give(self.ptr.cast::<u8>(), layout) };
     }
 }
 
