@@ -16,6 +16,10 @@ use crate::amqp::management::{self};
 use crate::broker::entity::{Command, EntityHandle, Reply, ReplyTo};
 use crate::broker::types::{EntityError, LockToken};
 
+/// At most this many settled deliveries go to an entity in one command (a disposition may
+/// name every delivery the client holds; the entity's turn stays short).
+const SETTLED_PER_COMMAND: usize = 1024;
+
 pub(super) fn disposition(role: Role, delivery_id: u32, state: DeliveryState) -> Performative {
     Performative::Disposition(Disposition {
         role,
@@ -150,6 +154,16 @@ impl Connection {
                 .collect()
         };
         delivery_ids.sort_unstable_by_key(|id| id.wrapping_sub(first));
+        if disposition_frame.settled
+            && !matches!(
+                disposition_frame.state,
+                Some(DeliveryState::TransactionalState(_))
+            )
+        {
+            return self
+                .settle_alike(channel, delivery_ids, disposition_frame.state.as_ref())
+                .await;
+        }
         for delivery_id in delivery_ids {
             let Some(unsettled) = self.session(channel)?.unsettled.remove(&delivery_id) else {
                 continue;
@@ -158,6 +172,54 @@ impl Connection {
                 .await?;
         }
         Ok(())
+    }
+
+    /// Deliveries the client settled first, outside a transaction, all with one outcome:
+    /// the locks of consecutive deliveries on one link go to its entity in one command, in
+    /// order, at most [`SETTLED_PER_COMMAND`] at a time (issue 16: a command per settled
+    /// message). Nobody waits for the outcome, as for one such delivery.
+    async fn settle_alike(
+        &mut self,
+        channel: u16,
+        delivery_ids: Vec<u32>,
+        state: Option<&DeliveryState>,
+    ) -> Result<(), ConnectionError> {
+        let (settlement, _) = crate::amqp::outcome::settlement_for(state);
+        let mut link = None;
+        let mut tokens = Vec::new();
+        for delivery_id in delivery_ids {
+            let Some(unsettled) = self.session(channel)?.unsettled.remove(&delivery_id) else {
+                continue;
+            };
+            if let Some(handle) = link
+                && (handle != unsettled.handle || tokens.len() == SETTLED_PER_COMMAND)
+            {
+                let tokens = std::mem::take(&mut tokens);
+                self.settle_on_link(channel, handle, tokens, settlement.clone())
+                    .await;
+            }
+            link = Some(unsettled.handle);
+            tokens.push(unsettled.token);
+        }
+        if let Some(handle) = link {
+            self.settle_on_link(channel, handle, tokens, settlement)
+                .await;
+        }
+        Ok(())
+    }
+
+    /// Hands the locks of deliveries on receiver link `handle` to its entity to settle.
+    async fn settle_on_link(
+        &mut self,
+        channel: u16,
+        handle: u32,
+        tokens: Vec<LockToken>,
+        settlement: crate::broker::types::Settlement,
+    ) {
+        if let Some(entity) = self.receiver_entity(channel, handle) {
+            // An entity gone meanwhile has no locks left to settle.
+            let _ = entity.send(Command::SettleAll { tokens, settlement }).await;
+        }
     }
 
     async fn settle_delivery(

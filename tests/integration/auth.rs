@@ -195,7 +195,9 @@ async fn put_token(session: &mut SessionHandle<()>, audience: &str, token: Strin
     status
 }
 
-async fn peek(session: &mut SessionHandle<()>, path: &str) -> i32 {
+/// The status of a `$management` peek of one message on `path`: 200 when the entity holds
+/// one, 204 when it holds none.
+pub(crate) async fn peek(session: &mut SessionHandle<()>, path: &str) -> i32 {
     let mut management = Node::attach(session, &format!("{path}/$management"), "peek").await;
     let mut body = OrderedMap::new();
     body.insert(Value::String("from-sequence-number".into()), Value::Long(1));

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use fe2o3_amqp::Sender;
 use fe2o3_amqp_types::definitions::Role;
-use fe2o3_amqp_types::messaging::{Accepted, DeliveryState};
+use fe2o3_amqp_types::messaging::{Accepted, DeliveryState, Released};
 use fe2o3_amqp_types::performatives::{Disposition, Performative};
 
 use crate::harness::Broker;
@@ -154,6 +154,92 @@ async fn a_wide_disposition_range_settles_the_deliveries_it_names() {
     }
     echoed.sort_unstable();
     assert_eq!(echoed, vec![0, 1, 2]);
+}
+
+/// A settled disposition by the receiver over `first..=last`.
+fn settled_disposition(first: u32, last: u32, state: DeliveryState) -> Performative {
+    Performative::Disposition(Disposition {
+        role: Role::Receiver,
+        first,
+        last: Some(last),
+        settled: true,
+        state: Some(state),
+        batchable: false,
+    })
+}
+
+#[tokio::test]
+async fn one_settled_disposition_over_two_links_settles_each_delivery_at_its_own_queue() {
+    // Issue 16: the deliveries a settled disposition names go to their entities in one
+    // command per run of deliveries on one link; every delivery is settled at its own
+    // queue whichever way the links alternate (rules LCK-1, LCK-4).
+    let broker = Broker::start("[[queues]]\nname = \"a\"\n[[queues]]\nname = \"b\"\n").await;
+    let mut client = RawClient::connect(&broker, 1000).await;
+    client.attach_receiver("ra", "a", 0, false).await;
+    client.attach_receiver("rb", "b", 1, false).await;
+    client.flow(0, 10, 1000).await;
+    client.flow(1, 10, 1000).await;
+    let handle_of = |performative: &Performative| match performative {
+        Performative::Transfer(transfer) => (transfer.handle.0, transfer.delivery_id),
+        other => panic!("not a transfer: {other:?}"),
+    };
+    // Deliveries 0..=5 alternate between the links: a, b, a, b, a, b.
+    for index in 0..6u32 {
+        send_messages(&broker, if index % 2 == 0 { "a" } else { "b" }, 1).await;
+        let (transfer, _) = client.expect(is_transfer).await;
+        assert_eq!(handle_of(&transfer), (index % 2, Some(index)));
+    }
+    // Released, settled first: each message is available again at once and comes back on
+    // its own link (a lock left held would keep it away for the lock's 30 s).
+    client
+        .send(settled_disposition(
+            0,
+            5,
+            DeliveryState::Released(Released {}),
+        ))
+        .await;
+    let mut again = Vec::new();
+    for _ in 0..6 {
+        let (transfer, _) = client.expect(is_transfer).await;
+        again.push(handle_of(&transfer));
+    }
+    again.sort_unstable();
+    let on = |handle: u32| again.iter().filter(|(h, _)| *h == handle).count();
+    assert_eq!((on(0), on(1)), (3, 3), "{again:?}");
+    let ids: Vec<u32> = again.iter().filter_map(|(_, id)| *id).collect();
+    let mut ids_sorted = ids.clone();
+    ids_sorted.sort_unstable();
+    assert_eq!(ids_sorted, (6..12).collect::<Vec<_>>());
+    // Completed, settled first: both queues are empty once each entity has answered a
+    // drain asked after the disposition (commands from one connection to an entity are
+    // handled in order).
+    client
+        .send(settled_disposition(
+            6,
+            11,
+            DeliveryState::Accepted(Accepted {}),
+        ))
+        .await;
+    for handle in [0, 1] {
+        client.drain(handle, 6, 10).await;
+        client
+            .expect(|performative| {
+                matches!(performative, Performative::Flow(flow)
+                    if flow.handle.as_ref().map(|h| h.0) == Some(handle) && flow.drain)
+            })
+            .await;
+    }
+    let (_connection, mut session) = broker.connect().await;
+    assert_eq!(
+        crate::auth::peek(&mut session, "a").await,
+        204,
+        "a is empty"
+    );
+    assert_eq!(
+        crate::auth::peek(&mut session, "b").await,
+        204,
+        "b is empty"
+    );
 }
 
 #[tokio::test]

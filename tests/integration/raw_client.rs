@@ -221,6 +221,26 @@ impl RawClient {
         .await;
     }
 
+    /// A flow asking the broker to drain `handle`'s credit, counting `delivery_count`
+    /// deliveries received on it; the broker answers with a flow once the entity has
+    /// handled everything sent to it before.
+    pub async fn drain(&mut self, handle: u32, delivery_count: u32, credit: u32) {
+        self.send(Performative::Flow(Flow {
+            next_incoming_id: Some(1),
+            incoming_window: 1000,
+            next_outgoing_id: 1,
+            outgoing_window: 1000,
+            handle: Some(Handle(handle)),
+            delivery_count: Some(delivery_count),
+            link_credit: Some(credit),
+            available: None,
+            drain: true,
+            echo: false,
+            properties: None,
+        }))
+        .await;
+    }
+
     /// The next frame (skipping heartbeats), or `None` after `within` or at EOF.
     pub async fn next(&mut self, within: Duration) -> Option<Received> {
         let deadline = tokio::time::Instant::now() + within;

@@ -566,6 +566,11 @@ impl Actor {
                     self.answer(reply, result.map(|()| Reply::Done));
                 }
             }
+            Command::SettleAll { tokens, settlement } => {
+                // Nobody waits: a lock lost on the way is the client's to find out (as
+                // for a single settlement the client settled first).
+                self.state.settle_all(now, &tokens, &settlement);
+            }
             Command::Peek {
                 sub_queue,
                 from,

@@ -324,6 +324,15 @@ pub enum Command {
         /// Who waits for the outcome (`None` when the client settled first).
         reply: Option<ReplyTo>,
     },
+    /// Settle locked messages alike, in order: the deliveries one client disposition
+    /// settled first (no one waits for the outcome), taken in one command (issue 16: a
+    /// channel operation, a wake-up and a dispatch per settled message).
+    SettleAll {
+        /// The locks.
+        tokens: Vec<LockToken>,
+        /// What to do with each message.
+        settlement: Settlement,
+    },
     /// Browse messages.
     Peek {
         /// Which sub-queue.

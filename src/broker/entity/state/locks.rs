@@ -145,6 +145,41 @@ impl EntityState {
         // Activity first: a command arriving at the idle deadline keeps the entity.
         self.touch(now);
         self.advance(now);
+        self.settle_one(now, token, settlement)?;
+        self.dispatch(now);
+        Ok(())
+    }
+
+    /// Settles the locks `tokens` alike, in order, as one client disposition naming them
+    /// all (issue 16: one command per settled message, each advancing the entity's clock
+    /// and dispatching twice). The same as settling each in turn at `now`, except that
+    /// messages made available again (release, abandon) are handed out once all are
+    /// settled. Returns how many were not settled (their lock lost, expired or never held:
+    /// the outcome [`Self::settle`] reports for each).
+    pub fn settle_all(
+        &mut self,
+        now: Timestamp,
+        tokens: &[LockToken],
+        settlement: &Settlement,
+    ) -> usize {
+        self.touch(now);
+        self.advance(now);
+        let refused = tokens
+            .iter()
+            .filter(|&&token| self.settle_one(now, token, settlement.clone()).is_err())
+            .count();
+        self.dispatch(now);
+        refused
+    }
+
+    /// [`Self::settle`]'s work on one lock, without the clock's advance before it and the
+    /// dispatch after it.
+    fn settle_one(
+        &mut self,
+        now: Timestamp,
+        token: LockToken,
+        settlement: Settlement,
+    ) -> Result<(), EntityError> {
         let lost = || {
             if self.settings.requires_session {
                 // In a session entity message locks live and die with the session lock.
@@ -194,7 +229,6 @@ impl EntityState {
                 self.dead_letter_with(sub_queue, sequence_number, reason, description, properties);
             }
         }
-        self.dispatch(now);
         Ok(())
     }
 
