@@ -14,14 +14,15 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-PEERS = ["ferrobus", "proton", "p2p", "baseline"]
+PEERS = ["ferrobus", "proton", "p2p", "baseline", "s1"]
 LABELS = {
     "ferrobus": "ferrobus",
     "proton": "Proton-C\nexample broker",
     "p2p": "peer-to-peer\n(no broker)",
     "baseline": "ferrobus\n(older build)",
+    "s1": "ferrobus,\none queue",
 }
-COLOURS = {"ferrobus": "#c0392b", "proton": "#2c7fb8", "p2p": "#7f7f7f", "baseline": "#e6a04e"}
+COLOURS = {"ferrobus": "#c0392b", "proton": "#2c7fb8", "p2p": "#7f7f7f", "baseline": "#e6a04e", "s1": "#8e44ad"}
 PERCENTILES = [("latency_us_p50", "p50"), ("latency_us_p99", "p99"), ("latency_us_p999", "p99.9")]
 
 
