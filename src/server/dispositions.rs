@@ -186,7 +186,7 @@ impl Connection {
     ) -> Result<(), ConnectionError> {
         let (settlement, _) = crate::amqp::outcome::settlement_for(state);
         let mut link = None;
-        let mut tokens = Vec::new();
+        let mut tokens = Vec::with_capacity(delivery_ids.len().min(SETTLED_PER_COMMAND));
         for delivery_id in delivery_ids {
             let Some(unsettled) = self.session(channel)?.unsettled.remove(&delivery_id) else {
                 continue;

@@ -359,7 +359,8 @@ impl Connection {
             (Some(staged), _) => staged,
             (staged @ None, Some(entity)) => staged.insert(StagedSends {
                 entity: entity.clone(),
-                sends: Vec::new(),
+                // Room for a read's worth of 1 KiB sends without growing.
+                sends: Vec::with_capacity(64),
                 bytes: 0,
             }),
             (None, None) => return Err(lost_target()),

@@ -445,7 +445,7 @@ impl Actor {
                 }
             }
             Command::SendBatch { sends, sink } => {
-                let mut replies = Vec::new();
+                let mut replies = Vec::with_capacity(sends.len());
                 for send in sends {
                     let result = self.send(now, send.messages);
                     // The next send is admitted against the budget with this one counted.
@@ -700,7 +700,8 @@ impl Actor {
     fn carry_out_effects(&mut self, failure: Option<&EntityError>) -> (bool, bool) {
         let mut idle = false;
         let mut returned = Vec::new();
-        for effect in self.state.take_effects() {
+        let mut effects = self.state.take_effects();
+        for effect in effects.drain(..) {
             match effect {
                 Effect::Deliver(delivery) if failure.is_some() => {
                     if let Some(receiver) = delivery.receiver {
@@ -780,6 +781,8 @@ impl Actor {
                 }
             }
         }
+        // Its room serves the next turn's effects (issue 16: grown again every turn).
+        self.state.recycle_effects(effects);
         let taken_back = !returned.is_empty();
         if taken_back {
             let now = self.clock.now();

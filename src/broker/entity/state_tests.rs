@@ -1164,3 +1164,20 @@ fn settling_locks_together_is_settling_each_in_turn() {
         assert_eq!(dead.len(), if dead_lettered { 3 } else { 0 });
     }
 }
+
+#[test]
+fn a_recycled_effects_list_brings_back_none_of_its_effects() {
+    // Issue 16: the actor gives the emptied list back for its room only.
+    let mut state = entity(|_| {});
+    with_peek_lock_receiver(&mut state, &["a", "b"]);
+    state.set_credit(START, RECEIVER, 1, false);
+    let first = state.take_effects();
+    assert_eq!(first.len(), 1, "one delivery");
+    // Given back as it is (not drained): its delivery must not come out again.
+    state.recycle_effects(first);
+    assert!(state.take_effects().is_empty());
+    state.set_credit(START, RECEIVER, 2, false);
+    let second = deliveries(&mut state);
+    assert_eq!(second.len(), 1);
+    assert_eq!(second[0].record.sequence_number, SequenceNumber(2));
+}

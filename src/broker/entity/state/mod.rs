@@ -291,6 +291,10 @@ impl ReceiverState {
     }
 }
 
+/// The most room an emptied effects list keeps for the next turn
+/// ([`EntityState::recycle_effects`]).
+const KEPT_EFFECTS: usize = 1024;
+
 /// The state of one queue or subscription.
 #[derive(Debug)]
 pub struct EntityState {
@@ -591,6 +595,16 @@ impl EntityState {
     /// Effects produced since the last call, in order.
     pub fn take_effects(&mut self) -> Vec<Effect> {
         std::mem::take(&mut self.effects)
+    }
+
+    /// Gives back an emptied effects list taken by [`Self::take_effects`], so that the
+    /// next turn's effects do not grow a new one from nothing (kept only while no new
+    /// effects are pending, and up to [`KEPT_EFFECTS`] entries of room).
+    pub fn recycle_effects(&mut self, mut spare: Vec<Effect>) {
+        if self.effects.is_empty() && spare.capacity() <= KEPT_EFFECTS {
+            spare.clear();
+            self.effects = spare;
+        }
     }
 
     /// The earliest pending deadline, for the shell's single timer (never a lock that was

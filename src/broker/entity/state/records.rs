@@ -192,8 +192,12 @@ impl<T: Keyed> Runs<T> {
         match position(run, number) {
             Ok(index) => return Some(std::mem::replace(&mut run[index], record)),
             Err(index) if index == run.len() && run.len() >= RUN => {
-                // Past the end of a full run: a new run (the next run's key is higher).
-                self.runs.insert(number, VecDeque::from([record]));
+                // Past the end of a full run: a new run (the next run's key is higher),
+                // with room for a full run (appends fill it; growing it from one record
+                // took five reallocations per run).
+                let mut run = VecDeque::with_capacity(RUN);
+                run.push_back(record);
+                self.runs.insert(number, run);
             }
             Err(index) => {
                 run.insert(index, record);
