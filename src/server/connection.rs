@@ -122,6 +122,9 @@ pub struct Connection {
     pub(super) receivers: FastMap<ReceiverId, (u16, u32)>,
     /// Requests waiting for entity replies.
     pub(super) pending: FastMap<RequestId, Pending>,
+    /// Staged sends waiting for their queue's answer: their request ids carry where the
+    /// answer goes (`incoming::send_request`), so they are counted, not kept in `pending`.
+    pub(super) sends_unanswered: usize,
     /// Next request id.
     pub(super) next_request_id: u64,
     /// Rights from SASL PLAIN, covering every entity.
@@ -172,6 +175,30 @@ impl Connection {
             self.accepted_run = None;
         }
         self.output.reserve(needed);
+    }
+
+    /// Completes the request `request` with the entity's reply: a staged send's (its id
+    /// says where the answer goes) or one registered in `pending` (none: already answered
+    /// or given up).
+    pub(super) fn answer(
+        &mut self,
+        request: RequestId,
+        result: Result<crate::broker::entity::Reply, crate::broker::types::EntityError>,
+    ) -> Result<(), ConnectionError> {
+        if let Some((channel, delivery_id)) = super::incoming::sent_to(request) {
+            self.sends_unanswered = self.sends_unanswered.saturating_sub(1);
+            return self.reply(
+                Pending::Enqueue {
+                    channel,
+                    delivery_id,
+                },
+                result,
+            );
+        }
+        match self.pending.remove(&request) {
+            Some(pending) => self.reply(pending, result),
+            None => Ok(()),
+        }
     }
 
     /// A fresh request id registered as waiting for `pending`.
@@ -416,6 +443,7 @@ pub async fn run<S: RawStream>(
         notifications,
         receivers: FastMap::default(),
         pending: FastMap::default(),
+        sends_unanswered: 0,
         next_request_id: 0,
         sasl_rights,
         grants: Vec::new(),
@@ -862,17 +890,10 @@ impl Connection {
                 self.detach_with_error(channel, handle, failure.to_error())
                     .await
             }
-            Notification::Reply { request, result } => {
-                let Some(pending) = self.pending.remove(&request) else {
-                    return Ok(());
-                };
-                self.reply(pending, result)
-            }
+            Notification::Reply { request, result } => self.answer(request, result),
             Notification::Replies { replies } => {
                 for (request, result) in replies {
-                    if let Some(pending) = self.pending.remove(&request) {
-                        self.reply(pending, result)?;
-                    }
+                    self.answer(request, result)?;
                 }
                 Ok(())
             }

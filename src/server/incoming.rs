@@ -14,7 +14,7 @@ use super::log_text::LogText;
 use super::session::unattached_handle;
 use crate::amqp::errors::{self, Failure};
 use crate::amqp::message::{self};
-use crate::broker::entity::{BatchedSend, Command, EntityHandle, Messages, ReplyTo};
+use crate::broker::entity::{BatchedSend, Command, EntityHandle, Messages, ReplyTo, RequestId};
 use crate::broker::topic::TopicCommand;
 
 impl Connection {
@@ -349,10 +349,8 @@ impl Connection {
         delivery_id: u32,
     ) -> Result<(), ConnectionError> {
         let request = (!settled).then(|| {
-            self.register(Pending::Enqueue {
-                channel,
-                delivery_id,
-            })
+            self.sends_unanswered += 1;
+            send_request(channel, delivery_id)
         });
         let bytes: usize = messages.iter().map(|message| message.size()).sum();
         let staged = match (&mut self.staged, entity) {
@@ -397,13 +395,26 @@ impl Connection {
             .await;
         if let Err((error, Command::SendBatch { sends, .. })) = sent {
             for request in sends.into_iter().filter_map(|send| send.request) {
-                if let Some(pending) = self.pending.remove(&request) {
-                    self.reply(pending, Err(error.clone()))?;
-                }
+                self.answer(request, Err(error.clone()))?;
             }
         }
         Ok(())
     }
+}
+
+/// The top bit of a staged send's request id: the id carries the channel and the delivery
+/// id its answer goes to (issue 16: a map insertion and removal per message sent, both
+/// cache misses with many connections); other request ids count up from 1 in `pending`.
+const SEND_REQUEST: u64 = 1 << 63;
+
+/// The request id of a staged send on `channel` with `delivery_id`.
+pub(super) fn send_request(channel: u16, delivery_id: u32) -> RequestId {
+    RequestId(SEND_REQUEST | (channel as u64) << 32 | delivery_id as u64)
+}
+
+/// Where a staged send's answer goes, if `request` is one's.
+pub(super) fn sent_to(request: RequestId) -> Option<(u16, u32)> {
+    (request.0 & SEND_REQUEST != 0).then_some(((request.0 >> 32) as u16, request.0 as u32))
 }
 
 /// A complete client delivery.
@@ -433,4 +444,21 @@ fn size_exceeded(size: u64, limit: u64) -> Failure {
         ),
         413,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_staged_sends_request_id_says_where_its_answer_goes_and_no_other_id_does() {
+        for (channel, delivery_id) in [(0, 0), (7, 42), (u16::MAX, u32::MAX), (1, 1 << 31)] {
+            let request = send_request(channel, delivery_id);
+            assert_eq!(sent_to(request), Some((channel, delivery_id)));
+        }
+        // Registered requests count up from 1: never taken for a staged send's.
+        for id in [1, 2, u32::MAX as u64, (1 << 62) + 5] {
+            assert_eq!(sent_to(RequestId(id)), None);
+        }
+    }
 }

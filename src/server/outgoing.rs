@@ -269,6 +269,7 @@ impl Connection {
     /// Whether the client holds no delivery of ours unsettled and no answer is pending.
     pub(super) fn nothing_unsettled(&self) -> bool {
         self.pending.is_empty()
+            && self.sends_unanswered == 0
             && self
                 .sessions
                 .values()
