@@ -16,6 +16,8 @@ pub mod state;
 #[cfg(test)]
 mod state_proptests;
 #[cfg(test)]
+mod state_settlement_tests;
+#[cfg(test)]
 mod state_tests;
 #[cfg(test)]
 mod state_transaction_tests;
