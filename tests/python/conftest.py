@@ -92,6 +92,7 @@ SHARED_QUEUES: Dict[str, Dict[str, object]] = {
     "amqp-anonymous": {},
     "amqp-no-sasl": {},
     "amqp-released": {},
+    "amqp-settled-range": {},
     "amqp-modified": {},
     "amqp-rejected": {},
     "amqp-annotations": {},

@@ -139,6 +139,45 @@ def test_released_message_comes_back_without_counting_a_delivery(connect):
     assert_nothing_to_receive(receiver)
 
 
+def test_deliveries_settled_together_are_each_settled_at_the_queue(connect, broker):
+    """Proton settles first and names a run of deliveries in one disposition when they are
+    settled together; the broker hands the run to the queue in one command (issue 16). Released
+    together, all come back uncounted (rule LCK-4); accepted together, all are gone (LCK-1)."""
+    from azure.servicebus import ServiceBusClient
+
+    queue, count = "amqp-settled-range", 40
+    connection = connect()
+    sender = connection.create_sender(queue)
+    for index in range(count):
+        sender.send(Message(id=f"range-{index}", body=f"message {index}"))
+    receiver = connection.create_receiver(queue, credit=count, options=peek_lock())
+
+    def receive_all() -> List[str]:
+        return [receiver.receive(timeout=RECEIVE_TIMEOUT_SECONDS).id for _ in range(count)]
+
+    def settle_all(outcome: int) -> None:
+        # Settled without I/O in between: Proton writes them as ranges in one flush.
+        for delivery in list(receiver.fetcher.unsettled):
+            delivery.update(outcome)
+            delivery.settle()
+        receiver.fetcher.unsettled.clear()
+
+    first = receive_all()
+    assert sorted(first) == sorted(f"range-{index}" for index in range(count))
+    settle_all(Delivery.RELEASED)
+    # A lock left held would keep every message away for the lock's 30 s.
+    again = receive_all()
+    assert sorted(again) == sorted(first)
+    settle_all(Delivery.ACCEPTED)
+    # Commands from one connection reach the queue in order: once this send is accepted,
+    # the settlements before it were applied.
+    sender.send(Message(id="after", body="after the settlements"))
+    with ServiceBusClient.from_connection_string(broker.connection_string) as client:
+        with client.get_queue_receiver(queue) as sdk:
+            left = [str(message.message_id) for message in sdk.peek_messages(max_message_count=count + 1)]
+    assert left == ["after"], left
+
+
 def test_modified_delivery_failed_increments_delivery_count(connect):
     """`modified{delivery-failed=true}` is an abandon: unlock and increment (rule LCK-1, LCK-2)."""
     queue = "amqp-modified"
