@@ -1,7 +1,7 @@
 //! AMQP sessions: `begin`/`end`, session flow control (transfer windows), and the
 //! per-session delivery bookkeeping (outgoing delivery ids and their locks).
 
-use crate::broker::entity::state::FastMap;
+use crate::broker::entity::state::{FastMap, SequenceMap};
 use std::collections::VecDeque;
 
 use fe2o3_amqp_types::definitions::Handle;
@@ -53,7 +53,7 @@ pub struct Session {
     /// Next delivery id for our outgoing transfers.
     pub next_delivery_id: u32,
     /// Our unsettled outgoing deliveries by delivery id.
-    pub unsettled: FastMap<u32, Unsettled>,
+    pub unsettled: SequenceMap<u32, Unsettled>,
     /// Transfers held back by the peer's window.
     pub queued: VecDeque<QueuedTransfer>,
 }
@@ -96,7 +96,7 @@ impl Connection {
             remote_incoming_window: begin.incoming_window as i64,
             incoming_window: INCOMING_WINDOW,
             next_delivery_id: 0,
-            unsettled: FastMap::default(),
+            unsettled: SequenceMap::default(),
             queued: VecDeque::new(),
         };
         self.sessions.insert(channel, session);

@@ -25,6 +25,7 @@ pub mod log;
 pub mod packed;
 mod records;
 mod recovery;
+mod sequential;
 mod sessions;
 mod transactions;
 
@@ -37,6 +38,7 @@ pub use transactions::TransactionWork;
 /// ids): foldhash instead of SipHash on the per-message path (issue 16); maps keyed by what
 /// a client chooses keep the keyed SipHash.
 pub type FastMap<K, V> = foldhash::HashMap<K, V>;
+pub use sequential::SequenceMap;
 
 use super::duplicates::DuplicateDetector;
 use super::settings::EntitySettings;
@@ -307,7 +309,7 @@ pub struct EntityState {
     /// The lock held on each locked record. Locks are volatile: they live here, beside the
     /// log, and a restart releases them. A lock token says which record it locks
     /// ([`EntityState::new_lock`]), so a token finds its lock with one lookup here.
-    held: FastMap<(SubQueue, SequenceNumber), Lock>,
+    held: SequenceMap<(SubQueue, SequenceNumber), Lock>,
     /// Pending deadlines, earliest first. Entries may be stale; they are checked on firing.
     deadlines: BTreeSet<(Timestamp, Deadline)>,
     /// Lock lapses in the order they were armed, which is their time order while the lock
@@ -520,7 +522,7 @@ impl EntityState {
             draining: Vec::new(),
             settings,
             log,
-            held: FastMap::default(),
+            held: SequenceMap::default(),
             deadlines: BTreeSet::new(),
             lock_deadlines: VecDeque::new(),
             receivers: FastMap::default(),
