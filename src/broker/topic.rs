@@ -21,7 +21,9 @@ use tokio::sync::mpsc;
 
 use super::entity::actor::IdleSender;
 use super::entity::state::Change;
-use super::entity::{Command, EntityHandle, Notification, Reply, ReplyTo, RequestId};
+use super::entity::{
+    BatchedSend, Command, EntityHandle, Notification, NotificationSender, Reply, ReplyTo, RequestId,
+};
 use super::filter::PropertyChange;
 use super::message::Message;
 use super::rules::{self, Rule};
@@ -78,6 +80,15 @@ pub enum TopicCommand {
         messages: Vec<Message>,
         /// Who waits for the outcome.
         reply: Option<ReplyTo>,
+    },
+    /// Publish the sends of consecutive transfers, each as [`TopicCommand::Publish`] would
+    /// and with its own outcome (issue 16: a command to the topic per transfer, and one to
+    /// every subscription per transfer, became one per read).
+    PublishBatch {
+        /// The sends, in the order they arrived.
+        sends: Vec<BatchedSend>,
+        /// The connection waiting for the outcomes of the sends that have a request.
+        sink: NotificationSender,
     },
     /// Schedule messages on the topic (`schedule-message` on `<topic>/$management`): they
     /// are published at their `x-opt-scheduled-enqueue-time` (rules SCH-1..4).
@@ -157,6 +168,25 @@ impl TopicHandle {
             .send(command)
             .await
             .map_err(|_| EntityError::NotFound(self.path.to_string()))
+    }
+
+    /// Sends a command; when the topic is gone, the error and the command back (its
+    /// waiters are the caller's to answer).
+    pub async fn send_or_give_back(
+        &self,
+        command: TopicCommand,
+    ) -> Result<(), (EntityError, TopicCommand)> {
+        self.commands
+            .send(command)
+            .await
+            .map_err(|mpsc::error::SendError(command)| {
+                (EntityError::NotFound(self.path.to_string()), command)
+            })
+    }
+
+    /// Whether both handles reach the same topic.
+    pub fn same_topic(&self, other: &TopicHandle) -> bool {
+        self.commands.same_channel(&other.commands)
     }
 }
 
@@ -388,8 +418,10 @@ impl Topic {
             last_activity = tokio::time::Instant::now();
             let now = self.clock.now();
             // Everything but a publish waits until the publishes before it are stored.
-            if !matches!(command, TopicCommand::Publish { .. })
-                && self.settle_in_flight(&mut replies, &mut stopping).await
+            if !matches!(
+                command,
+                TopicCommand::Publish { .. } | TopicCommand::PublishBatch { .. }
+            ) && self.settle_in_flight(&mut replies, &mut stopping).await
             {
                 refuse(&self.path, command);
                 break;
@@ -409,6 +441,21 @@ impl Topic {
                     let copies = self.state.publish(now, messages);
                     let changes = self.state.take_changes();
                     self.start_publish(copies, reply, changes, &sink).await;
+                }
+                TopicCommand::PublishBatch {
+                    sends,
+                    sink: waiting,
+                } => {
+                    if self.status.allows_send() {
+                        self.start_publishes(now, sends, waiting, &sink).await;
+                    } else {
+                        let error = EntityError::Disabled(format!(
+                            "Messaging entity '{}' is currently disabled for sending ({}).",
+                            self.path,
+                            self.status.as_str()
+                        ));
+                        answer_all(&waiting, sends, &error);
+                    }
                 }
                 TopicCommand::Schedule { messages, reply } => {
                     let numbers = self.state.schedule(now, messages);
@@ -531,11 +578,110 @@ impl Topic {
         }
     }
 
-    /// A subscription's answer to a publish in flight.
+    /// Publishes the sends of a [`TopicCommand::PublishBatch`]: each is published as
+    /// [`Self::start_publish`] does, with a request of its own, but each subscription gets
+    /// its copies of all of them in one command (and its dead letters in one more), in the
+    /// order the sends arrived.
+    async fn start_publishes(
+        &mut self,
+        now: crate::broker::types::Timestamp,
+        sends: Vec<BatchedSend>,
+        waiting: NotificationSender,
+        sink: &NotificationSender,
+    ) {
+        let subscriptions = self.handles.len();
+        let mut batches: Vec<Vec<BatchedSend>> = (0..subscriptions).map(|_| Vec::new()).collect();
+        let mut dead_letters: Vec<Vec<_>> = (0..subscriptions).map(|_| Vec::new()).collect();
+        let mut ids = Vec::with_capacity(sends.len());
+        for send in sends {
+            let copies = self.state.publish(now, send.messages.into_vec());
+            let changes = self.state.take_changes();
+            let id = self.next_publish;
+            self.next_publish = self.next_publish.wrapping_add(1);
+            let mut remaining = 0;
+            for (index, copies) in copies.into_iter().enumerate() {
+                dead_letters[index].extend(copies.dead_lettered);
+                if !copies.accepted.is_empty() {
+                    batches[index].push(BatchedSend {
+                        messages: copies.accepted.into(),
+                        request: Some(RequestId(id)),
+                    });
+                    remaining += 1;
+                }
+            }
+            let reply = send.request.map(|request| ReplyTo {
+                sink: waiting.clone(),
+                request,
+            });
+            self.in_flight.insert(
+                id,
+                InFlight {
+                    remaining,
+                    outcome: Ok(Reply::Done),
+                    reply,
+                    changes,
+                },
+            );
+            ids.push(id);
+        }
+        for ((handle, batch), dead_lettered) in self.handles.iter().zip(batches).zip(dead_letters) {
+            if !dead_lettered.is_empty() {
+                let _ = handle
+                    .send(Command::DeadLetterOnArrival {
+                        messages: dead_lettered,
+                    })
+                    .await;
+            }
+            if batch.is_empty() {
+                continue;
+            }
+            let command = Command::SendBatch {
+                sends: batch,
+                sink: sink.clone(),
+            };
+            if let Err((error, Command::SendBatch { sends, .. })) =
+                handle.send_or_give_back(command).await
+            {
+                // The subscription is gone: its copies count as refused.
+                for send in sends {
+                    if let Some(publish) = send
+                        .request
+                        .and_then(|request| self.in_flight.get_mut(&request.0))
+                    {
+                        publish.outcome = Err(error.clone());
+                        publish.remaining -= 1;
+                    }
+                }
+            }
+        }
+        // Publishes no subscription stores a copy of are answered now.
+        for id in ids {
+            if self
+                .in_flight
+                .get(&id)
+                .is_some_and(|publish| publish.remaining == 0)
+                && let Some(publish) = self.in_flight.remove(&id)
+            {
+                self.finish_publish(publish).await;
+            }
+        }
+    }
+
+    /// A subscription's answer to publishes in flight.
     async fn copies_stored(&mut self, notification: Notification) {
-        let Notification::Reply { request, result } = notification else {
-            return;
-        };
+        match notification {
+            Notification::Reply { request, result } => self.copy_stored(request, result).await,
+            Notification::Replies { replies } => {
+                for (request, result) in replies {
+                    self.copy_stored(request, result).await;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// One subscription's answer to one publish in flight.
+    async fn copy_stored(&mut self, request: RequestId, result: Result<Reply, EntityError>) {
         let Some(publish) = self.in_flight.get_mut(&request.0) else {
             return;
         };
@@ -750,10 +896,24 @@ impl Topic {
     }
 }
 
+/// Answers every send of a batch that waits for an outcome with `error`, at once.
+pub fn answer_all(sink: &NotificationSender, sends: Vec<BatchedSend>, error: &EntityError) {
+    let replies: Vec<_> = sends
+        .into_iter()
+        .filter_map(|send| send.request.map(|request| (request, Err(error.clone()))))
+        .collect();
+    if !replies.is_empty() {
+        let _ = sink.send(Notification::Replies { replies });
+    }
+}
+
 /// Answers a command that reached a topic being deleted.
 fn refuse(path: &str, command: TopicCommand) {
     let gone = || Err(EntityError::NotFound(path.to_string()));
     match command {
+        TopicCommand::PublishBatch { sends, sink } => {
+            answer_all(&sink, sends, &EntityError::NotFound(path.to_string()));
+        }
         TopicCommand::Publish { reply, .. } => {
             if let Some(reply) = reply {
                 reply.send(gone());

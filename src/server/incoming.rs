@@ -14,7 +14,7 @@ use super::log_text::LogText;
 use super::session::unattached_handle;
 use crate::amqp::errors::{self, Failure};
 use crate::amqp::message::{self};
-use crate::broker::entity::{BatchedSend, Command, EntityHandle, Messages, ReplyTo, RequestId};
+use crate::broker::entity::{BatchedSend, Command, Messages, ReplyTo, RequestId};
 use crate::broker::topic::TopicCommand;
 
 impl Connection {
@@ -114,14 +114,14 @@ impl Connection {
                 max_message_size,
                 via,
             } => {
-                // A send to the queue whose sends are staged needs no handle of its own
-                // (issue 16: cloning and dropping one was 1.5 % of the CPU).
+                // A send to the queue or topic whose sends are staged needs no handle of
+                // its own (issue 16: cloning and dropping one was 1.5 % of the CPU).
                 let target = match target {
-                    SendTarget::Queue(entity)
+                    target
                         if self
                             .staged
                             .as_ref()
-                            .is_some_and(|staged| staged.entity.same_entity(entity)) =>
+                            .is_some_and(|staged| staged.target.same(target)) =>
                     {
                         None
                     }
@@ -244,20 +244,19 @@ impl Connection {
                         .stage_send(None, messages, settled, channel, delivery_id)
                         .await;
                 }
-                Some(SendTarget::Queue(entity)) => {
-                    self.hand_over_unless(entity).await?;
+                Some(target) => {
+                    self.hand_over_unless(target).await?;
                     return self
-                        .stage_send(Some(entity), messages, settled, channel, delivery_id)
+                        .stage_send(Some(target), messages, settled, channel, delivery_id)
                         .await;
                 }
-                Some(SendTarget::Topic(_)) => {}
             }
         }
-        // `None` is the staged queue.
+        // `None` is the staged queue or topic.
         let target = match target {
             Some(target) => target,
             None => match &self.staged {
-                Some(staged) => SendTarget::Queue(staged.entity.clone()),
+                Some(staged) => staged.target.clone(),
                 None => return Err(lost_target()),
             },
         };
@@ -309,13 +308,14 @@ impl Connection {
     }
 }
 
-/// Sends to one queue staged from consecutive transfers: handed over in one command when
-/// the frames of a read run out, before anything else the connection does (another
-/// entity's send, a disposition, an attach...), and when the batch grows past
+/// Sends to one queue or topic staged from consecutive transfers: handed over in one
+/// command when the frames of a read run out, before anything else the connection does
+/// (another entity's send, a disposition, an attach...), and when the batch grows past
 /// [`STAGED_SENDS`] or [`STAGED_BYTES`]. Each send keeps its own outcome (issue 16: a
-/// bounded-channel send, a reply and a wake-up of the entity for every message).
+/// bounded-channel send, a reply and a wake-up of the entity for every message; a topic
+/// also sent every subscription a command per message).
 pub(super) struct StagedSends {
-    entity: EntityHandle,
+    target: SendTarget,
     sends: Vec<BatchedSend>,
     bytes: usize,
 }
@@ -327,22 +327,22 @@ const STAGED_SENDS: usize = 256;
 const STAGED_BYTES: usize = 1024 * 1024;
 
 impl Connection {
-    /// Hands over the staged sends if they are for another queue than `entity`.
-    async fn hand_over_unless(&mut self, entity: &EntityHandle) -> Result<(), ConnectionError> {
+    /// Hands over the staged sends if they are for another queue or topic than `target`.
+    async fn hand_over_unless(&mut self, target: &SendTarget) -> Result<(), ConnectionError> {
         if self
             .staged
             .as_ref()
-            .is_some_and(|staged| !staged.entity.same_entity(entity))
+            .is_some_and(|staged| !staged.target.same(target))
         {
             self.hand_over_sends().await?;
         }
         Ok(())
     }
 
-    /// Stages a send to `entity`, or to the queue already staged for (`None`).
+    /// Stages a send to `target`, or to the queue or topic already staged for (`None`).
     async fn stage_send(
         &mut self,
-        entity: Option<&EntityHandle>,
+        target: Option<&SendTarget>,
         messages: Messages,
         settled: bool,
         channel: u16,
@@ -353,10 +353,10 @@ impl Connection {
             send_request(channel, delivery_id)
         });
         let bytes: usize = messages.iter().map(|message| message.size()).sum();
-        let staged = match (&mut self.staged, entity) {
+        let staged = match (&mut self.staged, target) {
             (Some(staged), _) => staged,
-            (staged @ None, Some(entity)) => staged.insert(StagedSends {
-                entity: entity.clone(),
+            (staged @ None, Some(target)) => staged.insert(StagedSends {
+                target: target.clone(),
                 // Room for a read's worth of 1 KiB sends without growing.
                 sends: Vec::with_capacity(64),
                 bytes: 0,
@@ -380,20 +380,36 @@ impl Connection {
         Ok(())
     }
 
-    /// Hands the staged sends to their queue; if it is gone, every send waiting for an
-    /// outcome is rejected with the reason, as the entity would have.
+    /// Hands the staged sends to their queue or topic; if it is gone, every send waiting
+    /// for an outcome is rejected with the reason, as the entity would have.
     pub(super) async fn hand_over_sends(&mut self) -> Result<(), ConnectionError> {
         let Some(staged) = self.staged.take() else {
             return Ok(());
         };
-        let sent = staged
-            .entity
-            .send_or_give_back(Command::SendBatch {
-                sends: staged.sends,
-                sink: self.notifications.clone(),
-            })
-            .await;
-        if let Err((error, Command::SendBatch { sends, .. })) = sent {
+        let sink = self.notifications.clone();
+        let refused = match staged.target {
+            SendTarget::Queue(entity) => {
+                let command = Command::SendBatch {
+                    sends: staged.sends,
+                    sink,
+                };
+                match entity.send_or_give_back(command).await {
+                    Err((error, Command::SendBatch { sends, .. })) => Some((error, sends)),
+                    _ => None,
+                }
+            }
+            SendTarget::Topic(topic) => {
+                let command = TopicCommand::PublishBatch {
+                    sends: staged.sends,
+                    sink,
+                };
+                match topic.send_or_give_back(command).await {
+                    Err((error, TopicCommand::PublishBatch { sends, .. })) => Some((error, sends)),
+                    _ => None,
+                }
+            }
+        };
+        if let Some((error, sends)) = refused {
             for request in sends.into_iter().filter_map(|send| send.request) {
                 self.answer(request, Err(error.clone()))?;
             }

@@ -49,6 +49,17 @@ pub enum SendTarget {
     Topic(TopicHandle),
 }
 
+impl SendTarget {
+    /// Whether both reach the same queue or topic.
+    pub fn same(&self, other: &SendTarget) -> bool {
+        match (self, other) {
+            (SendTarget::Queue(one), SendTarget::Queue(other)) => one.same_entity(other),
+            (SendTarget::Topic(one), SendTarget::Topic(other)) => one.same_topic(other),
+            _ => false,
+        }
+    }
+}
+
 /// What a link is attached to.
 #[derive(Debug)]
 pub enum LinkKind {
