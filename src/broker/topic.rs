@@ -221,8 +221,9 @@ struct Topic {
     storage: Option<(Storage, String)>,
     /// Whether sends are taken (admin API `Status`).
     status: crate::config::EntityStatus,
-    /// Publishes whose copies are on their way to the subscriptions, by request id.
-    in_flight: std::collections::HashMap<u64, InFlight>,
+    /// Publishes whose copies are on their way to the subscriptions, by request id (ids
+    /// the topic numbers in order: neighbours in one cache line, no SipHash per publish).
+    in_flight: super::entity::state::SequenceMap<u64, InFlight>,
     /// The request id of the next publish.
     next_publish: u64,
 }
@@ -293,7 +294,7 @@ pub fn spawn(
         clock,
         storage: None,
         status: config.status,
-        in_flight: std::collections::HashMap::new(),
+        in_flight: Default::default(),
         next_publish: 0,
     };
     if let Some((storage, key, recovered)) = durability {

@@ -270,77 +270,65 @@ impl TopicState {
     /// DUP-1, remembered as a change) and returns the copies for each subscription, in
     /// subscription order.
     pub fn publish(&mut self, now: Timestamp, messages: Vec<Message>) -> Vec<Copies> {
-        let messages: Vec<Message> = messages
-            .into_iter()
-            .map(|message| {
-                if !message.extras().user_properties.is_empty()
-                    || message.application_properties_section().is_empty()
-                {
-                    return message;
+        // One pass (issue 16: three, each collecting a new list): properties decoded for
+        // the filters, duplicates dropped, the rest numbered.
+        let mut numbered: Vec<Message> = Vec::with_capacity(messages.len());
+        for mut message in messages {
+            if message.extras().user_properties.is_empty()
+                && !message.application_properties_section().is_empty()
+            {
+                let user_properties = (self.codec.decode_properties)(&message);
+                message.edit_extras(|extras| extras.user_properties = user_properties);
+            }
+            if let Some(detector) = &mut self.duplicates
+                && let Some(id) = message.system().message_id()
+            {
+                if detector.check(now, id).is_some() {
+                    continue;
                 }
-                let mut decoded = message;
-                let user_properties = (self.codec.decode_properties)(&decoded);
-                decoded.edit_extras(|extras| extras.user_properties = user_properties);
-                decoded
+                detector.remember(now, id, SequenceNumber(0));
+                // The shell commits this after the copies are stored: a crash in between
+                // lets a resend through (a duplicate), never a loss.
+                self.log.note(|| Change::Remembered {
+                    message_id: id.to_string(),
+                    sequence_number: SequenceNumber(0),
+                    at: now,
+                });
+            }
+            // Sequence numbers are the topic's (rule SEQ-1): each message takes the next
+            // one, and every subscription's copy carries it with the topic's enqueued time.
+            let partition = self.partitioner.partition(&message);
+            let number = self.log.allocate_in(partition);
+            message.edit_extras(|extras| extras.topic_sequence = Some((number, now)));
+            numbered.push(message);
+        }
+        let mut all_copies: Vec<Copies> = (0..self.subscriptions.len())
+            .map(|_| Copies {
+                accepted: Vec::with_capacity(numbered.len()),
+                dead_lettered: Vec::new(),
             })
             .collect();
-        let messages: Vec<Message> = match &mut self.duplicates {
-            None => messages,
-            Some(detector) => messages
-                .into_iter()
-                .filter(|message| match &message.system().message_id() {
-                    Some(id) if detector.check(now, id).is_some() => false,
-                    Some(id) => {
-                        detector.remember(now, id, SequenceNumber(0));
-                        // The shell commits this after the copies are stored: a crash in
-                        // between lets a resend through (a duplicate), never a loss.
-                        self.log.note(|| Change::Remembered {
-                            message_id: id.to_string(),
-                            sequence_number: SequenceNumber(0),
-                            at: now,
-                        });
-                        true
-                    }
-                    None => true,
-                })
-                .collect(),
-        };
-        // Sequence numbers are the topic's (rule SEQ-1): each message takes the next one,
-        // and every subscription's copy carries it with the topic's enqueued time.
-        let messages: Vec<Message> = messages
-            .into_iter()
-            .map(|message| {
-                let partition = self.partitioner.partition(&message);
-                let number = self.log.allocate_in(partition);
-                let mut numbered = message;
-                numbered.edit_extras(|extras| extras.topic_sequence = Some((number, now)));
-                numbered
-            })
-            .collect();
-        let mut all_copies = Vec::with_capacity(self.subscriptions.len());
-        for index in 0..self.subscriptions.len() {
-            let mut all = Copies::default();
-            for message in &messages {
-                let copies = self.copies_for(&self.subscriptions[index], message, now.0);
-                for (position, copy) in copies.accepted.into_iter().enumerate() {
-                    if position == 0 {
-                        all.accepted.push(copy);
-                        continue;
-                    }
-                    // More copies of one message in one subscription (several rules with
-                    // actions matched): each is a message of its own, with a number of
-                    // its own from the topic.
-                    let partition = copy.extras().topic_sequence.map_or(0, |(number, _)| {
+        for message in &numbered {
+            // The system properties are read once per message, not per subscription.
+            let view = FilterView {
+                message,
+                enqueued_time: now.0,
+                system: message.system(),
+            };
+            for (entry, copies) in self.subscriptions.iter().zip(&mut all_copies) {
+                let first = copies.accepted.len();
+                copies_into(&self.codec, entry, &view, copies);
+                // More copies of one message in one subscription (several rules with
+                // actions matched): each is a message of its own, with a number of its
+                // own from the topic.
+                for extra in copies.accepted.iter_mut().skip(first + 1) {
+                    let partition = extra.extras().topic_sequence.map_or(0, |(number, _)| {
                         crate::broker::partitions::partition_of_number(number.0)
                     });
                     let number = self.log.allocate_in(partition);
-                    let mut extra = copy;
                     extra.edit_extras(|extras| extras.topic_sequence = Some((number, now)));
-                    all.accepted.push(extra);
                 }
-                all.dead_lettered.extend(copies.dead_lettered);
             }
-            all_copies.push(all);
         }
         // The counter is not written per publish (that would be a write and sync more per
         // send): the copies' records carry their numbers, and at start the topic numbers
@@ -403,78 +391,6 @@ impl TopicState {
     /// Every subscription has stored its copies of a scheduled message: it leaves the log.
     pub fn published(&mut self, sequence_number: SequenceNumber) {
         self.log.remove(SubQueue::Main, sequence_number);
-    }
-
-    /// The copies one subscription gets of one message: one per matching rule with an
-    /// action, one for any plain match; filter and action errors dead-letter when the
-    /// subscription says so; session-less copies for a session subscription dead-letter.
-    fn copies_for(&self, entry: &SubscriptionRules, message: &Message, now: i64) -> Copies {
-        let view = FilterView {
-            message,
-            enqueued_time: now,
-            system: message.system(),
-        };
-        let mut copies = Copies {
-            accepted: Vec::new(),
-            dead_lettered: Vec::new(),
-        };
-        let mut plain_match = false;
-        for rule in &entry.rules {
-            let matched = match rule.filter.evaluate(&view) {
-                Ok(matched) => matched,
-                Err(error) => {
-                    if entry.dead_letter_on_filter_errors {
-                        copies.dead_lettered.push((
-                            message.clone(),
-                            crate::broker::entity::state::FILTER_EVALUATION_EXCEPTION.to_string(),
-                            format!("Rule '{}': {error}", rule.name),
-                        ));
-                    }
-                    continue;
-                }
-            };
-            if !matched {
-                continue;
-            }
-            match &rule.action {
-                None => plain_match = true,
-                Some(action) => match action.apply(&view) {
-                    Ok(changes) => copies
-                        .accepted
-                        .push((self.codec.rewrite)(message, &changes, &rule.name)),
-                    Err(error) => {
-                        if entry.dead_letter_on_filter_errors {
-                            copies.dead_lettered.push((
-                                message.clone(),
-                                crate::broker::entity::state::FILTER_EVALUATION_EXCEPTION
-                                    .to_string(),
-                                format!("Action of rule '{}': {error}", rule.name),
-                            ));
-                        }
-                    }
-                },
-            }
-        }
-        if plain_match {
-            copies.accepted.insert(0, message.clone());
-        }
-        if entry.requires_session {
-            // A session subscription cannot hold session-less messages: dead-letter them.
-            let (with_session, without): (Vec<_>, Vec<_>) = copies
-                .accepted
-                .into_iter()
-                .partition(|copy| copy.system().session_id().is_some());
-            copies.accepted = with_session;
-            copies.dead_lettered.extend(without.into_iter().map(|copy| {
-                (
-                    copy,
-                    SESSION_ID_IS_NULL.to_string(),
-                    "The message has no session id and the subscription requires sessions."
-                        .to_string(),
-                )
-            }));
-        }
-        copies
     }
 
     /// Adds, removes or lists a subscription's rules.
@@ -546,6 +462,79 @@ impl TopicState {
             RuleOperation::Enumerate { skip, top } => Ok(Reply::Rules(
                 entry.rules.iter().skip(skip).take(top).cloned().collect(),
             )),
+        }
+    }
+}
+
+/// Appends to `copies` the copies one subscription gets of one message: one per matching
+/// rule with an action, one for any plain match (first); filter and action errors
+/// dead-letter when the subscription says so; session-less copies for a session
+/// subscription dead-letter.
+fn copies_into(
+    codec: &TopicCodec,
+    entry: &SubscriptionRules,
+    view: &FilterView<'_>,
+    copies: &mut Copies,
+) {
+    let message = view.message;
+    let first = copies.accepted.len();
+    let mut plain_match = false;
+    for rule in &entry.rules {
+        let matched = match rule.filter.evaluate(view) {
+            Ok(matched) => matched,
+            Err(error) => {
+                if entry.dead_letter_on_filter_errors {
+                    copies.dead_lettered.push((
+                        message.clone(),
+                        crate::broker::entity::state::FILTER_EVALUATION_EXCEPTION.to_string(),
+                        format!("Rule '{}': {error}", rule.name),
+                    ));
+                }
+                continue;
+            }
+        };
+        if !matched {
+            continue;
+        }
+        match &rule.action {
+            None => plain_match = true,
+            Some(action) => match action.apply(view) {
+                Ok(changes) => copies
+                    .accepted
+                    .push((codec.rewrite)(message, &changes, &rule.name)),
+                Err(error) => {
+                    if entry.dead_letter_on_filter_errors {
+                        copies.dead_lettered.push((
+                            message.clone(),
+                            crate::broker::entity::state::FILTER_EVALUATION_EXCEPTION.to_string(),
+                            format!("Action of rule '{}': {error}", rule.name),
+                        ));
+                    }
+                }
+            },
+        }
+    }
+    if plain_match {
+        copies.accepted.insert(first, message.clone());
+    }
+    if entry.requires_session
+        && copies.accepted[first..]
+            .iter()
+            .any(|copy| copy.system().session_id().is_none())
+    {
+        // A session subscription cannot hold session-less messages: dead-letter them.
+        let these: Vec<Message> = copies.accepted.drain(first..).collect();
+        for copy in these {
+            if copy.system().session_id().is_some() {
+                copies.accepted.push(copy);
+            } else {
+                copies.dead_lettered.push((
+                    copy,
+                    SESSION_ID_IS_NULL.to_string(),
+                    "The message has no session id and the subscription requires sessions."
+                        .to_string(),
+                ));
+            }
         }
     }
 }
