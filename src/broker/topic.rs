@@ -605,6 +605,7 @@ impl Topic {
                 if !copies.accepted.is_empty() {
                     batches[index].push(BatchedSend {
                         messages: copies.accepted.into(),
+                        numbers: copies.numbers.into(),
                         request: Some(RequestId(id)),
                     });
                     remaining += 1;
@@ -860,12 +861,13 @@ impl Topic {
             if copies.accepted.is_empty() {
                 continue;
             }
-            let command = Command::Send {
-                messages: copies.accepted.into(),
-                reply: Some(ReplyTo {
-                    sink: sink.clone(),
-                    request,
-                }),
+            let command = Command::SendBatch {
+                sends: vec![BatchedSend {
+                    messages: copies.accepted.into(),
+                    numbers: copies.numbers.into(),
+                    request: Some(request),
+                }],
+                sink: sink.clone(),
             };
             match handle.send(command).await {
                 Ok(()) => waiting += 1,
@@ -886,9 +888,11 @@ impl Topic {
         let (waiting, mut outcome) = self.send_copies(copies, sink, RequestId(u64::MAX)).await;
         for _ in 0..waiting {
             match replies.recv().await {
-                Some(Notification::Reply {
-                    result: Err(error), ..
-                }) => outcome = Err(error),
+                Some(Notification::Replies { replies }) => {
+                    if let Some((_, Err(error))) = replies.into_iter().find(|(_, r)| r.is_err()) {
+                        outcome = Err(error);
+                    }
+                }
                 Some(_) => {}
                 None => break,
             }

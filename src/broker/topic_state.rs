@@ -38,6 +38,9 @@ pub struct SubscriptionRules {
 pub struct Copies {
     /// Messages to enqueue.
     pub accepted: Vec<Message>,
+    /// The topic's sequence number and enqueued time of each accepted message, in order
+    /// (rule SEQ-1), carried beside it (see [`crate::broker::entity::BatchedSend`]).
+    pub numbers: Vec<(SequenceNumber, Timestamp)>,
     /// Messages to dead-letter on arrival, with reason and description.
     pub dead_lettered: Vec<(Message, String, String)>,
 }
@@ -272,7 +275,7 @@ impl TopicState {
     pub fn publish(&mut self, now: Timestamp, messages: Vec<Message>) -> Vec<Copies> {
         // One pass (issue 16: three, each collecting a new list): properties decoded for
         // the filters, duplicates dropped, the rest numbered.
-        let mut numbered: Vec<Message> = Vec::with_capacity(messages.len());
+        let mut numbered: Vec<(Message, SequenceNumber)> = Vec::with_capacity(messages.len());
         for mut message in messages {
             if message.extras().user_properties.is_empty()
                 && !message.application_properties_section().is_empty()
@@ -299,16 +302,16 @@ impl TopicState {
             // one, and every subscription's copy carries it with the topic's enqueued time.
             let partition = self.partitioner.partition(&message);
             let number = self.log.allocate_in(partition);
-            message.edit_extras(|extras| extras.topic_sequence = Some((number, now)));
-            numbered.push(message);
+            numbered.push((message, number));
         }
         let mut all_copies: Vec<Copies> = (0..self.subscriptions.len())
             .map(|_| Copies {
                 accepted: Vec::with_capacity(numbered.len()),
+                numbers: Vec::with_capacity(numbered.len()),
                 dead_lettered: Vec::new(),
             })
             .collect();
-        for message in &numbered {
+        for (message, number) in &numbered {
             // The system properties are read once per message, not per subscription.
             let view = FilterView {
                 message,
@@ -317,16 +320,27 @@ impl TopicState {
             };
             for (entry, copies) in self.subscriptions.iter().zip(&mut all_copies) {
                 let first = copies.accepted.len();
+                let first_dead = copies.dead_lettered.len();
                 copies_into(&self.codec, entry, &view, copies);
-                // More copies of one message in one subscription (several rules with
-                // actions matched): each is a message of its own, with a number of its
-                // own from the topic.
-                for extra in copies.accepted.iter_mut().skip(first + 1) {
-                    let partition = extra.extras().topic_sequence.map_or(0, |(number, _)| {
-                        crate::broker::partitions::partition_of_number(number.0)
-                    });
-                    let number = self.log.allocate_in(partition);
-                    extra.edit_extras(|extras| extras.topic_sequence = Some((number, now)));
+                // The first copy takes the message's number. More copies of one message in
+                // one subscription (several rules with actions matched) are each a message
+                // of its own, with a number of its own from the topic.
+                for position in first..copies.accepted.len() {
+                    let given = if position == first {
+                        *number
+                    } else {
+                        let partition = crate::broker::partitions::partition_of_number(number.0);
+                        self.log.allocate_in(partition)
+                    };
+                    copies.numbers.push((given, now));
+                }
+                // Dead letters (a filter or an action failed) carry the message's number in
+                // their rare fields: a rare path, not worth a list of its own.
+                for (copy, _, _) in &mut copies.dead_lettered[first_dead..] {
+                    copy.edit_extras(|extras| extras.topic_sequence = Some((*number, now)));
+                }
+                if entry.requires_session {
+                    dead_letter_session_less(copies, first);
                 }
             }
         }
@@ -517,24 +531,30 @@ fn copies_into(
     if plain_match {
         copies.accepted.insert(first, message.clone());
     }
-    if entry.requires_session
-        && copies.accepted[first..]
-            .iter()
-            .any(|copy| copy.system().session_id().is_none())
+}
+
+/// A session subscription cannot hold session-less messages: the copies from `first` on
+/// that have no session id move to its dead letters, with their numbers.
+fn dead_letter_session_less(copies: &mut Copies, first: usize) {
+    if copies.accepted[first..]
+        .iter()
+        .all(|copy| copy.system().session_id().is_some())
     {
-        // A session subscription cannot hold session-less messages: dead-letter them.
-        let these: Vec<Message> = copies.accepted.drain(first..).collect();
-        for copy in these {
-            if copy.system().session_id().is_some() {
-                copies.accepted.push(copy);
-            } else {
-                copies.dead_lettered.push((
-                    copy,
-                    SESSION_ID_IS_NULL.to_string(),
-                    "The message has no session id and the subscription requires sessions."
-                        .to_string(),
-                ));
-            }
+        return;
+    }
+    let these: Vec<Message> = copies.accepted.drain(first..).collect();
+    let numbers: Vec<_> = copies.numbers.drain(first..).collect();
+    for (mut copy, number) in these.into_iter().zip(numbers) {
+        if copy.system().session_id().is_some() {
+            copies.accepted.push(copy);
+            copies.numbers.push(number);
+        } else {
+            copy.edit_extras(|extras| extras.topic_sequence = Some(number));
+            copies.dead_lettered.push((
+                copy,
+                SESSION_ID_IS_NULL.to_string(),
+                "The message has no session id and the subscription requires sessions.".to_string(),
+            ));
         }
     }
 }
@@ -667,8 +687,13 @@ mod tests {
         assert!(
             copies
                 .iter()
-                .all(|copies| copies.accepted[0].extras().topic_sequence
-                    == Some((SequenceNumber(3), START)))
+                .all(|copies| copies.numbers == vec![(SequenceNumber(3), START)])
+        );
+        // Carried beside the copies, not in them: a stored copy keeps no rare fields.
+        assert!(
+            copies
+                .iter()
+                .all(|copies| copies.accepted[0].extras().topic_sequence.is_none())
         );
         let changes = state.take_changes();
 

@@ -363,7 +363,11 @@ impl Connection {
             }),
             (None, None) => return Err(lost_target()),
         };
-        staged.sends.push(BatchedSend { messages, request });
+        staged.sends.push(BatchedSend {
+            messages,
+            numbers: Default::default(),
+            request,
+        });
         staged.bytes += bytes;
         // A send handed over alone would take a unit of the task's cooperative budget (the
         // channel's permit): so does a staged one, or a fast sender's connection would keep

@@ -412,6 +412,7 @@ impl Actor {
         &mut self,
         now: Timestamp,
         messages: super::Messages,
+        numbers: &[(crate::broker::types::SequenceNumber, Timestamp)],
     ) -> Result<super::SequenceNumbers, EntityError> {
         if !self.state.settings().status.allows_send() {
             return Err(EntityError::Disabled(format!(
@@ -433,13 +434,13 @@ impl Actor {
                 limit: self.budget.limit(),
             });
         }
-        self.state.enqueue(now, messages)
+        self.state.enqueue_numbered(now, messages, numbers)
     }
 
     fn handle(&mut self, command: Command, now: Timestamp) {
         match command {
             Command::Send { messages, reply } => {
-                let result = self.send(now, messages);
+                let result = self.send(now, messages, &[]);
                 if let Some(reply) = reply {
                     self.answer(reply, result.map(Reply::SequenceNumbers));
                 }
@@ -447,7 +448,7 @@ impl Actor {
             Command::SendBatch { sends, sink } => {
                 let mut replies = Vec::with_capacity(sends.len());
                 for send in sends {
-                    let result = self.send(now, send.messages);
+                    let result = self.send(now, send.messages, &send.numbers);
                     // The next send is admitted against the budget with this one counted.
                     self.recharge();
                     if let Some(request) = send.request {

@@ -443,11 +443,13 @@ async fn a_batch_of_sends_refuses_only_the_sends_that_do_not_fit_and_answers_in_
     let mut entity = Entity::spawn(|settings| settings.max_size_bytes = 3 * size + size / 2);
     let send = |tag: u8, request: Option<u64>| super::BatchedSend {
         messages: vec![body(tag)].into(),
+        numbers: Default::default(),
         request: request.map(RequestId),
     };
     // A small one after a refused one still fits.
     let small = super::BatchedSend {
         messages: vec![message(6)].into(),
+        numbers: Default::default(),
         request: Some(RequestId(16)),
     };
     entity
@@ -509,6 +511,7 @@ async fn a_batch_of_pre_settled_sends_is_stored_without_a_reply() {
         .command(Command::SendBatch {
             sends: vec![super::BatchedSend {
                 messages: vec![message(9)].into(),
+                numbers: Default::default(),
                 request: None,
             }],
             sink: entity.reply_sink.clone(),

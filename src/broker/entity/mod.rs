@@ -185,9 +185,18 @@ impl ReplyTo {
 pub struct BatchedSend {
     /// The messages, in order.
     pub messages: Messages,
+    /// The sequence number and enqueued time a topic gave each message, in order (rule
+    /// SEQ-1: a subscription's copy carries the topic's); empty when the entity numbers
+    /// them. Carried beside the messages rather than in them (issue 16: setting it in a
+    /// message's rare fields copied the whole message into a new allocation, and every
+    /// copy stored kept those fields).
+    pub numbers: Numbers,
     /// The request waiting for the outcome (`None` for pre-settled transfers).
     pub request: Option<RequestId>,
 }
+
+/// The topic's numbers of a send's messages (see [`BatchedSend::numbers`]).
+pub type Numbers = smallvec::SmallVec<[(SequenceNumber, super::types::Timestamp); 1]>;
 
 /// Requests to an entity actor.
 #[derive(Debug)]

@@ -187,7 +187,7 @@ impl EntityState {
         // Activity first: a command arriving at the idle deadline keeps the entity.
         self.touch(now);
         self.advance(now);
-        let (sequence_number, enqueued) = self.arrival_number(now, &message);
+        let (sequence_number, enqueued) = self.arrival_number(now, &message, None);
         self.stored_bytes += message.size() as u64;
         let record = self.arrival_record(message, sequence_number, enqueued);
         self.store_dead_letter(record, Some(reason), Some(description));

@@ -730,13 +730,26 @@ impl EntityState {
         now: Timestamp,
         messages: impl Into<super::Messages>,
     ) -> Result<super::SequenceNumbers, EntityError> {
+        self.enqueue_numbered(now, messages, &[])
+    }
+
+    /// [`Self::enqueue`] of a topic's copies: each message takes the sequence number and
+    /// enqueued time the topic gave it, in `numbers` (in order; none: the entity numbers
+    /// it).
+    pub fn enqueue_numbered(
+        &mut self,
+        now: Timestamp,
+        messages: impl Into<super::Messages>,
+        numbers: &[(SequenceNumber, Timestamp)],
+    ) -> Result<super::SequenceNumbers, EntityError> {
         let messages = messages.into();
         // Activity first: a command arriving at the idle deadline keeps the entity.
         self.touch(now);
         self.advance(now);
         self.admit(&messages, 0)?;
         let mut sequence_numbers = super::SequenceNumbers::with_capacity(messages.len());
-        for message in messages {
+        for (index, message) in messages.into_iter().enumerate() {
+            let given = numbers.get(index).copied();
             // The id is read from the properties section only for the detector.
             if let Some(detector) = &mut self.duplicates
                 && let Some(id) = message.system().message_id()
@@ -768,8 +781,8 @@ impl EntityState {
             }
             self.totals.sent += 1;
             let sequence_number = match message.extras().scheduled_enqueue_time {
-                Some(at) if at > now => self.insert_scheduled(now, message, at),
-                _ => self.append(now, message, 0),
+                Some(at) if at > now => self.insert_scheduled(now, message, at, given),
+                _ => self.append(now, message, 0, given),
             };
             if let (Some(detector), Some(id)) = (&mut self.duplicates, message_id) {
                 detector.remember(now, &id, sequence_number);
@@ -818,10 +831,15 @@ impl EntityState {
     }
 
     /// The sequence number and enqueued time of an arriving message: the topic's when it
-    /// comes from one (the same on every subscription), else the entity's next number and
-    /// `now`.
-    fn arrival_number(&mut self, now: Timestamp, message: &Message) -> (SequenceNumber, Timestamp) {
-        if let Some((given, at)) = message.extras().topic_sequence
+    /// comes from one (`given`, or a dead-lettered copy's rare fields; the same on every
+    /// subscription), else the entity's next number and `now`.
+    fn arrival_number(
+        &mut self,
+        now: Timestamp,
+        message: &Message,
+        given: Option<(SequenceNumber, Timestamp)>,
+    ) -> (SequenceNumber, Timestamp) {
+        if let Some((given, at)) = given.or(message.extras().topic_sequence)
             && let Some(number) = self.log.allocate_given(given)
         {
             return (number, at);
@@ -841,8 +859,14 @@ impl EntityState {
     }
 
     /// Appends an active message at the tail of the main queue.
-    fn append(&mut self, now: Timestamp, message: Message, delivery_count: u32) -> SequenceNumber {
-        let (sequence_number, now) = self.arrival_number(now, &message);
+    fn append(
+        &mut self,
+        now: Timestamp,
+        message: Message,
+        delivery_count: u32,
+        given: Option<(SequenceNumber, Timestamp)>,
+    ) -> SequenceNumber {
+        let (sequence_number, now) = self.arrival_number(now, &message, given);
         if self.settings.forward_to.is_some() {
             self.forward(now, message, sequence_number);
             return sequence_number;
@@ -908,8 +932,9 @@ impl EntityState {
         now: Timestamp,
         message: Message,
         at: Timestamp,
+        given: Option<(SequenceNumber, Timestamp)>,
     ) -> SequenceNumber {
-        let (sequence_number, now) = self.arrival_number(now, &message);
+        let (sequence_number, now) = self.arrival_number(now, &message, given);
         self.scheduled_count += 1;
         self.totals.scheduled += 1;
         self.deadlines
@@ -948,7 +973,7 @@ impl EntityState {
             return;
         }
         if let Some(record) = self.log.remove(SubQueue::Main, sequence_number) {
-            self.append(at, record.message, 0);
+            self.append(at, record.message, 0, None);
         }
     }
 
