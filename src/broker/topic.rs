@@ -226,6 +226,9 @@ struct Topic {
     in_flight: super::entity::state::SequenceMap<u64, InFlight>,
     /// The request id of the next publish.
     next_publish: u64,
+    /// Each subscription's copies of the publish at hand, emptied after each: their room
+    /// serves the next (see [`TopicState::publish_into`]).
+    scratch: Vec<Copies>,
 }
 
 /// Publishes in flight at most: beyond, the topic stops reading its inbox until replies
@@ -296,6 +299,7 @@ pub fn spawn(
         status: config.status,
         in_flight: Default::default(),
         next_publish: 0,
+        scratch: Vec::new(),
     };
     if let Some((storage, key, recovered)) = durability {
         topic.state.restore(clock.now(), recovered);
@@ -594,18 +598,20 @@ impl Topic {
         let mut batches: Vec<Vec<BatchedSend>> = (0..subscriptions).map(|_| Vec::new()).collect();
         let mut dead_letters: Vec<Vec<_>> = (0..subscriptions).map(|_| Vec::new()).collect();
         let mut ids = Vec::with_capacity(sends.len());
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.resize_with(subscriptions, Copies::default);
         for send in sends {
-            let copies = self.state.publish(now, send.messages.into_vec());
+            self.state.publish_into(now, send.messages, &mut scratch);
             let changes = self.state.take_changes();
             let id = self.next_publish;
             self.next_publish = self.next_publish.wrapping_add(1);
             let mut remaining = 0;
-            for (index, copies) in copies.into_iter().enumerate() {
-                dead_letters[index].extend(copies.dead_lettered);
+            for (index, copies) in scratch.iter_mut().enumerate() {
+                dead_letters[index].append(&mut copies.dead_lettered);
                 if !copies.accepted.is_empty() {
                     batches[index].push(BatchedSend {
-                        messages: copies.accepted.into(),
-                        numbers: copies.numbers.into(),
+                        messages: copies.accepted.drain(..).collect(),
+                        numbers: copies.numbers.drain(..).collect(),
                         request: Some(RequestId(id)),
                     });
                     remaining += 1;
@@ -626,6 +632,7 @@ impl Topic {
             );
             ids.push(id);
         }
+        self.scratch = scratch;
         for ((handle, batch), dead_lettered) in self.handles.iter().zip(batches).zip(dead_letters) {
             if !dead_lettered.is_empty() {
                 let _ = handle
