@@ -11,6 +11,7 @@ import {
   assertNothingToReceive,
   assertServiceBusError,
   receiveExactly,
+  sequenceNumbersOf,
   topicToml,
   useBroker,
   withClient,
@@ -27,6 +28,7 @@ const TOPICS = {
   "js-rules-delete-missing": ["sub"],
   "js-rules-invalid-sql": ["sub"],
   "js-rules-many": ["sub"],
+  "js-rules-pipelined": ["even", "all"],
 };
 
 const { broker, brokerTest } = useBroker(
@@ -322,5 +324,43 @@ brokerTest("150 rules are listed completely, also page by page", async () => {
     }
     assert.deepEqual(pageSizes, [40, 40, 40, 31]);
     assert.deepEqual(paged.sort(), expected);
+  });
+});
+
+brokerTest("sends in flight together to a topic each reach the subscriptions whose rules match, in order", async () => {
+  // Issue 16: a connection's consecutive sends to a topic are handed over in one batch, and
+  // each subscription gets its copies of all of them at once; each send keeps its own
+  // outcome, every subscription the order sent (rules SEQ-1, SEQ-2) and its filter.
+  const topic = "js-rules-pipelined";
+  const count = 120;
+  await withClient(broker.connectionString, async (client) => {
+    const rules = client.createRuleManager(topic, "even");
+    await rules.deleteRule("$Default");
+    await rules.createRule("even", { sqlExpression: "n % 2 = 0" });
+
+    const sender = client.createSender(topic);
+    // Not awaited one by one: the SDK writes them back to back on one link.
+    await Promise.all(
+      Array.from({ length: count }, (_, n) =>
+        sender.sendMessages({ messageId: `p-${n}`, body: n, applicationProperties: { n } }),
+      ),
+    );
+    const all = await drainIds(client, topic, "all", count);
+    assert.deepEqual(
+      all.map((message) => message.messageId),
+      Array.from({ length: count }, (_, n) => `p-${n}`),
+    );
+    const numbers = sequenceNumbersOf(all);
+    assert.ok(
+      numbers.every((number, index) => index === 0 || number > numbers[index - 1]),
+      `sequence numbers in the order sent: ${numbers}`,
+    );
+    const even = await drainIds(client, topic, "even", count / 2);
+    assert.deepEqual(
+      even.map((message) => message.messageId),
+      Array.from({ length: count / 2 }, (_, n) => `p-${2 * n}`),
+    );
+    // A subscription's copy carries the topic's number (rule SEQ-1).
+    assert.deepEqual(sequenceNumbersOf(even), numbers.filter((_, index) => index % 2 === 0));
   });
 });
