@@ -1,6 +1,7 @@
 //! The actor shell around [`EntityState`]: receives commands, reads the clock, runs the
-//! pure core, and carries out its effects. One timer is kept armed to the core's earliest
-//! deadline (lock expiry, message expiry, scheduled activation); there is no polling.
+//! pure core, and carries out its effects. One timer is kept armed no later than the core's
+//! earliest deadline (lock expiry, message expiry, scheduled activation, idleness); there is
+//! no polling.
 
 use std::collections::HashMap;
 
@@ -156,14 +157,21 @@ impl Actor {
                 return;
             }
         }
+        // One timer for the actor's life, moved only to an earlier deadline: a deadline
+        // that moved later (its lock settled) or went away leaves the timer to fire early
+        // and find nothing due. A timer made afresh each turn was a registration with the
+        // runtime's timer wheel per turn, and a wake of the I/O driver (a write to its
+        // eventfd and one more `epoll_wait`) each time it was the only timer (issue 16).
+        let timer = tokio::time::sleep(std::time::Duration::ZERO);
+        tokio::pin!(timer);
+        let mut armed: Option<Timestamp> = None;
         loop {
-            let deadline = self.state.next_deadline();
-            let timer = async {
-                match deadline {
-                    Some(at) => tokio::time::sleep_until(self.clock.instant_at(at)).await,
-                    None => std::future::pending::<()>().await,
-                }
-            };
+            if let Some(at) = self.state.next_deadline()
+                && armed.is_none_or(|armed| at < armed)
+            {
+                timer.as_mut().reset(self.clock.instant_at(at));
+                armed = Some(at);
+            }
             tokio::select! {
                 command = inbox.recv() => {
                     let Some(command) = command else { break };
@@ -180,7 +188,8 @@ impl Actor {
                         self.recharge();
                     }
                 }
-                () = timer => {
+                () = &mut timer, if armed.is_some() => {
+                    armed = None;
                     let now = self.clock.now();
                     self.state.advance(now);
                 }

@@ -352,6 +352,93 @@ async fn a_scheduled_message_is_delivered_at_its_time_with_a_new_sequence_number
     assert_eq!(activated.state(), MessageState::Active);
 }
 
+/// A message scheduled at `START + after`.
+fn scheduled(body: u8, after: Duration) -> Message {
+    let mut message = message(body);
+    message.edit_extras(|extras| extras.scheduled_enqueue_time = Some(START.plus(after)));
+    message
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deadline_earlier_than_the_armed_one_moves_the_timer_forward() {
+    // rules SCH-1, SCH-2: the actor keeps one timer and moves it only to an earlier deadline
+    let mut entity = Entity::spawn(|_| {});
+    let mut deliveries = entity
+        .attach(
+            ReceiverId(1),
+            SubQueue::Main,
+            ReceiveMode::ReceiveAndDelete,
+            5,
+        )
+        .await;
+    let (late, early) = (Duration::from_secs(60), Duration::from_secs(5));
+    entity.send(scheduled(1, late)).await;
+    entity.send(scheduled(2, early)).await;
+
+    quiet_until(&mut deliveries, entity.started + early - MILLISECOND).await;
+    let first = next_delivery(&mut deliveries).await;
+    assert_eq!(entity.elapsed(), early, "the earlier one at its time");
+    assert_eq!(first.message.body(), &[2]);
+    quiet_until(&mut deliveries, entity.started + late - MILLISECOND).await;
+    let second = next_delivery(&mut deliveries).await;
+    assert_eq!(entity.elapsed(), late, "the later one at its time");
+    assert_eq!(second.message.body(), &[1]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timer_left_armed_for_a_settled_lock_fires_harmlessly_and_the_next_lock_lapses_on_time() {
+    // rules LCK-1, LCK-2: the timer armed for the first lock stays armed after that
+    // lock is settled; when it fires nothing is due, and the second lock still lapses at
+    // its own expiry, not at the stale one and not never.
+    let mut entity = Entity::spawn(|_| {});
+    let mut deliveries = entity
+        .attach(ReceiverId(1), SubQueue::Main, ReceiveMode::PeekLock, 5)
+        .await;
+    entity.send(message(1)).await;
+    let first = next_locked_delivery(&mut deliveries)
+        .await
+        .1
+        .expect("peek-lock");
+    let settle_at = Duration::from_secs(5);
+    tokio::time::sleep(settle_at).await;
+    let settled = entity
+        .request(|reply| Command::Settle {
+            token: first.token,
+            settlement: Settlement::Complete,
+            reply: Some(reply),
+        })
+        .await;
+    assert!(settled.is_ok(), "{settled:?}");
+    let second_at = Duration::from_secs(10);
+    tokio::time::sleep(second_at - settle_at).await;
+    entity.send(message(2)).await;
+    let (second, second_lock) = next_locked_delivery(&mut deliveries).await;
+    assert_eq!(
+        second_lock.expect("peek-lock").until,
+        START.plus(second_at + LOCK_DURATION)
+    );
+
+    // Past the settled lock's expiry (30 s): no redelivery then.
+    quiet_until(
+        &mut deliveries,
+        entity.started + second_at + LOCK_DURATION - MILLISECOND,
+    )
+    .await;
+    let again = next_delivery(&mut deliveries).await;
+    assert_eq!(
+        entity.elapsed(),
+        second_at + LOCK_DURATION,
+        "redelivered exactly when the second lock lapsed"
+    );
+    assert_eq!(again.sequence_number, second.sequence_number);
+    assert_eq!(again.delivery_count(), 1);
+    assert_eq!(
+        entity.peek(SubQueue::Main).await.len(),
+        1,
+        "the first stays completed"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn an_idle_entity_deletes_itself_after_the_idle_period_and_then_is_not_found() {
     // rules IDL-1, IDL-2
