@@ -623,16 +623,24 @@ async fn event_loop<S: RawStream>(
         .idle_time_out
         .filter(|millis| *millis > 0)
         .map(|millis| Duration::from_millis(millis as u64));
-    let mut heartbeat = tokio::time::interval(
-        peer_idle
-            .map(|idle| (idle / 2).max(Duration::from_millis(10)))
-            .unwrap_or(Duration::from_secs(3600)),
-    );
-    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let heartbeat_period = peer_idle.map(|idle| (idle / 2).max(Duration::from_millis(10)));
     let local_idle = Some(connection.context.settings.idle_timeout)
         .filter(|idle| !idle.is_zero())
         .map(|idle| idle * 2);
     let mut last_heard = tokio::time::Instant::now();
+    let mut last_sent = last_heard;
+    // Timers kept across turns and moved only when they fire (or, for a token, to an
+    // earlier expiry): each fires no later than its deadline, finds whether the deadline
+    // moved (a frame heard, a frame sent, a token renewed) and re-arms. A timer made or
+    // reset on every turn was a registration with tokio's timer wheel per turn (issue 16).
+    let far = Duration::from_secs(86_400 * 365);
+    let heartbeat_timer = tokio::time::sleep_until(last_sent + heartbeat_period.unwrap_or(far));
+    tokio::pin!(heartbeat_timer);
+    let idle_timer = tokio::time::sleep_until(last_heard + local_idle.unwrap_or(far));
+    tokio::pin!(idle_timer);
+    let token_timer = tokio::time::sleep(Duration::ZERO);
+    tokio::pin!(token_timer);
+    let mut token_armed: Option<i64> = None;
     let max_frame_size = connection.context.settings.max_frame_size;
     let mut drain_deadline: Option<tokio::time::Instant> = None;
     loop {
@@ -671,31 +679,26 @@ async fn event_loop<S: RawStream>(
         }
         if flush_now(stream, connection)? {
             connection.accepted_run = None;
-            heartbeat.reset();
+            if heartbeat_period.is_some() {
+                last_sent = tokio::time::Instant::now();
+            }
         }
         connection.unblock_receivers().await;
         let reading = connection.output_len() < OUTPUT_READ_PAUSE;
         let writing = connection.output_len() > 0;
-        let token_expiry = connection.next_authorization_expiry().map(|until| {
+        if let Some(until) = connection.next_authorization_expiry()
+            && token_armed.is_none_or(|armed| until < armed)
+        {
             let now = connection.context.clock.now().0;
             let wait = ((until + 1) * 1000 - now).max(0) as u64;
-            tokio::time::Instant::now() + Duration::from_millis(wait)
-        });
-        let token_timer = async {
-            match token_expiry {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
+            token_timer
+                .as_mut()
+                .reset(tokio::time::Instant::now() + Duration::from_millis(wait));
+            token_armed = Some(until);
+        }
         let drain_timer = async {
             match drain_deadline {
                 Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
-        let idle_deadline = async {
-            match local_idle {
-                Some(limit) => tokio::time::sleep_until(last_heard + limit).await,
                 None => std::future::pending().await,
             }
         };
@@ -728,14 +731,24 @@ async fn event_loop<S: RawStream>(
                     connection.batch_now = None;
                 }
             }
-            _ = heartbeat.tick(), if peer_idle.is_some() => {
-                frame::write_heartbeat(&mut connection.output);
+            () = &mut heartbeat_timer, if heartbeat_period.is_some() => {
+                let period = heartbeat_period.unwrap_or(far);
+                let now = tokio::time::Instant::now();
+                if last_sent + period <= now {
+                    frame::write_heartbeat(&mut connection.output);
+                    last_sent = now;
+                }
+                heartbeat_timer.as_mut().reset(last_sent + period);
             }
-            () = idle_deadline => {
-                return Err(ConnectionError::protocol(
-                    errors::RESOURCE_LIMIT_EXCEEDED,
-                    "local-idle-timeout expired",
-                ));
+            () = &mut idle_timer, if local_idle.is_some() => {
+                let limit = local_idle.unwrap_or(far);
+                if last_heard + limit <= tokio::time::Instant::now() {
+                    return Err(ConnectionError::protocol(
+                        errors::RESOURCE_LIMIT_EXCEEDED,
+                        "local-idle-timeout expired",
+                    ));
+                }
+                idle_timer.as_mut().reset(last_heard + limit);
             }
             _ = shutdown.changed(), if drain_deadline.is_none() => {
                 drain_deadline = Some(
@@ -743,7 +756,10 @@ async fn event_loop<S: RawStream>(
                 );
                 connection.start_draining().await;
             }
-            () = token_timer => connection.expire_authorizations().await?,
+            () = &mut token_timer, if token_armed.is_some() => {
+                token_armed = None;
+                connection.expire_authorizations().await?;
+            }
             () = drain_timer => {
                 close_forced(connection)?;
                 return Ok(());
