@@ -590,7 +590,7 @@ impl Topic {
     async fn start_publishes(
         &mut self,
         now: crate::broker::types::Timestamp,
-        sends: Vec<BatchedSend>,
+        mut sends: Vec<BatchedSend>,
         waiting: NotificationSender,
         sink: &NotificationSender,
     ) {
@@ -600,7 +600,7 @@ impl Topic {
         let mut ids = Vec::with_capacity(sends.len());
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.resize_with(subscriptions, Copies::default);
-        for send in sends {
+        for send in sends.drain(..) {
             self.state.publish_into(now, send.messages, &mut scratch);
             let changes = self.state.take_changes();
             let id = self.next_publish;
@@ -633,6 +633,7 @@ impl Topic {
             ids.push(id);
         }
         self.scratch = scratch;
+        BatchedSend::recycle(sends);
         for ((handle, batch), dead_lettered) in self.handles.iter().zip(batches).zip(dead_letters) {
             if !dead_lettered.is_empty() {
                 let _ = handle

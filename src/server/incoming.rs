@@ -358,7 +358,7 @@ impl Connection {
             (staged @ None, Some(target)) => staged.insert(StagedSends {
                 target: target.clone(),
                 // Room for a read's worth of 1 KiB sends without growing.
-                sends: Vec::with_capacity(64),
+                sends: BatchedSend::list(),
                 bytes: 0,
             }),
             (None, None) => return Err(lost_target()),

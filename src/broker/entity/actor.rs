@@ -454,9 +454,9 @@ impl Actor {
                     self.answer(reply, result.map(Reply::SequenceNumbers));
                 }
             }
-            Command::SendBatch { sends, sink } => {
+            Command::SendBatch { mut sends, sink } => {
                 let mut replies = Vec::with_capacity(sends.len());
-                for send in sends {
+                for send in sends.drain(..) {
                     let result = self.send(now, send.messages, &send.numbers);
                     // The next send is admitted against the budget with this one counted.
                     self.recharge();
@@ -464,6 +464,7 @@ impl Actor {
                         replies.push((request, result.map(Reply::SequenceNumbers)));
                     }
                 }
+                super::BatchedSend::recycle(sends);
                 if !replies.is_empty() {
                     if self.storage.is_some() {
                         self.held_batches.push((sink, replies));

@@ -195,6 +195,50 @@ pub struct BatchedSend {
     pub request: Option<RequestId>,
 }
 
+/// Room a connection's staged list of sends starts with: a read's worth of 1 KiB sends.
+const SEND_LIST_ROOM: usize = 64;
+/// The largest list kept for reuse, and how many a thread keeps.
+const SEND_LIST_KEPT_ROOM: usize = 256;
+const SEND_LISTS_KEPT: usize = 8;
+
+thread_local! {
+    /// Emptied lists of sends, kept for the next batch (see [`BatchedSend::list`]).
+    static SEND_LISTS: std::cell::RefCell<Vec<Vec<BatchedSend>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl BatchedSend {
+    /// An empty list for a batch of sends, with room for [`SEND_LIST_ROOM`]: one this
+    /// thread's actors gave back ([`Self::recycle`]) when there is one. A list made anew
+    /// for every batch (3–4 KiB, past glibc's per-thread cache) and freed by the actor
+    /// left a hole among the stored messages that the next messages split and could not
+    /// fill: 58 bytes more per stored 1 KiB message (issue 16: 1M × 1 KiB at 1.15 × the
+    /// payload instead of 1.09 ×).
+    pub fn list() -> Vec<BatchedSend> {
+        SEND_LISTS
+            .try_with(|lists| lists.borrow_mut().pop())
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| Vec::with_capacity(SEND_LIST_ROOM))
+    }
+
+    /// Gives an emptied list back for [`Self::list`] (kept when its room is between
+    /// [`SEND_LIST_ROOM`] and [`SEND_LIST_KEPT_ROOM`] and the thread keeps fewer than
+    /// [`SEND_LISTS_KEPT`]; otherwise freed).
+    pub fn recycle(mut list: Vec<BatchedSend>) {
+        list.clear();
+        if !(SEND_LIST_ROOM..=SEND_LIST_KEPT_ROOM).contains(&list.capacity()) {
+            return;
+        }
+        let _ = SEND_LISTS.try_with(|lists| {
+            let mut lists = lists.borrow_mut();
+            if lists.len() < SEND_LISTS_KEPT {
+                lists.push(list);
+            }
+        });
+    }
+}
+
 /// The topic's numbers of a send's messages (see [`BatchedSend::numbers`]).
 pub type Numbers = smallvec::SmallVec<[(SequenceNumber, super::types::Timestamp); 1]>;
 
@@ -469,5 +513,62 @@ impl EntityHandle {
     /// Whether both handles reach the same actor.
     pub fn same_entity(&self, other: &EntityHandle) -> bool {
         self.commands.same_channel(&other.commands)
+    }
+}
+
+#[cfg(test)]
+mod send_list_tests {
+    use super::{BatchedSend, SEND_LIST_KEPT_ROOM, SEND_LIST_ROOM, SEND_LISTS_KEPT};
+
+    fn send() -> BatchedSend {
+        BatchedSend {
+            messages: Default::default(),
+            numbers: Default::default(),
+            request: None,
+        }
+    }
+
+    #[test]
+    fn a_list_given_back_is_handed_out_again_empty_with_its_room() {
+        std::thread::spawn(|| {
+            let mut list = BatchedSend::list();
+            assert!(list.capacity() >= SEND_LIST_ROOM);
+            list.push(send());
+            let allocation = list.as_ptr();
+            BatchedSend::recycle(list);
+            let again = BatchedSend::list();
+            assert_eq!(again.as_ptr(), allocation, "the same allocation");
+            assert!(again.is_empty(), "none of its sends come back");
+            let fresh = BatchedSend::list();
+            assert_ne!(fresh.as_ptr(), allocation, "handed out once");
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn lists_too_small_or_too_large_are_not_kept_and_a_thread_keeps_a_few() {
+        std::thread::spawn(|| {
+            // A list's room tells which one came back (a new one has exactly the default).
+            BatchedSend::recycle(Vec::with_capacity(SEND_LIST_ROOM / 2));
+            BatchedSend::recycle(Vec::with_capacity(SEND_LIST_KEPT_ROOM * 2));
+            assert_eq!(BatchedSend::list().capacity(), SEND_LIST_ROOM, "a new one");
+
+            for extra in 1..=SEND_LISTS_KEPT + 3 {
+                BatchedSend::recycle(Vec::with_capacity(SEND_LIST_ROOM + extra));
+            }
+            let rooms: Vec<usize> = (0..SEND_LISTS_KEPT + 3)
+                .map(|_| BatchedSend::list().capacity())
+                .collect();
+            let kept = rooms.iter().filter(|&&room| room > SEND_LIST_ROOM).count();
+            assert_eq!(kept, SEND_LISTS_KEPT, "only so many kept: {rooms:?}");
+            assert!(
+                rooms[..SEND_LISTS_KEPT]
+                    .iter()
+                    .all(|&room| room > SEND_LIST_ROOM)
+            );
+        })
+        .join()
+        .unwrap();
     }
 }
