@@ -496,13 +496,12 @@ fn copies_into(
         let matched = match rule.filter.evaluate(view) {
             Ok(matched) => matched,
             Err(error) => {
-                if entry.dead_letter_on_filter_errors {
-                    copies.dead_lettered.push((
-                        message.clone(),
-                        crate::broker::entity::state::FILTER_EVALUATION_EXCEPTION.to_string(),
-                        format!("Rule '{}': {error}", rule.name),
-                    ));
-                }
+                filter_error(
+                    entry,
+                    copies,
+                    message,
+                    format!("Rule '{}': {error}", rule.name),
+                );
                 continue;
             }
         };
@@ -515,20 +514,34 @@ fn copies_into(
                 Ok(changes) => copies
                     .accepted
                     .push((codec.rewrite)(message, &changes, &rule.name)),
-                Err(error) => {
-                    if entry.dead_letter_on_filter_errors {
-                        copies.dead_lettered.push((
-                            message.clone(),
-                            crate::broker::entity::state::FILTER_EVALUATION_EXCEPTION.to_string(),
-                            format!("Action of rule '{}': {error}", rule.name),
-                        ));
-                    }
-                }
+                Err(error) => filter_error(
+                    entry,
+                    copies,
+                    message,
+                    format!("Action of rule '{}': {error}", rule.name),
+                ),
             },
         }
     }
     if plain_match {
         copies.accepted.insert(first, message.clone());
+    }
+}
+
+/// A rule's filter or action failed on `message`: a dead letter when the subscription says
+/// so (rule DLQ-3), else nothing.
+fn filter_error(
+    entry: &SubscriptionRules,
+    copies: &mut Copies,
+    message: &Message,
+    description: String,
+) {
+    if entry.dead_letter_on_filter_errors {
+        copies.dead_lettered.push((
+            message.clone(),
+            crate::broker::entity::state::FILTER_EVALUATION_EXCEPTION.to_string(),
+            description,
+        ));
     }
 }
 

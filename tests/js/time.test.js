@@ -41,6 +41,7 @@ const QUEUES = {
   "js-time-expire-while-locked": { lock_duration: "5s", dead_lettering_on_message_expiration: true },
   "js-time-deferred-expiry": { dead_lettering_on_message_expiration: true },
   "js-time-schedule-on-send": {},
+  "js-time-schedule-earlier": {},
   "js-time-duplicates": {
     requires_duplicate_detection: true,
     duplicate_detection_history_time_window: "3s",
@@ -232,6 +233,42 @@ brokerTest("scheduledEnqueueTimeUtc on a plain send arrives at its time with a n
     assert.equal(arrived.scheduledEnqueueTimeUtc.getTime(), scheduledTime.getTime());
     await receiver.completeMessage(arrived);
     await assertNothingToPeek(receiver, "queue");
+  });
+});
+
+brokerTest("a message scheduled after another but due before it arrives first, at its own time", async () => {
+  // rules SCH-1, SCH-2: the entity's one timer moves to the earlier deadline (issue 16)
+  const queue = "js-time-schedule-earlier";
+  await withClient(broker.connectionString, async (client) => {
+    const sender = client.createSender(queue);
+    const start = Date.now();
+    const laterDue = new Date(start + 2 * SCHEDULE_DELAY_MS);
+    const earlierDue = new Date(start + SCHEDULE_DELAY_MS);
+    await sender.scheduleMessages({ messageId: "later", body: "later" }, laterDue);
+    await sender.scheduleMessages({ messageId: "earlier", body: "earlier" }, earlierDue);
+    // Streaming, so each arrival is seen when it happens (receiveMessages waits on after the
+    // first message for more).
+    const receiver = client.createReceiver(queue, { receiveMode: "receiveAndDelete" });
+    const arrivals = [];
+    await new Promise((resolve, reject) => {
+      const timer = setTimeout(resolve, 2 * SCHEDULE_DELAY_MS + 5_000);
+      const subscription = receiver.subscribe({
+        processMessage: async (message) => {
+          arrivals.push([message.messageId, Date.now()]);
+          if (arrivals.length === 2) {
+            clearTimeout(timer);
+            await subscription.close();
+            resolve();
+          }
+        },
+        processError: async (args) => reject(args.error),
+      });
+    });
+    assert.deepEqual(arrivals.map(([id]) => id), ["earlier", "later"]);
+    const [[, earlierAt], [, laterAt]] = arrivals;
+    assert.ok(earlierAt >= earlierDue.getTime() - 100, "the earlier one came before its time");
+    assert.ok(earlierAt < laterDue.getTime() - 500, `the earlier one waited for the later one's time (${earlierAt - start} ms)`);
+    assert.ok(laterAt >= laterDue.getTime() - 100, "the later one came before its time");
   });
 });
 

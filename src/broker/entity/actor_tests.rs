@@ -131,6 +131,17 @@ impl Entity {
         deliveries
     }
 
+    /// Attaches receiver 1 to the main queue, receive-and-delete, with `credit`.
+    async fn receive_and_delete(&mut self, credit: u32) -> UnboundedReceiver<Notification> {
+        self.attach(
+            ReceiverId(1),
+            SubQueue::Main,
+            ReceiveMode::ReceiveAndDelete,
+            credit,
+        )
+        .await
+    }
+
     async fn command(&self, command: Command) {
         self.handle.send(command).await.expect("entity alive");
     }
@@ -157,6 +168,13 @@ impl Entity {
 
 fn message(body: u8) -> Message {
     Message::with_body(&Bytes::from(vec![body]))
+}
+
+/// A message scheduled at `START + after`.
+fn scheduled(body: u8, after: Duration) -> Message {
+    let mut message = message(body);
+    message.edit_extras(|extras| extras.scheduled_enqueue_time = Some(START.plus(after)));
+    message
 }
 
 /// Far beyond every deadline in these tests: a missing timer fails instead of hanging.
@@ -318,18 +336,12 @@ async fn an_expired_message_moves_to_the_dead_letter_queue_at_its_expiry_with_no
 async fn a_scheduled_message_is_delivered_at_its_time_with_a_new_sequence_number() {
     // rules SCH-1, SCH-2, SCH-3, SEQ-1
     let mut entity = Entity::spawn(|_| {});
-    let mut deliveries = entity
-        .attach(
-            ReceiverId(1),
-            SubQueue::Main,
-            ReceiveMode::ReceiveAndDelete,
-            5,
-        )
-        .await;
+    let mut deliveries = entity.receive_and_delete(5).await;
     let delay = Duration::from_secs(5);
-    let mut scheduled = message(1);
-    scheduled.edit_extras(|extras| extras.scheduled_enqueue_time = Some(START.plus(delay)));
-    assert_eq!(entity.send(scheduled).await, vec![SequenceNumber(1)]);
+    assert_eq!(
+        entity.send(scheduled(1, delay)).await,
+        vec![SequenceNumber(1)]
+    );
     assert_eq!(entity.send(message(2)).await, vec![SequenceNumber(2)]);
     let immediate = next_delivery(&mut deliveries).await;
     assert_eq!(immediate.message.body(), &[2]);
@@ -352,25 +364,11 @@ async fn a_scheduled_message_is_delivered_at_its_time_with_a_new_sequence_number
     assert_eq!(activated.state(), MessageState::Active);
 }
 
-/// A message scheduled at `START + after`.
-fn scheduled(body: u8, after: Duration) -> Message {
-    let mut message = message(body);
-    message.edit_extras(|extras| extras.scheduled_enqueue_time = Some(START.plus(after)));
-    message
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_deadline_earlier_than_the_armed_one_moves_the_timer_forward() {
     // rules SCH-1, SCH-2: the actor keeps one timer and moves it only to an earlier deadline
     let mut entity = Entity::spawn(|_| {});
-    let mut deliveries = entity
-        .attach(
-            ReceiverId(1),
-            SubQueue::Main,
-            ReceiveMode::ReceiveAndDelete,
-            5,
-        )
-        .await;
+    let mut deliveries = entity.receive_and_delete(5).await;
     let (late, early) = (Duration::from_secs(60), Duration::from_secs(5));
     entity.send(scheduled(1, late)).await;
     entity.send(scheduled(2, early)).await;
@@ -494,14 +492,7 @@ async fn deliveries_to_a_closed_connection_return_to_the_entity() {
     // No message loss: a receive-and-delete receiver whose connection died (its sink is
     // closed) gets nothing, and the message stays for the next receiver.
     let mut entity = Entity::spawn(|_| {});
-    let dead = entity
-        .attach(
-            ReceiverId(1),
-            SubQueue::Main,
-            ReceiveMode::ReceiveAndDelete,
-            10,
-        )
-        .await;
+    let dead = entity.receive_and_delete(10).await;
     drop(dead);
     entity
         .send(Message::with_body(&Bytes::from_static(b"survivor")))
