@@ -8,6 +8,7 @@
  *   proton-bench receive --listen --host 127.0.0.1 --port 0 ...   (peer-to-peer: a sender
  *                                  connects to this receiver directly, no broker in between)
  *   proton-bench send ... --rate R   (paced: R messages per second, for latency at a fixed rate)
+ *   proton-bench probe               (the host's speed now: a fixed arithmetic loop, timed)
  *
  * At-least-once: the sender sends unsettled transfers and settles each one when its outcome
  * arrives; the receiver accepts and settles every delivery, keeping its credit topped up to
@@ -403,8 +404,21 @@ static int handle(app_t *app, pn_event_t *e) {
 
 static void usage(void) {
   fprintf(stderr, "usage: proton-bench send|receive [--listen] --host H --port P --address A "
-                  "--count N --size B --credit C --timeout S [--rate R]\n");
+                  "--count N --size B --credit C --timeout S [--rate R]\n"
+                  "       proton-bench probe\n");
   exit(2);
+}
+
+/* The host's speed now, for runs on a shared machine: the same 100M dependent additions
+ * (through a volatile, so neither vectorised nor folded), timed. The same instructions take
+ * up to ~40 % longer in some minutes than in others on a shared KVM guest; a run's probe,
+ * taken on the broker's CPU just before it, says which kind of minute it had. */
+static int probe(void) {
+  volatile unsigned long sum = 0;
+  double started = now();
+  for (unsigned long i = 0; i < 100000000UL; i++) sum += i * i;
+  printf("probe alu_ms=%.1f\n", (now() - started) * 1e3);
+  return 0;
 }
 
 int main(int argc, char **argv) {
@@ -418,6 +432,7 @@ int main(int argc, char **argv) {
   app.credit = 1000;
   app.timeout_s = 300;
   if (argc < 2) usage();
+  if (!strcmp(argv[1], "probe")) return probe();
   if (!strcmp(argv[1], "send")) app.sender = 1;
   else if (strcmp(argv[1], "receive")) usage();
   for (int i = 2; i < argc; i++) {
