@@ -411,8 +411,8 @@ static void usage(void) {
 
 /* The host's speed now, for runs on a shared machine: the same 100M dependent additions
  * (through a volatile, so neither vectorised nor folded), timed. The same instructions take
- * up to ~40 % longer in some minutes than in others on a shared KVM guest; a run's probe,
- * taken on the broker's CPU just before it, says which kind of minute it had. */
+ * up to twice as long in some minutes as in others on a shared KVM guest; a run's probe,
+ * taken on the broker's CPU just before and after it, says which kind of minute it had. */
 static int probe(void) {
   volatile unsigned long sum = 0;
   double started = now();
