@@ -16,8 +16,8 @@ use super::state::{Record, TTL_EXPIRED};
 use super::{Command, EntityHandle, Notification, NotificationSender, Reply, ReplyTo, RequestId};
 use crate::broker::message::Message;
 use crate::broker::types::{
-    EntityError, MessageState, ReceiveMode, ReceiverId, SequenceNumber, Settlement, SubQueue,
-    Timestamp,
+    EntityError, LockToken, MessageState, ReceiveMode, ReceiverId, SequenceNumber, Settlement,
+    SubQueue, Timestamp,
 };
 use crate::clock::Clock;
 
@@ -142,6 +142,16 @@ impl Entity {
         .await
     }
 
+    /// Completes the message locked under `token`.
+    async fn complete(&mut self, token: LockToken) -> Result<Reply, EntityError> {
+        self.request(|reply| Command::Settle {
+            token,
+            settlement: Settlement::Complete,
+            reply: Some(reply),
+        })
+        .await
+    }
+
     async fn command(&self, command: Command) {
         self.handle.send(command).await.expect("entity alive");
     }
@@ -237,13 +247,7 @@ async fn lock_expiry_redelivers_with_the_next_delivery_count_exactly_at_the_lock
     assert_eq!(second.delivery_count(), 1);
     assert_ne!(second_lock.expect("peek-lock").token, lock.token);
 
-    let settled = entity
-        .request(|reply| Command::Settle {
-            token: lock.token,
-            settlement: Settlement::Complete,
-            reply: Some(reply),
-        })
-        .await;
+    let settled = entity.complete(lock.token).await;
     assert!(matches!(settled, Err(EntityError::LockLost)), "{settled:?}");
 }
 
@@ -399,13 +403,7 @@ async fn a_timer_left_armed_for_a_settled_lock_fires_harmlessly_and_the_next_loc
         .expect("peek-lock");
     let settle_at = Duration::from_secs(5);
     tokio::time::sleep(settle_at).await;
-    let settled = entity
-        .request(|reply| Command::Settle {
-            token: first.token,
-            settlement: Settlement::Complete,
-            reply: Some(reply),
-        })
-        .await;
+    let settled = entity.complete(first.token).await;
     assert!(settled.is_ok(), "{settled:?}");
     let second_at = Duration::from_secs(10);
     tokio::time::sleep(second_at - settle_at).await;
