@@ -8,7 +8,9 @@
  *   proton-bench receive --listen --host 127.0.0.1 --port 0 ...   (peer-to-peer: a sender
  *                                  connects to this receiver directly, no broker in between)
  *   proton-bench send ... --rate R   (paced: R messages per second, for latency at a fixed rate)
- *   proton-bench probe               (the host's speed now: a fixed arithmetic loop, timed)
+ *   proton-bench probe [--cpus A,B]  (the host's speed now: a fixed arithmetic loop, timed;
+ *                                  with --cpus, also a cache line's round trip from CPU A
+ *                                  to CPU B and back)
  *
  * At-least-once: the sender sends unsettled transfers and settles each one when its outcome
  * arrives; the receiver accepts and settles every delivery, keeping its credit topped up to
@@ -43,6 +45,7 @@
  *
  * Build: gcc -O2 -o proton-bench proton-bench.c $(pkg-config --cflags --libs libqpid-proton) -lpthread
  */
+#define _GNU_SOURCE /* pthread_setaffinity_np, CPU_SET */
 #include <proton/condition.h>
 #include <proton/connection.h>
 #include <proton/delivery.h>
@@ -56,6 +59,8 @@
 #include <proton/transport.h>
 
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -405,7 +410,7 @@ static int handle(app_t *app, pn_event_t *e) {
 static void usage(void) {
   fprintf(stderr, "usage: proton-bench send|receive [--listen] --host H --port P --address A "
                   "--count N --size B --credit C --timeout S [--rate R]\n"
-                  "       proton-bench probe\n");
+                  "       proton-bench probe [--cpus A,B]\n");
   exit(2);
 }
 
@@ -413,11 +418,70 @@ static void usage(void) {
  * (through a volatile, so neither vectorised nor folded), timed. The same instructions take
  * up to twice as long in some minutes as in others on a shared KVM guest; a run's probe,
  * taken on the broker's CPU just before and after it, says which kind of minute it had. */
-static int probe(void) {
+static double alu_ms(void) {
   volatile unsigned long sum = 0;
   double started = now();
   for (unsigned long i = 0; i < 100000000UL; i++) sum += i * i;
-  printf("probe alu_ms=%.1f\n", (now() - started) * 1e3);
+  return (now() - started) * 1e3;
+}
+
+/* The cost of moving data between the broker's CPU and the clients' CPU now: a cache line
+ * passed back and forth between two threads pinned to them, nanoseconds per round trip. On a
+ * shared KVM guest the hypervisor moves the two virtual CPUs about: most of the time a round
+ * trip takes 55-80 ns, for stretches of seconds 330-370 ns (the CPUs then sit on different
+ * core complexes), and every message a broker passes between the cores pays it, while a
+ * peer-to-peer run on one core does not. Waits spin, yielding after a while, so a machine
+ * that runs both threads on one CPU gets slow figures rather than a hang. */
+typedef struct { _Atomic long turn; char pad[56]; int cpu; } pingpong_t;
+#define PINGPONG_TRIPS 200000L
+
+static int pin_self(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  return pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
+static void wait_turn(_Atomic long *turn, long want) {
+  for (long spins = 0; atomic_load_explicit(turn, memory_order_acquire) != want; spins++)
+    if (spins > 100000) sched_yield();
+}
+
+static void *pong(void *argument) {
+  pingpong_t *p = argument;
+  pin_self(p->cpu);
+  for (long i = 0; i < PINGPONG_TRIPS; i++) {
+    wait_turn(&p->turn, 2 * i + 1);
+    atomic_store_explicit(&p->turn, 2 * i + 2, memory_order_release);
+  }
+  return NULL;
+}
+
+static double crosscore_ns(int from, int to) {
+  static pingpong_t p __attribute__((aligned(64)));
+  pthread_t thread;
+  atomic_store(&p.turn, 0);
+  p.cpu = to;
+  if (pin_self(from) != 0 || pthread_create(&thread, NULL, pong, &p) != 0) return 0;
+  double started = now();
+  for (long i = 0; i < PINGPONG_TRIPS; i++) {
+    atomic_store_explicit(&p.turn, 2 * i + 1, memory_order_release);
+    wait_turn(&p.turn, 2 * i + 2);
+  }
+  double elapsed = now() - started;
+  pthread_join(thread, NULL);
+  return elapsed * 1e9 / PINGPONG_TRIPS;
+}
+
+static int probe(int argc, char **argv) {
+  int from = -1, to = -1;
+  if (argc == 4 && !strcmp(argv[2], "--cpus")) {
+    if (sscanf(argv[3], "%d,%d", &from, &to) != 2 || from < 0 || to < 0) usage();
+  } else if (argc != 2) usage();
+  printf("probe alu_ms=%.1f", alu_ms());
+  /* The same CPU twice has no round trip between cores to measure. */
+  if (from >= 0 && from != to) printf(" crosscore_ns=%.1f", crosscore_ns(from, to));
+  printf("\n");
   return 0;
 }
 
@@ -432,7 +496,7 @@ int main(int argc, char **argv) {
   app.credit = 1000;
   app.timeout_s = 300;
   if (argc < 2) usage();
-  if (!strcmp(argv[1], "probe")) return probe();
+  if (!strcmp(argv[1], "probe")) return probe(argc, argv);
   if (!strcmp(argv[1], "send")) app.sender = 1;
   else if (strcmp(argv[1], "receive")) usage();
   for (int i = 2; i < argc; i++) {
