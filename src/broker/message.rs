@@ -895,6 +895,12 @@ impl Message {
         self.body_end() + 16
     }
 
+    /// Starts loading the message's first `lines` cache lines (see [`Shared::prefetch`]).
+    #[inline]
+    pub fn prefetch(&self, lines: usize) {
+        self.0.prefetch(lines)
+    }
+
     /// Bytes this message holds in memory, counted against entity quotas and the broker's
     /// memory budget: its bytes, the fixed overhead and its decoded properties.
     pub fn size(&self) -> usize {

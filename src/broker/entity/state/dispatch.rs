@@ -3,6 +3,15 @@
 
 use super::*;
 
+/// How many cache lines of the next message to load ahead: its head and about 1 KiB of its
+/// bytes (what a typical message holds; the CPU's own prefetcher follows a longer copy once
+/// it starts). Past a short message's end the lines are its neighbours', often the next
+/// messages of the same backlog. Measured (issue 16, interleaved runs of the broker's CPU a
+/// message): ten queues × ten pairs 2.22 → 1.98 µs (their receivers fall behind and the
+/// queues hold thousands), a 500k backlog drained by one receiver 1.18–1.20 → 0.90–1.02 µs,
+/// one pair without a backlog unchanged; 2 and 4 lines gained about half and two thirds.
+const PREFETCH_LINES: usize = 16;
+
 impl EntityState {
     /// Attaches a receiver with no credit.
     pub fn attach_receiver(
@@ -255,6 +264,15 @@ impl EntityState {
             let Some(sequence_number) = self.log.available_mut(sub_queue).pop_first() else {
                 return false;
             };
+            // The message after this one starts loading while this one is delivered: from a
+            // backlog it was stored long ago and sits in no cache, and the entity and then
+            // the connection would each wait for it (issue 16: ten queues' deliveries cost
+            // 100+ ns a message more than one queue's, most of it there).
+            if let Some(next) = self.log.available_mut(sub_queue).first()
+                && let Some(record) = self.log.get(sub_queue, next)
+            {
+                record.message.prefetch(PREFETCH_LINES);
+            }
             let expired = sub_queue == SubQueue::Main
                 && matches!(
                     self.log.get(SubQueue::Main, sequence_number),
