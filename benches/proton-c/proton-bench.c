@@ -9,8 +9,8 @@
  *                                  connects to this receiver directly, no broker in between)
  *   proton-bench send ... --rate R   (paced: R messages per second, for latency at a fixed rate)
  *   proton-bench probe [--cpus A,B]  (the host's speed now: a fixed arithmetic loop, timed;
- *                                  with --cpus, also a cache line's round trip from CPU A
- *                                  to CPU B and back)
+ *                                  with --cpus, on CPU A and on CPU B, and a cache line's
+ *                                  round trip from CPU A to CPU B and back)
  *
  * At-least-once: the sender sends unsettled transfers and settles each one when its outcome
  * arrives; the receiver accepts and settles every delivery, keeping its credit topped up to
@@ -478,9 +478,18 @@ static int probe(int argc, char **argv) {
   if (argc == 4 && !strcmp(argv[2], "--cpus")) {
     if (sscanf(argv[3], "%d,%d", &from, &to) != 2 || from < 0 || to < 0) usage();
   } else if (argc != 2) usage();
-  printf("probe alu_ms=%.1f", alu_ms());
-  /* The same CPU twice has no round trip between cores to measure. */
-  if (from >= 0 && from != to) printf(" crosscore_ns=%.1f", crosscore_ns(from, to));
+  if (from < 0) {
+    printf("probe alu_ms=%.1f", alu_ms());
+  } else {
+    /* The loop on each CPU (alu_ms on A, alu_b_ms on B: a peer-to-peer run uses only the
+       clients' CPU, a broker run both), then the round trip between them (none to measure
+       when they are the same CPU). */
+    pin_self(from);
+    printf("probe alu_ms=%.1f", alu_ms());
+    pin_self(to);
+    printf(" alu_b_ms=%.1f", alu_ms());
+    if (from != to) printf(" crosscore_ns=%.1f", crosscore_ns(from, to));
+  }
   printf("\n");
   return 0;
 }
