@@ -9,8 +9,9 @@
  *                                  connects to this receiver directly, no broker in between)
  *   proton-bench send ... --rate R   (paced: R messages per second, for latency at a fixed rate)
  *   proton-bench probe [--cpus A,B]  (the host's speed now: a fixed arithmetic loop, timed;
- *                                  with --cpus, on CPU A and on CPU B, and a cache line's
- *                                  round trip from CPU A to CPU B and back)
+ *                                  with --cpus, on CPU A and on CPU B, a cache line's round
+ *                                  trip from CPU A to CPU B and back, and a load from memory
+ *                                  on CPU A)
  *
  * At-least-once: the sender sends unsettled transfers and settles each one when its outcome
  * arrives; the receiver accepts and settles every delivery, keeping its credit topped up to
@@ -473,6 +474,40 @@ static double crosscore_ns(int from, int to) {
   return elapsed * 1e9 / PINGPONG_TRIPS;
 }
 
+/* The memory's speed now: nanoseconds per load of a chain of dependent loads through 64 MiB
+ * in a random order (a cycle over its cache lines), so that nearly every load misses every
+ * cache and waits for memory. Other tenants' memory traffic lengthens it where the loops
+ * above do not notice; a broker that delivers from a backlog reads memory that way. */
+#define CHASE_BYTES (64UL << 20)
+#define CHASE_LOADS 500000L
+
+static double memory_ns(void) {
+  size_t lines = CHASE_BYTES / 64;
+  size_t *slots = aligned_alloc(64, CHASE_BYTES);
+  size_t *order = malloc(lines * sizeof *order);
+  if (!slots || !order) return 0;
+  for (size_t i = 0; i < lines; i++) order[i] = i;
+  uint64_t seed = 88172645463325252ULL;
+  for (size_t i = lines - 1; i > 0; i--) {      /* Fisher-Yates with xorshift64 */
+    seed ^= seed << 13; seed ^= seed >> 7; seed ^= seed << 17;
+    size_t j = seed % (i + 1), t = order[i];
+    order[i] = order[j]; order[j] = t;
+  }
+  /* Each line's first word holds the index of the next line's first word. */
+  for (size_t i = 0; i < lines; i++) slots[order[i] * 8] = order[(i + 1) % lines] * 8;
+  free(order);
+  volatile size_t at = 0;
+  size_t position = 0;
+  for (long i = 0; i < CHASE_LOADS / 10; i++) position = slots[position];   /* warm the TLB */
+  double started = now();
+  for (long i = 0; i < CHASE_LOADS; i++) position = slots[position];
+  double elapsed = now() - started;
+  at = position;
+  (void)at;
+  free(slots);
+  return elapsed * 1e9 / CHASE_LOADS;
+}
+
 static int probe(int argc, char **argv) {
   int from = -1, to = -1;
   if (argc == 4 && !strcmp(argv[2], "--cpus")) {
@@ -489,6 +524,8 @@ static int probe(int argc, char **argv) {
     pin_self(to);
     printf(" alu_b_ms=%.1f", alu_ms());
     if (from != to) printf(" crosscore_ns=%.1f", crosscore_ns(from, to));
+    pin_self(from);
+    printf(" memory_ns=%.1f", memory_ns());
   }
   printf("\n");
   return 0;
