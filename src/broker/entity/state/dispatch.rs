@@ -268,7 +268,7 @@ impl EntityState {
             // backlog it was stored long ago and sits in no cache, and the entity and then
             // the connection would each wait for it (issue 16: ten queues' deliveries cost
             // 100+ ns a message more than one queue's, most of it there).
-            if let Some(next) = self.log.available_mut(sub_queue).first()
+            if let Some(next) = self.store(sub_queue).available.first()
                 && let Some(record) = self.log.get(sub_queue, next)
             {
                 record.message.prefetch(PREFETCH_LINES);
