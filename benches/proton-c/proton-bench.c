@@ -28,8 +28,8 @@
  * then, R × time since the first send, within the link credit. Each wake costs the client's
  * core two task switches: at 240k/s with 20 µs ticks the pair on one core ran out of CPU
  * without a broker (p99 10 ms), with 100 µs ticks it kept up (p99 0.3 ms) — a longer tick
- * lets the client pace higher rates, at up to one tick's wait in every message's latency. A paced message carries the
- * time it was due (first send + (sequence − 1) ÷ R), not the time it left: a broker that
+ * lets the client pace higher rates, at up to one tick's wait in every message's latency.
+ * A paced message carries the time it was due (first send + (sequence − 1) ÷ R), not the time it left: a broker that
  * holds the sender back (small credit or session window) has the messages wait in the
  * client, and that wait is the broker's latency too (otherwise a throttling broker looks
  * fast: coordinated omission). The pacer's own lag (tens of µs) is in every peer's figure,
