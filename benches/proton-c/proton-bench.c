@@ -29,12 +29,13 @@
  * core two task switches: at 240k/s with 20 µs ticks the pair on one core ran out of CPU
  * without a broker (p99 10 ms), with 100 µs ticks it kept up (p99 0.3 ms) — a longer tick
  * lets the client pace higher rates, at up to one tick's wait in every message's latency.
- * A paced message carries the time it was due (first send + (sequence − 1) ÷ R), not the time it left: a broker that
- * holds the sender back (small credit or session window) has the messages wait in the
- * client, and that wait is the broker's latency too (otherwise a throttling broker looks
- * fast: coordinated omission). The pacer's own lag (tens of µs) is in every peer's figure,
- * peer-to-peer included. PROTON_BENCH_LATENCY_FILE=PATH makes the receiver write every
- * message's latency and arrival time there (to line slow ones up with a scheduler trace).
+ * A paced message carries the time it was due (first send + (sequence − 1) ÷ R), not the
+ * time it left: a broker that holds the sender back (small credit or session window) has
+ * the messages wait in the client, and that wait is the broker's latency too (otherwise a
+ * throttling broker looks fast: coordinated omission). The pacer's own lag (tens of µs) is
+ * in every peer's figure, peer-to-peer included. PROTON_BENCH_LATENCY_FILE=PATH makes the
+ * receiver write every message's latency and arrival time there (to line slow ones up with
+ * a scheduler trace).
  *
  * Each process stops by itself: after N messages, or after --timeout seconds (exit 3). When it
  * stops it prints one line:

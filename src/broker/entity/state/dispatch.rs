@@ -9,7 +9,8 @@ use super::*;
 /// messages of the same backlog. Measured (issue 16, interleaved runs of the broker's CPU a
 /// message): ten queues × ten pairs 2.22 → 1.98 µs (their receivers fall behind and the
 /// queues hold thousands), a 500k backlog drained by one receiver 1.18–1.20 → 0.90–1.02 µs,
-/// one pair without a backlog unchanged; 2 and 4 lines gained about half and two thirds.
+/// one pair without a backlog unchanged; 2 and 4 lines gained about half and two thirds, 24
+/// nothing more (ten queues 0.98×, within the runs' noise).
 const PREFETCH_LINES: usize = 16;
 
 impl EntityState {
