@@ -212,6 +212,7 @@ pub async fn run_listeners(
             max_frame_size: config.server.max_frame_size,
             max_connections: config.server.max_connections,
             shutdown_grace_period: config.server.shutdown_grace_period,
+            handshake_timeout: config.server.handshake_timeout,
             keys,
             tls_required: config.tls.required,
             tls_disabled: config.tls.disabled,

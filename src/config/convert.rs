@@ -207,6 +207,8 @@ fn convert_server(raw: RawServer) -> Result<ServerConfig, ConfigError> {
             raw.shutdown_grace_period,
         )?
         .unwrap_or(defaults.shutdown_grace_period),
+        handshake_timeout: duration("server", "handshake_timeout", raw.handshake_timeout)?
+            .unwrap_or(defaults.handshake_timeout),
         memory_budget: raw
             .memory_budget
             .map(|value| byte_size("server", "memory_budget", value))

@@ -53,6 +53,8 @@ pub const DEFAULT_MIN_FREE_SPACE: u64 = 64 * 1024 * 1024;
 pub const DEFAULT_COMPACTION_THRESHOLD: u64 = 256 * 1024 * 1024;
 /// Time receivers get to settle at shutdown.
 pub const DEFAULT_SHUTDOWN_GRACE_PERIOD: Duration = Duration::from_secs(5);
+/// Time a peer gets to send its first byte, then the protocol header, SASL and `open`.
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default largest AMQP frame accepted, in bytes.
 pub const DEFAULT_MAX_FRAME_SIZE: u32 = 1_048_576;
 /// Smallest frame size AMQP 1.0 allows (`MIN-MAX-FRAME-SIZE`).
@@ -227,6 +229,9 @@ pub struct ServerConfig {
     /// On SIGTERM/SIGINT, how long receivers may still settle what they hold before every
     /// connection is closed with `amqp:connection:forced`.
     pub shutdown_grace_period: Duration,
+    /// How long a peer may take from connecting to a complete `open` (first byte, protocol
+    /// header, SASL); a peer that has not finished by then is disconnected. Above zero.
+    pub handshake_timeout: Duration,
     /// Bytes all entities together may store; `None`: half of the machine's memory.
     pub memory_budget: Option<u64>,
     /// Cloud-parity mode (`strict`): the cloud's quotas and rules for this tier, enforced
@@ -261,6 +266,7 @@ impl Default for ServerConfig {
             max_frame_size: DEFAULT_MAX_FRAME_SIZE,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             shutdown_grace_period: DEFAULT_SHUTDOWN_GRACE_PERIOD,
+            handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             memory_budget: None,
             strict: None,
         }

@@ -12,7 +12,9 @@ pub const MAX_SUBSCRIPTION_NAME_LENGTH: usize = 50;
 pub const DEFAULT_RULE_NAME: &str = "$Default";
 
 /// Checks a queue or topic name: 1–260 characters from letters, digits, `.`, `-`, `_`, `/`;
-/// starts and ends with a letter or digit; no empty path segment; no `subscriptions`
+/// starts and ends with a letter or digit; no empty path segment; no `.` or `..` segment
+/// (a client that normalises URLs, as curl and browsers do, would address another entity:
+/// `a/../b` is `b` to them, and a token scoped to `a` would create it); no `subscriptions`
 /// segment (it would be ambiguous with `topic/Subscriptions/name` addresses).
 pub fn check_entity_name(name: &str) -> Result<(), String> {
     check_shape(
@@ -24,6 +26,14 @@ pub fn check_entity_name(name: &str) -> Result<(), String> {
     if name.contains("//") {
         return Err(format!(
             "name {name:?} contains an empty path segment ('//')"
+        ));
+    }
+    if let Some(segment) = name
+        .split('/')
+        .find(|segment| matches!(*segment, "." | ".."))
+    {
+        return Err(format!(
+            "name {name:?} has a path segment {segment:?}; '.' and '..' segments are not allowed (a client that normalises the path would address another entity)"
         ));
     }
     if name
@@ -122,6 +132,10 @@ mod tests {
             ("orders/", "start and end"),
             ("a//b", "empty path segment"),
             ("topic/Subscriptions/sub", "reserved"),
+            ("adv-q/../evil-q", "path segment \"..\""),
+            ("adv-q/./evil-q", "path segment \".\""),
+            ("a/../../b", "'.' and '..' segments are not allowed"),
+            ("a/b/..", "start and end"),
             ("ördrs", "'ö'"),
         ];
         for (name, expected) in cases {
@@ -132,6 +146,24 @@ mod tests {
             .err()
             .unwrap_or_default();
         assert!(too_long.contains("limit is 260"), "{too_long}");
+    }
+
+    #[test]
+    fn dots_inside_a_segment_are_still_allowed() {
+        for name in ["a/.b/c", "a/b../c", "a/.../c", "a/b.c/d", "x.y"] {
+            assert_eq!(check_entity_name(name), Ok(()), "{name}");
+        }
+    }
+
+    #[test]
+    fn dot_segments_cannot_name_a_subscription_or_rule() {
+        // A subscription or rule name is one segment that starts and ends with a letter
+        // or digit, so `.` and `..` are already refused; the test keeps it so.
+        for name in [".", ".."] {
+            assert!(check_subscription_name(name).is_err(), "{name}");
+            assert!(check_rule_name(name).is_err(), "{name}");
+            assert!(check_entity_name(name).is_err(), "{name}");
+        }
     }
 
     #[test]

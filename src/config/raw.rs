@@ -81,6 +81,7 @@ pub(super) struct RawServer {
     pub max_frame_size: Option<u32>,
     pub max_connections: Option<usize>,
     pub shutdown_grace_period: Option<String>,
+    pub handshake_timeout: Option<String>,
     pub memory_budget: Option<RawBytes>,
     pub strict: Option<RawStrict>,
 }

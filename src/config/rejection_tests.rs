@@ -149,6 +149,14 @@ fn server_ranges_are_checked() {
         &["server", "max_connections"],
     );
     assert_error(
+        "[server]\nhandshake_timeout = \"0s\"",
+        &["server", "handshake_timeout must be greater than zero"],
+    );
+    assert_error(
+        "[server]\nhandshake_timeout = \"later\"",
+        &["server: handshake_timeout", "\"later\""],
+    );
+    assert_error(
         "[server]\nlisten = \"localhost:5672\"",
         &["server", "listen \"localhost:5672\""],
     );
@@ -218,6 +226,35 @@ fn entity_names_are_checked() {
             "[[topics]]\nname = \"t\"\n[[topics.subscriptions]]\nname = \"s\"\n[[topics.subscriptions.rules]]\nname = \"{long}\"\nsql_filter = \"1=1\""
         ),
         &["rules[0]", "limit is 50"],
+    );
+}
+
+#[test]
+fn dot_segments_are_refused_in_every_name_from_the_file() {
+    // Issue 41: `a/../b` is `b` to a client that normalises paths.
+    assert_error(
+        "[[queues]]\nname = \"adv-q/../evil-q\"",
+        &["queues[0] \"adv-q/../evil-q\"", "path segment \"..\""],
+    );
+    assert_error(
+        "[[topics]]\nname = \"sales/./eu\"",
+        &["topics[0] \"sales/./eu\"", "path segment \".\""],
+    );
+    assert_error(
+        "[[topics]]\nname = \"t\"\n[[topics.subscriptions]]\nname = \"..\"",
+        &["topics[0] \"t\" subscriptions[0] \"..\"", "start and end"],
+    );
+    assert_error(
+        "[[queues]]\nname = \"a\"\nforward_to = \"a/../b\"\n[[queues]]\nname = \"b\"",
+        &["queues[0] \"a\"", "forward_to", "path segment \"..\""],
+    );
+    assert_error(
+        "[[queues]]\nname = \"b\"\n[[topics]]\nname = \"t\"\n[[topics.subscriptions]]\nname = \"s\"\nforward_dead_lettered_messages_to = \"x/./b\"",
+        &[
+            "subscriptions[0] \"s\"",
+            "forward_dead_lettered_messages_to",
+            "path segment \".\"",
+        ],
     );
 }
 

@@ -177,7 +177,12 @@ fn validate_server(config: &Config) -> Result<(), ConfigError> {
             "max_connections must be at least 1",
         ));
     }
-    Ok(())
+    // Zero would drop every connection before it could say anything.
+    non_zero(
+        "server",
+        "handshake_timeout",
+        Some(server.handshake_timeout),
+    )
 }
 
 fn validate_auth(config: &Config) -> Result<(), ConfigError> {
@@ -230,6 +235,9 @@ impl ForwardTargets<'_> {
         let Some(target) = target else {
             return Ok(());
         };
+        // A malformed target (a `..` segment, say) is named as such, not as a missing entity.
+        check_entity_name(target)
+            .map_err(|reason| ConfigError::invalid(context, format!("{key}: {reason}")))?;
         if !self.entity_names.contains_key(&target.to_ascii_lowercase()) {
             return Err(ConfigError::invalid(
                 context,

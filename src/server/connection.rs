@@ -30,8 +30,11 @@ use crate::broker::types::ReceiverId;
 /// few; each session costs memory, so a peer cannot open 65,536).
 pub const CHANNEL_MAX: u16 = 255;
 
-/// How long a peer may take to finish the protocol header, SASL and `open`.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+/// The shortest idle-time-out a peer may ask of us (AMQP 1.0 §2.4.5): we send a heartbeat
+/// at half of it, so 100 ms means one every 50 ms at most. A shorter one is refused with a
+/// `close` naming both values, as §2.4.5 says a peer that cannot support a proposed idle
+/// timeout should, rather than silently heartbeating slower than the peer asked.
+pub const MIN_PEER_IDLE_TIMEOUT: Duration = Duration::from_millis(100);
 
 /// Why a connection ends.
 #[derive(Debug, thiserror::Error)]
@@ -114,6 +117,9 @@ pub struct Connection {
     pub(super) output_ahead_len: usize,
     /// The peer's max-frame-size.
     pub(super) peer_max_frame_size: u32,
+    /// The highest channel either side may use: the lower of our [`CHANNEL_MAX`] and the
+    /// peer's `open.channel-max`. A frame on a higher channel is a framing error.
+    pub(super) channel_max: u16,
     /// Sessions by the peer's channel (our channel is the same number).
     pub(super) sessions: FastMap<u16, Session>,
     /// Where entities send this connection's notifications.
@@ -386,18 +392,20 @@ pub(super) fn out_of_descriptors_refusal(context: &Context) -> Vec<u8> {
 }
 
 /// Serves one TCP connection to its end, or refuses it after the handshake when it is not
-/// admitted.
+/// admitted. Its `open` must have come by `handshake_deadline` (`server.handshake_timeout`
+/// after the accept), or the socket is closed without a word.
 pub async fn run<S: RawStream>(
     mut stream: S,
     context: Arc<Context>,
     mut shutdown: watch::Receiver<bool>,
     admission: Admission,
+    handshake_deadline: tokio::time::Instant,
 ) {
     let mut input = BytesMut::with_capacity(64 * 1024);
     let mut output = BytesMut::with_capacity(64 * 1024);
     let mut amqp_started = false;
-    let handshake = tokio::time::timeout(
-        HANDSHAKE_TIMEOUT,
+    let handshake = tokio::time::timeout_at(
+        handshake_deadline,
         handshake(
             &mut stream,
             &mut input,
@@ -439,6 +447,7 @@ pub async fn run<S: RawStream>(
         output_ahead: VecDeque::new(),
         output_ahead_len: 0,
         peer_max_frame_size: open.max_frame_size.0.max(frame::MIN_MAX_FRAME_SIZE),
+        channel_max: open.channel_max.0.min(CHANNEL_MAX),
         sessions: FastMap::default(),
         notifications,
         receivers: FastMap::default(),
@@ -464,19 +473,22 @@ pub async fn run<S: RawStream>(
         return;
     }
     let refusal = match admission {
-        Admission::Admitted => None,
-        Admission::TooManyConnections => Some(format!(
-            "The broker's limit of {} connections is reached.",
-            context.settings.max_connections
+        Admission::Admitted => {
+            unsupported_idle_time_out(&open).map(|description| (errors::NOT_ALLOWED, description))
+        }
+        Admission::TooManyConnections => Some((
+            errors::RESOURCE_LIMIT_EXCEEDED,
+            format!(
+                "The broker's limit of {} connections is reached.",
+                context.settings.max_connections
+            ),
         )),
     };
-    if let Some(refusal) = refusal {
+    if let Some((condition, description)) = refusal {
+        tracing::info!(description = %LogText(&description), "connection refused after open");
         let _ = close_with(
             &mut connection,
-            Some(errors::amqp_error(
-                errors::RESOURCE_LIMIT_EXCEEDED,
-                &refusal,
-            )),
+            Some(errors::amqp_error(condition, &description)),
         );
         write_remaining(&mut stream, &connection).await;
         return;
@@ -508,6 +520,19 @@ pub async fn run<S: RawStream>(
             let _ = connection.deliver(delivery).await;
         }
     }
+}
+
+/// Why the peer's proposed idle-time-out cannot be honoured, if it cannot: below
+/// [`MIN_PEER_IDLE_TIMEOUT`] (zero or absent asks for no heartbeats at all).
+fn unsupported_idle_time_out(open: &Open) -> Option<String> {
+    let millis = open.idle_time_out.filter(|millis| *millis > 0)?;
+    let minimum = MIN_PEER_IDLE_TIMEOUT.as_millis();
+    (u128::from(millis) < minimum).then(|| {
+        format!(
+            "The idle-time-out of {millis} ms in open is below the minimum of {minimum} ms this broker supports (it would have to send a heartbeat every {} ms); propose {minimum} ms or more, or 0 for none.",
+            millis / 2
+        )
+    })
 }
 
 /// How long the last frames (a `close`) may take to reach a peer that is not reading.
@@ -623,7 +648,8 @@ async fn event_loop<S: RawStream>(
         .idle_time_out
         .filter(|millis| *millis > 0)
         .map(|millis| Duration::from_millis(millis as u64));
-    let heartbeat_period = peer_idle.map(|idle| (idle / 2).max(Duration::from_millis(10)));
+    // Shorter than `MIN_PEER_IDLE_TIMEOUT` was refused after `open`, so half of it is kept.
+    let heartbeat_period = peer_idle.map(|idle| idle / 2);
     let local_idle = Some(connection.context.settings.idle_timeout)
         .filter(|idle| !idle.is_zero())
         .map(|idle| idle * 2);
@@ -787,6 +813,17 @@ impl Connection {
         }
         if frame.body.is_empty() {
             return Ok(false); // heartbeat
+        }
+        // AMQP 1.0 §2.7.1: channel-max is the highest channel usable on the connection. The
+        // one check for every performative (`begin` included), before it is decoded.
+        if frame.channel > self.channel_max {
+            return Err(ConnectionError::protocol(
+                errors::FRAMING_ERROR,
+                format!(
+                    "channel {} is above the negotiated channel-max of {} (this broker's {CHANNEL_MAX}, the lower of it and the peer's open)",
+                    frame.channel, self.channel_max
+                ),
+            ));
         }
         if let Some((transfer, payload)) = frame::decode_transfer(&frame.body) {
             if !self.sessions.contains_key(&frame.channel) {

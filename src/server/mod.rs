@@ -44,6 +44,9 @@ pub struct ServerSettings {
     pub keys: Vec<AccessKey>,
     /// At shutdown, how long receivers may settle what they hold before the close.
     pub shutdown_grace_period: Duration,
+    /// How long a peer may take from connecting to a complete `open`: its first byte, the
+    /// protocol header, SASL and `open` (`server.handshake_timeout`).
+    pub handshake_timeout: Duration,
     /// `[tls] required`: connections that do not start with TLS are refused.
     pub tls_required: bool,
     /// `[tls] enabled = false`: TLS connections are refused.
@@ -108,7 +111,9 @@ fn spawn_connection(
     );
 }
 
-/// How long a connection may take to send its first byte.
+/// How long a TLS connection may take to finish its TLS handshake, and then to send its
+/// first byte inside TLS. (A plain connection's first byte is bounded by
+/// `server.handshake_timeout`, which the AMQP handshake also counts from the accept.)
 const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Serves one accepted connection in the protocol its first byte names: AMQP, HTTP, or
@@ -120,8 +125,12 @@ async fn serve_stream(
     admission: Admission,
 ) {
     use crate::admin::sniff::{Protocol, classify, classify_stream};
+    // The handshake's time counts from the accept: a peer that sends nothing at all is
+    // dropped at the same deadline as one that stops after the protocol header.
+    let handshake_deadline = tokio::time::Instant::now() + context.settings.handshake_timeout;
     let mut first = [0u8; 1];
-    let protocol = match tokio::time::timeout(FIRST_BYTE_TIMEOUT, stream.peek(&mut first)).await {
+    let protocol = match tokio::time::timeout_at(handshake_deadline, stream.peek(&mut first)).await
+    {
         Ok(Ok(1)) => classify(first[0]),
         _ => return,
     };
@@ -130,7 +139,9 @@ async fn serve_stream(
         return;
     }
     match protocol {
-        Protocol::Amqp => run_amqp(stream, context, shutdown, admission).await,
+        Protocol::Amqp => {
+            run_amqp(stream, context, shutdown, admission, handshake_deadline).await;
+        }
         Protocol::Http => {
             let router = context.http.router.clone();
             crate::admin::http::serve_connection(stream, router, false, shutdown).await;
@@ -158,7 +169,11 @@ async fn serve_stream(
                     crate::admin::http::serve_connection(stream, router, true, shutdown).await;
                 }
                 Ok(Ok(Some((Protocol::Amqp, stream)))) => match transport::bridge(stream) {
-                    Ok(engine) => run_amqp(engine, context, shutdown, admission).await,
+                    Ok(engine) => {
+                        let deadline =
+                            tokio::time::Instant::now() + context.settings.handshake_timeout;
+                        run_amqp(engine, context, shutdown, admission, deadline).await;
+                    }
                     Err(error) => tracing::warn!(%error, "cannot bridge a TLS connection"),
                 },
                 Ok(Ok(Some((Protocol::Tls, _)))) => {
@@ -170,17 +185,19 @@ async fn serve_stream(
     }
 }
 
-/// Runs an AMQP connection on `stream`, counted in the metrics.
+/// Runs an AMQP connection on `stream`, counted in the metrics; its `open` must have come
+/// by `handshake_deadline`.
 async fn run_amqp<S: transport::RawStream>(
     stream: S,
     context: Arc<Context>,
     shutdown: watch::Receiver<bool>,
     admission: Admission,
+    handshake_deadline: tokio::time::Instant,
 ) {
     let metrics = context.http.admin.metrics.clone();
     metrics.connections.inc();
     metrics.connections_total.inc();
-    connection::run(stream, context, shutdown, admission).await;
+    connection::run(stream, context, shutdown, admission, handshake_deadline).await;
     metrics.connections.dec();
 }
 
@@ -197,7 +214,8 @@ pub async fn run_bridged(
     } else {
         Admission::TooManyConnections
     };
-    run_amqp(stream, context, shutdown, admission).await;
+    let deadline = tokio::time::Instant::now() + context.settings.handshake_timeout;
+    run_amqp(stream, context, shutdown, admission, deadline).await;
     drop(permit);
 }
 

@@ -74,15 +74,7 @@ impl Session {
 
 impl Connection {
     pub(super) fn begin(&mut self, channel: u16, begin: Begin) -> Result<(), ConnectionError> {
-        if channel > super::connection::CHANNEL_MAX {
-            return Err(ConnectionError::protocol(
-                errors::FRAMING_ERROR,
-                format!(
-                    "channel {channel} is above the channel-max of {} this broker advertised",
-                    super::connection::CHANNEL_MAX
-                ),
-            ));
-        }
+        // A channel above the negotiated channel-max never gets here (`handle_frame`).
         if self.sessions.contains_key(&channel) {
             return Err(ConnectionError::protocol(
                 "amqp:illegal-state",

@@ -410,3 +410,81 @@ async fn pipelined_sends_to_a_queue_deleted_under_its_sender_are_each_rejected_w
         );
     }
 }
+
+#[tokio::test]
+async fn dot_segments_in_an_entity_path_are_refused_and_create_nothing() {
+    // Issue 41: `PUT /adv-q/../evil-q` made a queue of that literal name, which a client
+    // that normalises URLs (curl, browsers) addresses as `evil-q`. Percent-encoded dots and
+    // slashes decode to the same segments, so they are refused alike.
+    let broker = Broker::start("[[queues]]\nname = \"adv-q\"\n[[topics]]\nname = \"t\"\n").await;
+    let address = broker.address;
+    for path in [
+        "/adv-q/../evil-q",
+        "/adv-q/%2E%2E/evil-q",
+        "/adv-q/%2e%2e/evil-q",
+        "/adv-q%2F..%2Fevil-q",
+        "/adv-q/./evil-q",
+        "/adv-q/%2E/evil-q",
+    ] {
+        let target = format!("{path}?api-version=2021-05");
+        let (status, _, body) =
+            request(address, "PUT", &target, &[ATOM], &queue_entry("PT45S", 3)).await;
+        assert_eq!(status, 400, "{path}: {body}");
+        assert!(
+            body.contains("path segment") && body.contains("adv-q/"),
+            "{path}: the answer names the problem and the name: {body}"
+        );
+        let (status, _, body) = request(address, "GET", &target, &[], "").await;
+        assert_eq!(status, 404, "{path}: nothing was created: {body}");
+    }
+    let (status, _, body) = request(
+        address,
+        "GET",
+        "/$resources/queues?api-version=2021-05",
+        &[],
+        "",
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("adv-q"), "{body}");
+    assert!(!body.contains("evil"), "no such queue was created: {body}");
+    // A subscription or rule named `.` or `..` was already refused (it must start and end
+    // with a letter or digit); the path form is refused too.
+    for path in ["/t/Subscriptions/..", "/t/Subscriptions/%2E"] {
+        let (status, _, body) = request(address, "PUT", path, &[ATOM], "<entry/>").await;
+        assert_eq!(status, 400, "{path}: {body}");
+    }
+}
+
+#[tokio::test]
+async fn a_manage_token_for_one_queue_cannot_create_a_dot_segment_path_under_it() {
+    let broker = Broker::start(
+        "[[auth.keys]]\nname = \"root\"\nkey = \"root-secret\"\nrights = [\"Manage\"]\n[[queues]]\nname = \"adv-q\"\n",
+    )
+    .await;
+    let expires = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs() as i64
+        + 600;
+    let token = crate::auth::token("adv-q", "root", "root-secret", expires);
+    let (status, _, body) = request(
+        broker.address,
+        "PUT",
+        "/adv-q/../evil-q?api-version=2021-05",
+        &[ATOM, ("Authorization", &token)],
+        &queue_entry("PT45S", 3),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("path segment &quot;..&quot;"), "{body}");
+    let (status, _, body) = request(
+        broker.address,
+        "GET",
+        "/adv-q/../evil-q?api-version=2021-05",
+        &[("Authorization", &token)],
+        "",
+    )
+    .await;
+    assert_eq!(status, 404, "{body}");
+}

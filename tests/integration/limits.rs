@@ -10,7 +10,7 @@ use tokio::net::TcpStream;
 
 use crate::harness::Broker;
 use crate::process::BrokerProcess;
-use crate::raw::{close_condition, open_frame_with_idle, read_frames};
+use crate::raw::{close_condition, open_frame_with, open_frame_with_idle, read_frames};
 use crate::raw_client::RawClient;
 
 fn begin() -> Performative {
@@ -489,4 +489,176 @@ async fn a_delivery_larger_than_the_receivers_frame_size_arrives_in_several_fram
     assert_eq!(bodies[0], b"small".to_vec());
     assert_eq!(bodies[1].len(), large.len());
     assert_eq!(bodies[1], large);
+}
+
+/// A `flow` for link `handle` (the frame's channel decides which session it is for).
+fn flow(handle: u32) -> Performative {
+    Performative::Flow(fe2o3_amqp_types::performatives::Flow {
+        next_incoming_id: Some(1),
+        incoming_window: 100,
+        next_outgoing_id: 1,
+        outgoing_window: 100,
+        handle: Some(Handle(handle)),
+        delivery_count: Some(0),
+        link_credit: Some(10),
+        available: None,
+        drain: false,
+        echo: false,
+        properties: None,
+    })
+}
+
+/// Sends `bytes` and returns the condition and description of the `close` that follows.
+async fn close_after(broker: &Broker, bytes: &[u8]) -> Option<String> {
+    let mut stream = TcpStream::connect(broker.address).await.expect("connect");
+    stream.write_all(bytes).await.expect("write");
+    let (performatives, _) = read_frames(&mut stream, Duration::from_secs(5)).await;
+    close_condition(&performatives)
+}
+
+#[tokio::test]
+async fn every_frame_above_the_negotiated_channel_max_closes_the_connection() {
+    // AMQP 1.0 §2.7.1: channel-max is the highest channel usable on the connection, the
+    // lower of both peers' values. The peer says 3: channel 4 and above are framing errors,
+    // whatever the frame (a `begin`, or a frame for a session that could never exist).
+    let broker = Broker::start("[[queues]]\nname = \"q\"\n").await;
+    let framed = |channel: u16, performative: Performative| {
+        let mut bytes = open_frame_with(3, None);
+        ferrobus::server::frame::write_performative(&mut bytes, channel, &performative)
+            .expect("encodes");
+        bytes
+    };
+    let mut transfer_on_channel_4 = open_frame_with(3, None);
+    let mut transfer = crate::raw_client::transfer_frame_bytes(
+        0,
+        0,
+        0,
+        &crate::raw_client::text_message("hi"),
+        false,
+    );
+    transfer[6..8].copy_from_slice(&4u16.to_be_bytes());
+    transfer_on_channel_4.extend_from_slice(&transfer);
+    let cases = [
+        ("begin on channel 5", framed(5, begin()), 5),
+        (
+            "attach on channel 4",
+            framed(4, attach("above".into(), 0, "q")),
+            4,
+        ),
+        ("flow on channel 200", framed(200, flow(0)), 200),
+        ("transfer on channel 4", transfer_on_channel_4, 4),
+    ];
+    for (case, bytes, channel) in cases {
+        let condition = close_after(&broker, &bytes)
+            .await
+            .unwrap_or_else(|| panic!("{case}: the connection is closed with an error"));
+        assert!(
+            condition.contains("FramingError")
+                && condition.contains(&format!("channel {channel} "))
+                && condition.contains("channel-max of 3"),
+            "{case}: {condition}"
+        );
+    }
+    // Channel 3 itself is within bounds: its session begins.
+    let mut stream = TcpStream::connect(broker.address).await.expect("connect");
+    stream.write_all(&framed(3, begin())).await.expect("write");
+    let (performatives, _) = read_frames(&mut stream, Duration::from_millis(500)).await;
+    assert!(
+        performatives
+            .iter()
+            .any(|performative| matches!(performative, Performative::Begin(_))),
+        "{performatives:?}"
+    );
+    assert_eq!(close_condition(&performatives), None);
+}
+
+#[tokio::test]
+async fn an_idle_time_out_below_the_supported_minimum_is_refused_in_close() {
+    // AMQP 1.0 §2.4.5: a peer that cannot support a proposed idle timeout SHOULD close the
+    // connection with an error explaining why. Heartbeats every 2 ms are not supported.
+    let broker = Broker::start("[[queues]]\nname = \"q\"\n").await;
+    let condition = close_after(&broker, &open_frame_with(8, Some(5)))
+        .await
+        .expect("refused with a close");
+    assert!(
+        condition.contains("NotAllowed")
+            && condition.contains("idle-time-out of 5 ms")
+            && condition.contains("minimum of 100 ms"),
+        "{condition}"
+    );
+    // The minimum itself is honoured: heartbeats at half of it, and no close.
+    let mut stream = TcpStream::connect(broker.address).await.expect("connect");
+    stream
+        .write_all(&open_frame_with(8, Some(100)))
+        .await
+        .expect("write");
+    let (performatives, heartbeats) = read_frames(&mut stream, Duration::from_millis(600)).await;
+    assert_eq!(close_condition(&performatives), None, "{performatives:?}");
+    assert!(
+        heartbeats >= 5,
+        "about 12 heartbeats in 600 ms at 50 ms, saw {heartbeats}"
+    );
+}
+
+/// Reads until the broker closes the socket, returning what it sent; fails if it stays
+/// open for `within`.
+async fn read_until_closed(stream: &mut TcpStream, within: Duration) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    let mut received = Vec::new();
+    tokio::time::timeout(within, stream.read_to_end(&mut received))
+        .await
+        .unwrap_or_else(|_| panic!("the broker kept the connection open for {within:?}"))
+        .ok();
+    received
+}
+
+#[tokio::test]
+async fn an_unfinished_handshake_is_dropped_after_the_configured_handshake_timeout() {
+    let broker = Broker::start("[server]\nhandshake_timeout = \"300ms\"\n").await;
+    // A peer that sends nothing at all.
+    let started = tokio::time::Instant::now();
+    let mut silent = TcpStream::connect(broker.address).await.expect("connect");
+    let received = read_until_closed(&mut silent, Duration::from_secs(5)).await;
+    assert!(received.is_empty(), "{received:?}");
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(250),
+        "dropped after {waited:?}, before its handshake time was up"
+    );
+    // A peer that sends the protocol header and stops: it gets ours, then EOF.
+    let started = tokio::time::Instant::now();
+    let mut header_only = TcpStream::connect(broker.address).await.expect("connect");
+    header_only
+        .write_all(&ferrobus::server::frame::AMQP_HEADER)
+        .await
+        .expect("write");
+    let received = read_until_closed(&mut header_only, Duration::from_secs(5)).await;
+    assert_eq!(received, ferrobus::server::frame::AMQP_HEADER);
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(250),
+        "dropped after {waited:?}"
+    );
+    // A peer that finishes its handshake in time is served past the timeout.
+    let mut prompt = TcpStream::connect(broker.address).await.expect("connect");
+    prompt
+        .write_all(&open_frame_with_idle(None))
+        .await
+        .expect("write");
+    let (performatives, _) = read_frames(&mut prompt, Duration::from_millis(800)).await;
+    assert!(
+        matches!(performatives.first(), Some(Performative::Open(_))),
+        "{performatives:?}"
+    );
+    assert_eq!(close_condition(&performatives), None);
+    let mut bytes = bytes::BytesMut::new();
+    ferrobus::server::frame::write_performative(&mut bytes, 0, &begin()).expect("encodes");
+    prompt.write_all(&bytes).await.expect("write");
+    let mut answer = [0u8; 64];
+    use tokio::io::AsyncReadExt;
+    let read = tokio::time::timeout(Duration::from_secs(5), prompt.read(&mut answer))
+        .await
+        .expect("answered")
+        .expect("read");
+    assert!(read > 0, "the session is answered, the socket not closed");
 }

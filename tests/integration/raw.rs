@@ -17,13 +17,18 @@ fn open_frame() -> BytesMut {
 
 /// The protocol header and an `open` advertising `idle_time_out` (milliseconds).
 pub(crate) fn open_frame_with_idle(idle_time_out: Option<u32>) -> BytesMut {
+    open_frame_with(8, idle_time_out)
+}
+
+/// The protocol header and an `open` advertising `channel_max` and `idle_time_out`.
+pub(crate) fn open_frame_with(channel_max: u16, idle_time_out: Option<u32>) -> BytesMut {
     let mut output = BytesMut::new();
     output.extend_from_slice(&AMQP_HEADER);
     let open = Open {
         container_id: "raw-test".into(),
         hostname: None,
         max_frame_size: MaxFrameSize(65536),
-        channel_max: ChannelMax(8),
+        channel_max: ChannelMax(channel_max),
         idle_time_out,
         outgoing_locales: None,
         incoming_locales: None,
