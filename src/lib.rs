@@ -225,6 +225,10 @@ pub async fn run_listeners(
             Arc::new(admin::http::Admin {
                 registry,
                 keys: admin_keys,
+                hosts: admin::guard::HostAllowList::new(
+                    &config.http.allowed_hosts,
+                    admin::tls::host_name().as_deref(),
+                ),
                 serving: std::sync::atomic::AtomicBool::new(false),
                 metrics,
                 started: std::time::SystemTime::now(),
@@ -258,11 +262,15 @@ pub async fn run_listeners(
         }
         other => other,
     };
+    // One cap for the dedicated HTTP listeners together (HTTP on the AMQP port counts
+    // against [server] max_connections).
+    let http_permits = Arc::new(tokio::sync::Semaphore::new(config.http.max_connections));
     if let Some(listener) = plain_http {
         http_tasks.spawn(admin::http::serve_listener(
             listener,
             context.http.router.clone(),
             None,
+            http_permits.clone(),
             shutdown.clone(),
         ));
     }
@@ -272,6 +280,7 @@ pub async fn run_listeners(
             listener,
             context.http.router.clone(),
             Some(acceptor),
+            http_permits,
             shutdown.clone(),
         ));
     }

@@ -6,15 +6,18 @@
 //! Every operation goes through the namespace and the entity actors' commands, as AMQP and
 //! the admin API do: the explorer has no access of its own to stored messages. With
 //! `[[auth.keys]]` configured, requests need HTTP Basic authentication with a key name and
-//! key holding the Manage right.
+//! key holding the Manage right. A request that changes state (POST, PUT) must declare a
+//! JSON body, which no page on another origin can send without a CORS preflight (none is
+//! granted); the `Host` and `Origin` rules are applied before this module runs
+//! ([`super::guard`]).
 
 use axum::body::Body;
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use base64::Engine as _;
 use serde_json::{Value as Json, json};
 
+use super::guard;
 use super::http::Admin;
 use crate::amqp::message as amqp_message;
 use crate::amqp::sas;
@@ -74,6 +77,13 @@ pub async fn handle(admin: &Admin, parts: Parts, body: Body, rest: &[String]) ->
         (&Method::GET, ["app.js"]) => file(APP_JS, "text/javascript; charset=utf-8"),
         (&Method::GET, ["app.css"]) => file(APP_CSS, "text/css; charset=utf-8"),
         (_, ["api", ..]) => {
+            if matches!(parts.method, Method::POST | Method::PUT) && !guard::is_json(&parts.headers)
+            {
+                return error(
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    "A request that changes something must send its body as Content-Type: application/json.",
+                );
+            }
             let body = match axum::body::to_bytes(body, MAX_BODY).await {
                 Ok(bytes) => bytes,
                 Err(_) => {
@@ -120,32 +130,21 @@ fn authorize(admin: &Admin, headers: &HeaderMap) -> Result<(), Box<Response>> {
         );
         Box::new(response)
     };
-    let Some(encoded) = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.strip_prefix("Basic "))
-    else {
-        return Err(denied(
+    match guard::basic_key(&admin.keys, headers) {
+        Err(guard::BasicRefusal::Missing) => Err(denied(
             "The explorer needs a key name and key with the Manage right (HTTP Basic authentication).",
-        ));
-    };
-    let decoded = base64::engine::general_purpose::STANDARD
-        .decode(encoded.trim())
-        .ok()
-        .and_then(|bytes| String::from_utf8(bytes).ok());
-    let Some((name, key)) = decoded.as_deref().and_then(|text| text.split_once(':')) else {
-        return Err(denied("The Basic credentials are not 'name:key'."));
-    };
-    let matching = admin
-        .keys
-        .iter()
-        .find(|candidate| candidate.name == name && candidate.key == key);
-    match matching {
-        None => Err(denied("Unknown key name or wrong key.")),
-        Some(found) if !found.rights.manage => {
+        )),
+        Err(guard::BasicRefusal::Malformed) => {
+            Err(denied("The Basic credentials are not 'name:key'."))
+        }
+        Err(guard::BasicRefusal::Unknown) => Err(denied("Unknown key name or wrong key.")),
+        Ok(found) if !found.rights.manage => {
             let mut response = error(
                 StatusCode::FORBIDDEN,
-                &format!("The key '{name}' lacks the Manage right the explorer needs."),
+                &format!(
+                    "The key '{}' lacks the Manage right the explorer needs.",
+                    found.name
+                ),
             );
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
@@ -153,7 +152,7 @@ fn authorize(admin: &Admin, headers: &HeaderMap) -> Result<(), Box<Response>> {
             );
             Err(Box::new(response))
         }
-        Some(_) => Ok(()),
+        Ok(_) => Ok(()),
     }
 }
 
@@ -162,6 +161,10 @@ fn file(text: &'static str, content_type: &'static str) -> Response {
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(guard::PAGE_POLICY),
+    );
     response
 }
 
@@ -178,6 +181,11 @@ fn json_response(status: StatusCode, value: &Json) -> Response {
 
 fn error(status: StatusCode, text: &str) -> Response {
     json_response(status, &json!({ "error": text }))
+}
+
+/// A refusal in the explorer's error shape (`{"error": text}`), for the HTTP side's guard.
+pub(super) fn refusal(status: StatusCode, text: &str) -> Response {
+    error(status, text)
 }
 
 /// Why an API request failed: its status and a text naming the problem.

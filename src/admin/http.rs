@@ -4,7 +4,8 @@
 //! whose first bytes were HTTP or a TLS ClientHello.
 //!
 //! Routes (paths are case-insensitive; `api-version` is accepted and not checked):
-//! - `GET /health`, `GET /metrics` (no authorization, like the emulator's health check)
+//! - `GET /health` (no authorization and any `Host`, like the emulator's health check)
+//! - `GET /metrics` (with `[[auth.keys]]`: a key with the Manage right, HTTP Basic or SAS)
 //! - `/explorer/` and `/explorer/api/…`: the web explorer (see [`super::explorer`])
 //! - `GET /$namespaceinfo`
 //! - `GET /$Resources/Queues`, `GET /$Resources/Topics` (`$skip`, `$top`)
@@ -13,7 +14,11 @@
 //! - `GET /{topic}/Subscriptions/{name}/Rules`, `GET|PUT|DELETE …/Rules/{rule}`
 //!
 //! With `[[auth.keys]]` configured every admin route needs a SAS token with the Manage
-//! right in `Authorization`; without keys anything is accepted.
+//! right in `Authorization`; without keys anything is accepted. Before any route but
+//! `/health` runs, [`super::guard`]'s rules apply: the `Host` must be one the broker answers
+//! for, a request that may change state must not come from another `Origin`, and the
+//! WebSocket path takes pages only from trusted origins. Every answer carries
+//! [`super::guard::protect`]'s headers.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -46,6 +51,9 @@ pub struct Admin {
     pub registry: Arc<Registry>,
     /// Configured keys; empty: no authorization.
     pub keys: Vec<AccessKey>,
+    /// The `Host` names served (a guard against DNS rebinding): `[http] allowed_hosts` and
+    /// the built-in ones.
+    pub hosts: super::guard::HostAllowList,
     /// Turns true once the broker serves AMQP (until then `/health` answers 503).
     pub serving: AtomicBool,
     /// Prometheus metrics.
@@ -218,23 +226,42 @@ pub async fn serve_connection<S>(
     }
 }
 
-/// Serves an HTTP (or, with `tls`, HTTPS) listener until `shutdown` turns true.
+/// How often a listener at its connection cap says so in the log, at most.
+const CAP_WARNING_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Serves an HTTP (or, with `tls`, HTTPS) listener until `shutdown` turns true. Each
+/// connection holds one of `permits` (`[http] max_connections`, shared by the HTTP
+/// listeners); a connection accepted when none is left is closed at once, before anything
+/// is read from it, so a flood of connections costs no task and no buffer.
 pub async fn serve_listener(
     listener: tokio::net::TcpListener,
     router: Router,
     tls: Option<tokio_rustls::TlsAcceptor>,
+    permits: Arc<tokio::sync::Semaphore>,
     shutdown: watch::Receiver<bool>,
 ) {
     let mut connections = tokio::task::JoinSet::new();
     let mut stop = shutdown.clone();
+    let mut last_cap_warning: Option<tokio::time::Instant> = None;
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
             () = async { let _ = stop.wait_for(|stop| *stop).await; } => break,
         };
-        let Ok((stream, _peer)) = accepted else {
+        let Ok((stream, peer)) = accepted else {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            continue;
+        };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            drop(stream);
+            if last_cap_warning.is_none_or(|at| at.elapsed() >= CAP_WARNING_INTERVAL) {
+                last_cap_warning = Some(tokio::time::Instant::now());
+                tracing::warn!(
+                    %peer,
+                    "HTTP connection closed at once: the HTTP listeners hold [http] max_connections already"
+                );
+            }
             continue;
         };
         let _ = stream.set_nodelay(true);
@@ -242,6 +269,7 @@ pub async fn serve_listener(
         let shutdown = shutdown.clone();
         let tls = tls.clone();
         connections.spawn(async move {
+            let _permit = permit;
             match tls {
                 None => serve_connection(stream, router, false, shutdown).await,
                 Some(acceptor) => {
@@ -377,6 +405,93 @@ fn segments(path: &str) -> Vec<String> {
 }
 
 async fn handle(State(admin): State<Arc<Admin>>, request: Request) -> Response {
+    let mut response = route(admin, request).await;
+    super::guard::protect(&mut response);
+    response
+}
+
+/// The refusal of what a web page could use to drive the broker ([`super::guard`]): a
+/// `Host` the broker does not answer for, and a state change from another `Origin`; `None`
+/// when the request may go on. The explorer's refusals are JSON, the rest in the Service Bus
+/// error shape.
+fn guard(
+    admin: &Admin,
+    parts: &axum::http::request::Parts,
+    secure: bool,
+    explorer: bool,
+) -> Option<Response> {
+    let refusal = |text: &str| {
+        if explorer {
+            super::explorer::refusal(StatusCode::FORBIDDEN, text)
+        } else {
+            failure(StatusCode::FORBIDDEN, text)
+        }
+    };
+    let host = super::guard::request_host(parts);
+    if !admin.hosts.allows(host.as_deref()) {
+        let shown: String = host.unwrap_or_default().chars().take(200).collect();
+        return Some(refusal(&format!(
+            "Host '{shown}' is not a name this broker answers for; add it to [http] allowed_hosts to serve it."
+        )));
+    }
+    if !super::guard::changes_state(&parts.method) {
+        return None;
+    }
+    super::guard::same_origin(&parts.headers, host.as_deref(), secure)
+        .err()
+        .map(|text| refusal(&text))
+}
+
+/// `GET /metrics`: open without keys; with keys, a key with the Manage right, as HTTP Basic
+/// credentials (what Prometheus' `basic_auth` sends) or a SAS token for the namespace.
+async fn metrics(admin: &Admin, headers: &HeaderMap) -> Response {
+    if !admin.keys.is_empty() {
+        let basic = headers
+            .get(header::AUTHORIZATION)
+            .is_some_and(|value| value.as_bytes().starts_with(b"Basic "));
+        let refused = if basic || headers.get(header::AUTHORIZATION).is_none() {
+            match super::guard::basic_key(&admin.keys, headers) {
+                Ok(key) if key.rights.manage => None,
+                Ok(key) => Some((
+                    StatusCode::FORBIDDEN,
+                    format!("The key '{}' lacks the Manage right metrics need.", key.name),
+                )),
+                Err(super::guard::BasicRefusal::Missing) => Some((
+                    StatusCode::UNAUTHORIZED,
+                    "Metrics need a key with the Manage right: HTTP Basic with the key name and key, or a SAS token.".to_string(),
+                )),
+                Err(_) => Some((
+                    StatusCode::UNAUTHORIZED,
+                    "Unknown key name or wrong key.".to_string(),
+                )),
+            }
+        } else {
+            authorize(admin, headers, "").err().map(|response| {
+                (
+                    response.status(),
+                    "The SAS token does not grant Manage on the namespace.".to_string(),
+                )
+            })
+        };
+        if let Some((status, text)) = refused {
+            let mut response = (status, format!("{text}\n")).into_response();
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; charset=utf-8"),
+            );
+            if status == StatusCode::UNAUTHORIZED {
+                response.headers_mut().insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Basic realm=\"ferrobus metrics\", charset=\"UTF-8\""),
+                );
+            }
+            return response;
+        }
+    }
+    admin.metrics.render(&admin.registry).await
+}
+
+async fn route(admin: Arc<Admin>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let secure = parts
         .extensions
@@ -388,9 +503,38 @@ async fn handle(State(admin): State<Arc<Admin>>, request: Request) -> Response {
     let lower: Vec<&str> = lower.iter().map(String::as_str).collect();
     match (&parts.method, lower.as_slice()) {
         (&Method::GET, ["health"]) => return health(&admin),
-        // AMQP authorizes its own links ($cbs): the upgrade needs no token.
-        (&Method::GET, ["$servicebus", "websocket"]) => return websocket(&admin, parts).await,
-        (&Method::GET, ["metrics"]) => return admin.metrics.render(&admin.registry).await,
+        // AMQP authorizes its own links ($cbs): the upgrade needs no token, but a page on
+        // another origin may not open it (browsers allow any page to try).
+        (&Method::GET, ["$servicebus", "websocket"]) => {
+            if let Some(refusal) = guard(&admin, &parts, secure, false) {
+                return refusal;
+            }
+            let origin = parts
+                .headers
+                .get(header::ORIGIN)
+                .map(|origin| String::from_utf8_lossy(origin.as_bytes()).into_owned());
+            let host = super::guard::request_host(&parts);
+            if !admin
+                .hosts
+                .trusts_origin(origin.as_deref(), host.as_deref())
+            {
+                let shown: String = origin.unwrap_or_default().chars().take(200).collect();
+                return failure(
+                    StatusCode::FORBIDDEN,
+                    &format!(
+                        "A page at '{shown}' may not open this broker's AMQP WebSocket; add its host to [http] allowed_hosts to allow it."
+                    ),
+                );
+            }
+            return websocket(&admin, parts).await;
+        }
+        _ => {}
+    }
+    if let Some(refusal) = guard(&admin, &parts, secure, lower.first() == Some(&"explorer")) {
+        return refusal;
+    }
+    match (&parts.method, lower.as_slice()) {
+        (&Method::GET, ["metrics"]) => return metrics(&admin, &parts.headers).await,
         // The explorer authorizes with HTTP Basic (a browser cannot make SAS tokens).
         (_, ["explorer", ..]) => {
             return super::explorer::handle(&admin, parts, body, &segments[1..]).await;

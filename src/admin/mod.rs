@@ -4,6 +4,8 @@
 //! - [`atom`]: the pure ATOM/XML codec for the request and response bodies (no I/O).
 //! - [`describe`]: ATOM descriptions ⇄ the namespace's definitions.
 //! - [`explorer`]: the web explorer page and its JSON API.
+//! - [`guard`]: what keeps a web page from driving the broker (Host allow-list, same-origin
+//!   and JSON-only rules, protective headers, Basic credentials).
 //! - [`http`]: the routes (admin API, `/health`, `/metrics`) and the HTTP serving loops.
 //! - [`metrics`]: Prometheus metrics.
 //! - [`sniff`]: one port for everything — AMQP, HTTP and TLS told apart by their first bytes.
@@ -12,6 +14,7 @@
 pub mod atom;
 pub mod describe;
 pub mod explorer;
+pub mod guard;
 pub mod http;
 pub mod metrics;
 pub mod sniff;

@@ -121,6 +121,22 @@ fn convert_http(raw: super::raw::RawHttp) -> Result<HttpConfig, ConfigError> {
         https_listen: socket_address("http", "https_listen", raw.https_listen)?,
         tls_cert: file_path(raw.tls_cert),
         tls_key: file_path(raw.tls_key),
+        allowed_hosts: raw
+            .allowed_hosts
+            .unwrap_or_default()
+            .into_iter()
+            .map(allowed_host)
+            .collect::<Result<_, _>>()?,
+        max_connections: match raw.max_connections {
+            None => super::DEFAULT_HTTP_MAX_CONNECTIONS,
+            Some(0) => {
+                return Err(ConfigError::invalid(
+                    "http",
+                    "max_connections must be at least 1".to_string(),
+                ));
+            }
+            Some(count) => count,
+        },
     };
     if http.tls_cert.is_some() != http.tls_key.is_some() {
         return Err(ConfigError::invalid(
@@ -129,6 +145,28 @@ fn convert_http(raw: super::raw::RawHttp) -> Result<HttpConfig, ConfigError> {
         ));
     }
     Ok(http)
+}
+
+/// One `[http] allowed_hosts` entry, lower-cased: a host name, `*.suffix`, or `*`.
+fn allowed_host(entry: String) -> Result<String, ConfigError> {
+    let name = entry.strip_prefix("*.").unwrap_or(&entry);
+    let valid = entry == "*"
+        || (!name.is_empty()
+            && name.split('.').all(|label| {
+                !label.is_empty()
+                    && label
+                        .bytes()
+                        .all(|byte| byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_')
+            }));
+    if !valid {
+        return Err(ConfigError::invalid(
+            "http",
+            format!(
+                "allowed_hosts entry '{entry}' is not a host name, '*.domain' or '*' (no port, no scheme; IP addresses are always allowed)"
+            ),
+        ));
+    }
+    Ok(entry.to_ascii_lowercase())
 }
 
 fn convert_storage(raw: super::raw::RawStorage) -> Result<StorageConfig, ConfigError> {

@@ -373,3 +373,18 @@ fn summary_lists_entities_and_key_settings() {
         "{builtin}"
     );
 }
+
+#[test]
+fn http_guard_keys_are_read_with_their_defaults() {
+    let defaults = load("");
+    assert_eq!(defaults.http.max_connections, 1_000);
+    assert!(defaults.http.allowed_hosts.is_empty());
+    let config = load(
+        "[http]\nallowed_hosts = [\"Broker.Internal\", \"*.corp.example\", \"*\"]\nmax_connections = 5\n",
+    );
+    assert_eq!(
+        config.http.allowed_hosts,
+        ["broker.internal", "*.corp.example", "*"]
+    );
+    assert_eq!(config.http.max_connections, 5);
+}

@@ -161,10 +161,13 @@ pub struct WebSocketConfig {
 /// Default port of the HTTP listener (the official emulator's).
 pub const DEFAULT_HTTP_PORT: u16 = 5300;
 
+/// Default cap on the connections the dedicated HTTP listeners hold together.
+pub const DEFAULT_HTTP_MAX_CONNECTIONS: usize = 1_000;
+
 /// `[http]`: the HTTP listener serving the administration API, `/health` and `/metrics`.
 /// The same routes are also served on the AMQP port, in plain HTTP and over TLS (the
 /// protocol is detected from the first bytes).
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct HttpConfig {
     /// Whether the HTTP listener runs (the AMQP port serves HTTP either way).
     pub disabled: bool,
@@ -178,6 +181,28 @@ pub struct HttpConfig {
     pub tls_cert: Option<PathBuf>,
     /// PEM private key of `tls_cert`.
     pub tls_key: Option<PathBuf>,
+    /// Host names the explorer, the admin API and `/metrics` answer for, beyond `localhost`,
+    /// `*.localhost`, IP address literals and the machine's host name (a guard against DNS
+    /// rebinding): exact names (lower-case), `*.suffix` patterns, or `*` for any.
+    pub allowed_hosts: Vec<String>,
+    /// Connections the HTTP listeners (`listen` and `https_listen`) hold together; more are
+    /// closed as soon as they are accepted. At least 1. HTTP on the AMQP port counts against
+    /// `[server] max_connections` instead.
+    pub max_connections: usize,
+}
+
+impl Default for HttpConfig {
+    fn default() -> HttpConfig {
+        HttpConfig {
+            disabled: false,
+            listen: None,
+            https_listen: None,
+            tls_cert: None,
+            tls_key: None,
+            allowed_hosts: Vec::new(),
+            max_connections: DEFAULT_HTTP_MAX_CONNECTIONS,
+        }
+    }
 }
 
 /// `[storage].mode`.

@@ -60,6 +60,8 @@ pub(super) struct RawHttp {
     pub https_listen: Option<String>,
     pub tls_cert: Option<String>,
     pub tls_key: Option<String>,
+    pub allowed_hosts: Option<Vec<String>>,
+    pub max_connections: Option<usize>,
 }
 
 /// `[storage]`.

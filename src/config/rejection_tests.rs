@@ -491,3 +491,25 @@ fn an_unknown_entity_status_names_the_entity_and_the_choices() {
         &["q", "\"Paused\"", "SendDisabled", "ReceiveDisabled"],
     );
 }
+
+#[test]
+fn http_guard_keys_are_checked() {
+    assert_error(
+        "[http]\nmax_connections = 0",
+        &["http", "max_connections must be at least 1"],
+    );
+    for entry in [
+        "localhost:5300",
+        "http://broker",
+        "*corp.example",
+        "a..b",
+        "",
+        "*.",
+        "bro ker",
+    ] {
+        assert_error(
+            &format!("[http]\nallowed_hosts = [\"{entry}\"]"),
+            &["http", &format!("allowed_hosts entry '{entry}'")],
+        );
+    }
+}

@@ -14,6 +14,7 @@ mod forwarding;
 mod fuzz;
 mod harness;
 mod hostile;
+mod http_guard;
 mod limits;
 mod logs;
 mod memory;
