@@ -158,6 +158,7 @@ pub async fn run_listeners(
     let codec = broker::topic::TopicCodec {
         rewrite: Arc::new(amqp::rewrite::apply_rule_action),
         decode_properties: Arc::new(amqp::rewrite::decode_user_properties),
+        evaluation_budget: config.server.filter_evaluation_budget,
     };
     let mut namespace = config.clone();
     if let Some(text) = storage

@@ -338,4 +338,8 @@ impl FilterMessage for FilterView<'_> {
             .find(|(key, _)| property_names_equal(key, name))
             .map(|(_, value)| filter_value(value))
     }
+
+    fn property_lookup_cost(&self) -> u64 {
+        self.message.extras().user_properties.len() as u64 + 1
+    }
 }

@@ -27,7 +27,7 @@ use super::entity::{
 use super::filter::PropertyChange;
 use super::message::Message;
 use super::rules::{self, Rule};
-use super::topic_state::{Copies, SubscriptionRules, TopicState};
+use super::topic_state::{Copies, HeavyMessage, SubscriptionRules, TopicState};
 use super::types::{EntityError, SequenceNumber};
 use crate::clock::Clock;
 use crate::config::TopicConfig;
@@ -41,7 +41,8 @@ pub type Rewriter = Arc<dyn Fn(&Message, &[PropertyChange], &str) -> Message + S
 pub type PropertyDecoder =
     Arc<dyn Fn(&Message) -> Vec<(String, super::types::PropertyValue)> + Send + Sync>;
 
-/// What a topic needs from the AMQP adapter: the encoding stays out of the core.
+/// What a topic needs from outside the core: the AMQP adapter's functions (the encoding
+/// stays out of the core) and the configured bound on rule evaluation.
 #[derive(Clone)]
 pub struct TopicCodec {
     /// Rewrites messages for rule actions.
@@ -50,6 +51,9 @@ pub struct TopicCodec {
     /// — sent, forwarded into it or scheduled — so filters see the same properties
     /// whichever way a message arrived (issue 10, item 17).
     pub decode_properties: PropertyDecoder,
+    /// Steps a subscription's rules may take on one message (`[server]
+    /// filter_evaluation_budget`, see [`crate::broker::filter::Fuel`]).
+    pub evaluation_budget: u64,
 }
 
 /// Dead-letter reason for session-less messages reaching a session subscription.
@@ -229,6 +233,55 @@ struct Topic {
     /// Each subscription's copies of the publish at hand, emptied after each: their room
     /// serves the next (see [`TopicState::publish_into`]).
     scratch: Vec<Copies>,
+}
+
+/// Steps of rule evaluation one message may take on the topic's task (all subscriptions
+/// together, about a tenth of a millisecond): a message whose rules need more is evaluated
+/// where it stalls no other entity (see [`publish_into_off_the_workers`]).
+const INLINE_EVALUATION_STEPS: u64 = 100_000;
+
+/// [`TopicState::publish`] through [`publish_into_off_the_workers`].
+fn publish_off_the_workers(
+    state: &mut TopicState,
+    now: crate::broker::types::Timestamp,
+    messages: impl IntoIterator<Item = Message>,
+) -> Vec<Copies> {
+    let mut copies: Vec<Copies> = (0..state.subscription_count())
+        .map(|_| Copies::default())
+        .collect();
+    publish_into_off_the_workers(state, now, messages, &mut copies);
+    copies
+}
+
+/// Publishes `messages` into `copies` (see [`TopicState::publish_into`]). Rules run on the
+/// topic's task up to [`INLINE_EVALUATION_STEPS`] a message; a message whose rules need more
+/// is evaluated again in `block_in_place`, which first hands the worker thread's other
+/// tasks to another thread: however long a subscription's rules take on one message (up to
+/// the configured budget), other entities and connections go on being served. The topic
+/// itself waits, which keeps its publishes in order.
+fn publish_into_off_the_workers(
+    state: &mut TopicState,
+    now: crate::broker::types::Timestamp,
+    messages: impl IntoIterator<Item = Message>,
+    copies: &mut [Copies],
+) {
+    let mut messages = messages.into_iter();
+    while let Err(HeavyMessage(message)) =
+        state.publish_into(now, &mut messages, copies, Some(INLINE_EVALUATION_STEPS))
+    {
+        let publish = || {
+            // Without an inline bound nothing is handed back.
+            let _ = state.publish_into(now, &mut std::iter::once(message), copies, None);
+        };
+        let multi_threaded = tokio::runtime::Handle::try_current().is_ok_and(|runtime| {
+            runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
+        });
+        if multi_threaded {
+            tokio::task::block_in_place(publish);
+        } else {
+            publish();
+        }
+    }
 }
 
 /// Publishes in flight at most: beyond, the topic stops reading its inbox until replies
@@ -443,7 +496,7 @@ impl Topic {
                     }
                 }
                 TopicCommand::Publish { messages, reply } => {
-                    let copies = self.state.publish(now, messages);
+                    let copies = publish_off_the_workers(&mut self.state, now, messages);
                     let changes = self.state.take_changes();
                     self.start_publish(copies, reply, changes, &sink).await;
                 }
@@ -601,7 +654,7 @@ impl Topic {
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.resize_with(subscriptions, Copies::default);
         for send in sends.drain(..) {
-            self.state.publish_into(now, send.messages, &mut scratch);
+            publish_into_off_the_workers(&mut self.state, now, send.messages, &mut scratch);
             let changes = self.state.take_changes();
             let id = self.next_publish;
             self.next_publish = self.next_publish.wrapping_add(1);
@@ -836,7 +889,7 @@ impl Topic {
         replies: &mut mpsc::UnboundedReceiver<Notification>,
     ) {
         while let Some((sequence_number, message)) = self.state.take_due(self.clock.now()) {
-            let copies = self.state.publish(self.clock.now(), vec![message]);
+            let copies = publish_off_the_workers(&mut self.state, self.clock.now(), vec![message]);
             if let Err(error) = self.deliver(copies, sink, replies).await {
                 tracing::warn!(topic = %self.path, %error, "a scheduled message could not be published");
             }

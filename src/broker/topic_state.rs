@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::entity::Reply;
 use super::entity::duplicates::DuplicateDetector;
 use super::entity::state::{Change, MessageLog, Record, SESSION_ID_IS_NULL};
+use super::filter::{FilterEvaluationError, Fuel};
 use super::message::Message;
 use super::rules::{self, FilterView, Rule, RuleDefinition};
 use super::topic::{RuleOperation, TopicCodec};
@@ -66,6 +67,9 @@ pub struct TopicState {
     duplicate_window: Option<std::time::Duration>,
     /// Picks published messages' partitions (rule PRT-2).
     partitioner: crate::broker::partitions::Partitioner,
+    /// Scratch of [`Self::publish_into`]: where each subscription's dead letters of the
+    /// message at hand begin.
+    dead_letter_marks: Vec<usize>,
 }
 
 impl TopicState {
@@ -86,6 +90,7 @@ impl TopicState {
             changed_rules: BTreeSet::new(),
             duplicate_window: None,
             partitioner: crate::broker::partitions::Partitioner::new(1, false),
+            dead_letter_marks: Vec::new(),
         }
     }
 
@@ -271,26 +276,37 @@ impl TopicState {
 
     /// Offers messages to every subscription (rules DLQ-5, FLT-*): drops duplicates (rule
     /// DUP-1, remembered as a change) and returns the copies for each subscription, in
-    /// subscription order.
+    /// subscription order. Evaluation is bounded per subscription only (see
+    /// [`Self::publish_into`]).
     pub fn publish(&mut self, now: Timestamp, messages: Vec<Message>) -> Vec<Copies> {
         let mut all_copies: Vec<Copies> = (0..self.subscriptions.len())
             .map(|_| Copies::default())
             .collect();
-        self.publish_into(now, messages, &mut all_copies);
+        // Without an inline bound no message is handed back.
+        let _ = self.publish_into(now, &mut messages.into_iter(), &mut all_copies, None);
         all_copies
     }
 
     /// [`Self::publish`], appending each subscription's copies to `all_copies` (one entry
     /// per subscription, in order): a batch of publishes reuses the lists (issue 16: four
     /// allocations a message).
+    ///
+    /// Each subscription's rules may take the topic's evaluation budget in steps on each
+    /// message (see [`Fuel`]); past it the message is dead-lettered from that subscription
+    /// as a failed filter is, naming the rule. With `inline`, a message whose rules would
+    /// take more than that many steps over all subscriptions is handed back untouched
+    /// (nothing of it applied, the messages after it left in `messages`), for the caller to
+    /// publish where a long evaluation stalls nobody else.
     pub fn publish_into(
         &mut self,
         now: Timestamp,
-        messages: impl IntoIterator<Item = Message>,
+        messages: &mut impl Iterator<Item = Message>,
         all_copies: &mut [Copies],
-    ) {
+        inline: Option<u64>,
+    ) -> Result<(), HeavyMessage> {
+        let budget = self.codec.evaluation_budget;
         // One pass (issue 16: three, each collecting a new list): properties decoded for
-        // the filters, duplicates dropped, the rest numbered and offered.
+        // the filters, duplicates dropped, the rest evaluated, numbered and offered.
         for mut message in messages {
             if message.extras().user_properties.is_empty()
                 && !message.application_properties_section().is_empty()
@@ -300,10 +316,42 @@ impl TopicState {
             }
             if let Some(detector) = &mut self.duplicates
                 && let Some(id) = message.system().message_id()
+                && detector.check(now, id).is_some()
             {
-                if detector.check(now, id).is_some() {
-                    continue;
+                continue;
+            }
+            // Every subscription's rules first: a message handed back leaves no trace.
+            let view = FilterView::new(&message, now.0);
+            let mut inline_left = inline;
+            let mut heavy = false;
+            self.dead_letter_marks.clear();
+            for (entry, copies) in self.subscriptions.iter().zip(all_copies.iter_mut()) {
+                self.dead_letter_marks.push(copies.dead_lettered.len());
+                let (limit, bound) = match inline_left {
+                    Some(left) if left < budget => (left, Bound::Inline),
+                    _ => (budget, Bound::Subscription),
+                };
+                let mut fuel = Fuel::new(limit);
+                if copies_into(&self.codec, entry, &view, copies, &mut fuel, bound).is_err() {
+                    heavy = true;
+                    break;
                 }
+                if let Some(left) = &mut inline_left {
+                    *left = left.saturating_sub(fuel.used());
+                }
+            }
+            if heavy {
+                // Accepted copies are numbered per message, so those without a number are
+                // this message's.
+                for (copies, mark) in all_copies.iter_mut().zip(&self.dead_letter_marks) {
+                    copies.accepted.truncate(copies.numbers.len());
+                    copies.dead_lettered.truncate(*mark);
+                }
+                return Err(HeavyMessage(message));
+            }
+            if let Some(detector) = &mut self.duplicates
+                && let Some(id) = message.system().message_id()
+            {
                 detector.remember(now, id, SequenceNumber(0));
                 // The shell commits this after the copies are stored: a crash in between
                 // lets a resend through (a duplicate), never a loss.
@@ -317,11 +365,9 @@ impl TopicState {
             // one, and every subscription's copy carries it with the topic's enqueued time.
             let partition = self.partitioner.partition(&message);
             let number = self.log.allocate_in(partition);
-            let view = FilterView::new(&message, now.0);
-            for (entry, copies) in self.subscriptions.iter().zip(all_copies.iter_mut()) {
-                let first = copies.accepted.len();
-                let first_dead = copies.dead_lettered.len();
-                copies_into(&self.codec, entry, &view, copies);
+            let subscriptions = self.subscriptions.iter().zip(all_copies.iter_mut());
+            for ((entry, copies), first_dead) in subscriptions.zip(&self.dead_letter_marks) {
+                let first = copies.numbers.len();
                 // The first copy takes the message's number. More copies of one message in
                 // one subscription (several rules with actions matched) are each a message
                 // of its own, with a number of its own from the topic.
@@ -336,7 +382,7 @@ impl TopicState {
                 }
                 // Dead letters (a filter or an action failed) carry the message's number in
                 // their rare fields: a rare path, not worth a list of its own.
-                for (copy, _, _) in &mut copies.dead_lettered[first_dead..] {
+                for (copy, _, _) in &mut copies.dead_lettered[*first_dead..] {
                     copy.edit_extras(|extras| extras.topic_sequence = Some((number, now)));
                 }
                 if entry.requires_session {
@@ -348,6 +394,7 @@ impl TopicState {
         // send): the copies' records carry their numbers, and at start the topic numbers
         // past its subscriptions (`raise_sequence_number`). A number no copy kept was seen
         // by no one, so giving it again after a restart is invisible.
+        Ok(())
     }
 
     /// Raises the topic's sequence counter past what its subscriptions have already
@@ -479,53 +526,74 @@ impl TopicState {
     }
 }
 
+/// Which bound a subscription's fuel is: its own budget, or what is left of the inline
+/// bound of the message's whole evaluation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bound {
+    Subscription,
+    Inline,
+}
+
+/// A message whose rules need more evaluation than may run where the topic's core runs,
+/// handed back by [`TopicState::publish_into`] with nothing of it applied.
+#[derive(Debug)]
+pub struct HeavyMessage(pub Message);
+
 /// Appends to `copies` the copies one subscription gets of one message: one per matching
 /// rule with an action, one for any plain match (first); filter and action errors
 /// dead-letter when the subscription says so; session-less copies for a session
-/// subscription dead-letter.
+/// subscription dead-letter. Rules that exhaust the subscription's budget leave the message
+/// one dead letter naming the rule and no copy; exhausting the inline bound is an `Err`.
 fn copies_into(
     codec: &TopicCodec,
     entry: &SubscriptionRules,
     view: &FilterView<'_>,
     copies: &mut Copies,
-) {
+    fuel: &mut Fuel,
+    bound: Bound,
+) -> Result<(), ()> {
     let message = view.message;
     let first = copies.accepted.len();
     let mut plain_match = false;
     for rule in &entry.rules {
-        let matched = match rule.filter.evaluate(view) {
-            Ok(matched) => matched,
-            Err(error) => {
-                filter_error(
-                    entry,
-                    copies,
-                    message,
-                    format!("Rule '{}': {error}", rule.name),
-                );
-                continue;
-            }
-        };
-        if !matched {
-            continue;
-        }
-        match &rule.action {
-            None => plain_match = true,
-            Some(action) => match action.apply(view) {
-                Ok(changes) => copies
-                    .accepted
-                    .push((codec.rewrite)(message, &changes, &rule.name)),
-                Err(error) => filter_error(
-                    entry,
-                    copies,
-                    message,
-                    format!("Action of rule '{}': {error}", rule.name),
-                ),
+        let changes = match rule.filter.evaluate_within(view, fuel) {
+            Ok(false) => continue,
+            Ok(true) => match &rule.action {
+                None => {
+                    plain_match = true;
+                    continue;
+                }
+                Some(action) => action
+                    .apply_within(view, fuel)
+                    .map_err(|error| ("Action of rule", error)),
             },
+            Err(error) => Err(("Rule", error)),
+        };
+        match changes {
+            Ok(changes) => copies
+                .accepted
+                .push((codec.rewrite)(message, &changes, &rule.name)),
+            Err((_, FilterEvaluationError::BudgetExceeded { .. })) if bound == Bound::Inline => {
+                return Err(());
+            }
+            Err((part, error @ FilterEvaluationError::BudgetExceeded { .. })) => {
+                // No partial delivery: the message leaves this subscription as one dead
+                // letter naming the rule that ran out.
+                copies.accepted.truncate(first);
+                let description = format!("{part} '{}': {error}", rule.name);
+                filter_error(entry, copies, message, description);
+                return Ok(());
+            }
+            Err((part, error)) => {
+                let description = format!("{part} '{}': {error}", rule.name);
+                filter_error(entry, copies, message, description);
+            }
         }
     }
     if plain_match {
         copies.accepted.insert(first, message.clone());
     }
+    Ok(())
 }
 
 /// A rule's filter or action failed on `message`: a dead letter when the subscription says
@@ -583,6 +651,7 @@ mod tests {
         TopicCodec {
             rewrite: std::sync::Arc::new(|message, _, _| message.clone()),
             decode_properties: std::sync::Arc::new(|_| Vec::new()),
+            evaluation_budget: crate::broker::filter::DEFAULT_EVALUATION_BUDGET,
         }
     }
 
@@ -618,6 +687,131 @@ mod tests {
         message.set_system(system);
         message.edit_extras(|extras| extras.scheduled_enqueue_time = at);
         message
+    }
+
+    /// A topic whose "costly" subscription has a cheap rule and a LIKE over a long text,
+    /// beside a subscription with the default rule; rules may take `budget` steps.
+    fn costly_topic(budget: u64) -> TopicState {
+        let rule = |name: &str, sql: String| {
+            rules::compile(
+                &crate::config::RuleConfig {
+                    name: name.to_string(),
+                    filter: crate::config::FilterConfig::Sql(sql),
+                    action: None,
+                },
+                0,
+            )
+            .expect("compiles")
+        };
+        let costly = SubscriptionRules {
+            name: "costly".to_string(),
+            rules: vec![
+                rule("cheap", "EXISTS(p)".to_string()),
+                rule("long-like", format!("p LIKE '%{} b'", "a".repeat(900))),
+            ],
+            dead_letter_on_filter_errors: true,
+            requires_session: false,
+        };
+        let plain = SubscriptionRules {
+            name: "plain".to_string(),
+            rules: vec![
+                rules::compile(&crate::config::RuleConfig::default_rule(), 0)
+                    .expect("the default rule compiles"),
+            ],
+            dead_letter_on_filter_errors: true,
+            requires_session: false,
+        };
+        let codec = TopicCodec {
+            evaluation_budget: budget,
+            ..codec()
+        };
+        TopicState::new("t".to_string(), vec![costly, plain], None, codec)
+    }
+
+    fn with_long_property(id: &str) -> Message {
+        let mut message = message(id, None);
+        let text = crate::broker::types::PropertyValue::String("a".repeat(200_000));
+        message.edit_extras(|extras| extras.user_properties = vec![("p".to_string(), text)]);
+        message
+    }
+
+    #[test]
+    fn rules_past_the_budget_dead_letter_the_message_from_that_subscription_naming_the_rule() {
+        // rule DLQ-3: a filter that cannot be evaluated (here: within its budget) dead-letters
+        let mut state = costly_topic(1_000_000);
+        let copies = state.publish(START, vec![with_long_property("m")]);
+        // "cheap" matched, but no partial delivery: one dead letter, no copy.
+        assert!(copies[0].accepted.is_empty());
+        let [(_, reason, description)] = copies[0].dead_lettered.as_slice() else {
+            panic!("one dead letter: {:?}", copies[0].dead_lettered.len());
+        };
+        assert_eq!(reason, "FilterEvaluationException");
+        assert_eq!(
+            description,
+            "Rule 'long-like': evaluation exceeded its budget of 1000000 steps"
+        );
+        // The other subscription is not affected.
+        assert_eq!(copies[1].accepted.len(), 1);
+        assert!(copies[1].dead_lettered.is_empty());
+        // Within a budget that covers the linear match (200,001 bytes x 15 words) the
+        // message is filtered as usual: "cheap" matches, "long-like" does not.
+        let mut state = costly_topic(4_000_000);
+        let copies = state.publish(START, vec![with_long_property("m")]);
+        assert_eq!(copies[0].accepted.len(), 1);
+        assert!(copies[0].dead_lettered.is_empty());
+    }
+
+    #[test]
+    fn a_message_over_the_inline_bound_is_handed_back_with_nothing_applied() {
+        let mut state = costly_topic(4_000_000);
+        let mut copies: Vec<Copies> = (0..2).map(|_| Copies::default()).collect();
+        let mut messages = vec![
+            message("light", None),
+            with_long_property("heavy"),
+            message("after", None),
+        ]
+        .into_iter();
+        let result = state.publish_into(START, &mut messages, &mut copies, Some(10_000));
+        let Err(HeavyMessage(heavy)) = result else {
+            panic!("the long LIKE is over the inline bound");
+        };
+        assert_eq!(heavy.system().message_id(), Some("heavy"));
+        // The light message went through; the heavy one left nothing (no copy, no dead
+        // letter, no sequence number); the one after it is still to come.
+        assert_eq!(copies[0].accepted.len(), 0);
+        assert_eq!(
+            copies[1]
+                .numbers
+                .iter()
+                .map(|(n, _)| n.0)
+                .collect::<Vec<_>>(),
+            [1]
+        );
+        assert!(copies.iter().all(|copies| copies.dead_lettered.is_empty()));
+        assert_eq!(messages.len(), 1);
+        // Published without the inline bound, it takes the next number.
+        let mut rest = std::iter::once(heavy).chain(messages);
+        assert!(
+            state
+                .publish_into(START, &mut rest, &mut copies, None)
+                .is_ok()
+        );
+        assert_eq!(
+            copies[0]
+                .numbers
+                .iter()
+                .map(|(n, _)| n.0)
+                .collect::<Vec<_>>(),
+            [2]
+        );
+        assert_eq!(
+            copies[1]
+                .numbers
+                .iter()
+                .map(|(n, _)| n.0)
+                .collect::<Vec<_>>(),
+            [1, 2, 3]
+        );
     }
 
     #[test]

@@ -251,6 +251,16 @@ fn convert_server(raw: RawServer) -> Result<ServerConfig, ConfigError> {
             .memory_budget
             .map(|value| byte_size("server", "memory_budget", value))
             .transpose()?,
+        filter_evaluation_budget: match raw.filter_evaluation_budget {
+            None => defaults.filter_evaluation_budget,
+            Some(0) => {
+                return Err(ConfigError::invalid(
+                    "server",
+                    "filter_evaluation_budget must be at least 1 (steps a subscription's rules may take on one message)",
+                ));
+            }
+            Some(steps) => steps,
+        },
         strict: match raw.strict {
             None | Some(super::raw::RawStrict::Flag(false)) => None,
             Some(super::raw::RawStrict::Flag(true)) => Some(super::Tier::Standard),

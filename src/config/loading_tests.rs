@@ -24,6 +24,7 @@ fn empty_file_gives_defaults_and_no_entities() {
     assert_eq!(config.server.listen.to_string(), "127.0.0.1:5672");
     assert_eq!(config.server.idle_timeout, Duration::from_secs(120));
     assert_eq!(config.server.handshake_timeout, Duration::from_secs(30));
+    assert_eq!(config.server.filter_evaluation_budget, 16_000_000);
     assert_eq!(config.server.max_frame_size, 1_048_576);
     assert_eq!(config.server.max_connections, 10_000);
     assert!(config.auth.keys.is_empty());
@@ -65,6 +66,7 @@ fn every_key_is_read() {
 listen = "0.0.0.0:5673"
 idle_timeout = "30s"
 handshake_timeout = "300ms"
+filter_evaluation_budget = 5000
 max_frame_size = 512
 max_connections = 1
 [[auth.keys]]
@@ -119,6 +121,7 @@ sql_action = "SET sys.Label = 'big'"
     assert_eq!(config.server.listen.to_string(), "0.0.0.0:5673");
     assert_eq!(config.server.idle_timeout, Duration::from_secs(30));
     assert_eq!(config.server.handshake_timeout, Duration::from_millis(300));
+    assert_eq!(config.server.filter_evaluation_budget, 5_000);
     assert_eq!(
         (config.server.max_frame_size, config.server.max_connections),
         (512, 1)

@@ -259,6 +259,9 @@ pub struct ServerConfig {
     pub handshake_timeout: Duration,
     /// Bytes all entities together may store; `None`: half of the machine's memory.
     pub memory_budget: Option<u64>,
+    /// Steps a subscription's rules may take on one message before it is dead-lettered
+    /// from that subscription (see [`crate::broker::filter::Fuel`]). At least 1.
+    pub filter_evaluation_budget: u64,
     /// Cloud-parity mode (`strict`): the cloud's quotas and rules for this tier, enforced
     /// on the configuration and on entities created at run time; `None`: off.
     pub strict: Option<Tier>,
@@ -293,6 +296,7 @@ impl Default for ServerConfig {
             shutdown_grace_period: DEFAULT_SHUTDOWN_GRACE_PERIOD,
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             memory_budget: None,
+            filter_evaluation_budget: crate::broker::filter::DEFAULT_EVALUATION_BUDGET,
             strict: None,
         }
     }

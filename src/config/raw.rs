@@ -85,6 +85,7 @@ pub(super) struct RawServer {
     pub shutdown_grace_period: Option<String>,
     pub handshake_timeout: Option<String>,
     pub memory_budget: Option<RawBytes>,
+    pub filter_evaluation_budget: Option<u64>,
     pub strict: Option<RawStrict>,
 }
 

@@ -153,6 +153,10 @@ fn server_ranges_are_checked() {
         &["server", "handshake_timeout must be greater than zero"],
     );
     assert_error(
+        "[server]\nfilter_evaluation_budget = 0",
+        &["server", "filter_evaluation_budget must be at least 1"],
+    );
+    assert_error(
         "[server]\nhandshake_timeout = \"later\"",
         &["server: handshake_timeout", "\"later\""],
     );

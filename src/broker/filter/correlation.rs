@@ -41,6 +41,12 @@ impl CorrelationFilter {
             && self.properties.is_empty()
     }
 
+    /// Property lookups a match may make at most (every user property it names, plus the
+    /// system properties): what its evaluation is charged.
+    pub fn lookups(&self) -> u64 {
+        self.properties.len() as u64 + 1
+    }
+
     /// Whether every set field matches `message`.
     pub fn matches<M: FilterMessage + ?Sized>(&self, message: &M) -> bool {
         let system_match = self.system_conditions().all(|(property, expected)| {

@@ -159,6 +159,13 @@ pub enum FilterEvaluationError {
     /// `property('sys.X')` naming no system property.
     #[error("unknown system property {0:?}")]
     UnknownSystemProperty(String),
+    /// The evaluation took more steps than its budget allows (`[server]
+    /// filter_evaluation_budget`): the work a rule does on a message is bounded.
+    #[error("evaluation exceeded its budget of {budget} steps")]
+    BudgetExceeded {
+        /// The budget, in steps.
+        budget: u64,
+    },
     /// A rule action storing a value that the system property cannot hold.
     #[error("cannot assign a {value} value to system property {property}")]
     InvalidAssignment {

@@ -15,6 +15,11 @@
 //!
 //! Strings are borrowed from the message or the syntax tree ([`Cow::Borrowed`]); only string
 //! concatenation allocates. This module reads the message; it never changes it.
+//!
+//! Every evaluation draws on a [`Fuel`]: a step per node, a property lookup's pass over the
+//! message's properties, the bytes of every string compared or built (charged before it is
+//! built), a `LIKE` match's text times its pattern's state words. Nothing here does work
+//! that was not charged first, so a rule cannot make one message cost more than the budget.
 
 use std::borrow::Cow;
 use std::collections::hash_map::RandomState;
@@ -22,7 +27,8 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 
 use super::error::FilterEvaluationError;
-use super::like::like_matches;
+use super::fuel::Fuel;
+use super::like::LikePattern;
 use super::message::{FilterMessage, SystemProperty};
 use super::operators::{arithmetic, compare, negate, plus};
 use super::syntax::{ComparisonOperator, Expression, PropertyReference};
@@ -116,12 +122,14 @@ type EvaluationResult<T> = Result<T, FilterEvaluationError>;
 pub(super) fn evaluate_condition<M: FilterMessage + ?Sized>(
     expression: &Expression,
     message: &M,
+    fuel: &mut Fuel,
 ) -> EvaluationResult<Truth> {
+    fuel.charge(1)?;
     match expression {
         Expression::And(operands) => {
             let mut result = Truth::True;
             for operand in operands {
-                match evaluate_condition(operand, message)? {
+                match evaluate_condition(operand, message, fuel)? {
                     Truth::False => return Ok(Truth::False),
                     Truth::Unknown => result = Truth::Unknown,
                     Truth::True => {}
@@ -132,7 +140,7 @@ pub(super) fn evaluate_condition<M: FilterMessage + ?Sized>(
         Expression::Or(operands) => {
             let mut result = Truth::False;
             for operand in operands {
-                match evaluate_condition(operand, message)? {
+                match evaluate_condition(operand, message, fuel)? {
                     Truth::True => return Ok(Truth::True),
                     Truth::Unknown => result = Truth::Unknown,
                     Truth::False => {}
@@ -140,14 +148,15 @@ pub(super) fn evaluate_condition<M: FilterMessage + ?Sized>(
             }
             Ok(result)
         }
-        Expression::Not(operand) => Ok(evaluate_condition(operand, message)?.not()),
+        Expression::Not(operand) => Ok(evaluate_condition(operand, message, fuel)?.not()),
         Expression::Comparison {
             operator,
             left,
             right,
         } => {
-            let left = evaluate_value(left, message)?;
-            let right = evaluate_value(right, message)?;
+            let left = evaluate_value(left, message, fuel)?;
+            let right = evaluate_value(right, message, fuel)?;
+            fuel.charge(comparison_cost(&left, &right))?;
             compare(*operator, &left, &right)
         }
         Expression::Like {
@@ -155,14 +164,23 @@ pub(super) fn evaluate_condition<M: FilterMessage + ?Sized>(
             value,
             pattern,
             escape,
-        } => evaluate_like(message, value, pattern, escape.as_deref())
-            .map(|truth| truth.negated_if(*negated)),
+            compiled,
+        } => evaluate_like(
+            message,
+            value,
+            pattern,
+            escape.as_deref(),
+            compiled.as_deref(),
+            fuel,
+        )
+        .map(|truth| truth.negated_if(*negated)),
         Expression::In {
             negated,
             value,
             list,
-        } => evaluate_in(message, value, list).map(|truth| truth.negated_if(*negated)),
+        } => evaluate_in(message, value, list, fuel).map(|truth| truth.negated_if(*negated)),
         Expression::IsNull { negated, property } => {
+            fuel.charge(message.property_lookup_cost())?;
             let is_null = matches!(
                 read_property(property, message),
                 None | Some(FilterValueRef::Null)
@@ -170,9 +188,10 @@ pub(super) fn evaluate_condition<M: FilterMessage + ?Sized>(
             Ok(Truth::from_bool(is_null != *negated))
         }
         Expression::Exists(property) => {
+            fuel.charge(message.property_lookup_cost())?;
             Ok(Truth::from_bool(read_property(property, message).is_some()))
         }
-        value_expression => match evaluate_value(value_expression, message)? {
+        value_expression => match evaluate_value(value_expression, message, fuel)? {
             Operand::Bool(value) => Ok(Truth::from_bool(value)),
             Operand::Null => Ok(Truth::Unknown),
             other => Err(FilterEvaluationError::NotACondition(other.value_type())),
@@ -184,29 +203,37 @@ pub(super) fn evaluate_condition<M: FilterMessage + ?Sized>(
 pub(super) fn evaluate_value<'a, M: FilterMessage + ?Sized>(
     expression: &'a Expression,
     message: &'a M,
+    fuel: &mut Fuel,
 ) -> EvaluationResult<Operand<'a>> {
+    fuel.charge(1)?;
     match expression {
         Expression::Constant(value) => Ok(Operand::from_value_ref(value.as_value_ref())),
         Expression::Property(property) => {
+            fuel.charge(message.property_lookup_cost())?;
             Ok(read_property(property, message).map_or(Operand::Null, Operand::from_value_ref))
         }
         Expression::NewIdentifier => Ok(Operand::Uuid(new_unique_identifier())),
         Expression::PropertyByName(name) => {
-            let name = evaluate_value(name, message)?;
+            let name = evaluate_value(name, message, fuel)?;
+            fuel.charge(message.property_lookup_cost())?;
             read_property_by_name(&name, message)
         }
-        Expression::Negate(operand) => negate(evaluate_value(operand, message)?),
-        Expression::Identity(operand) => plus(evaluate_value(operand, message)?),
+        Expression::Negate(operand) => negate(evaluate_value(operand, message, fuel)?),
+        Expression::Identity(operand) => plus(evaluate_value(operand, message, fuel)?),
         Expression::Arithmetic {
             operator,
             left,
             right,
         } => {
-            let left = evaluate_value(left, message)?;
-            let right = evaluate_value(right, message)?;
+            let left = evaluate_value(left, message, fuel)?;
+            let right = evaluate_value(right, message, fuel)?;
+            // `+` on a string builds a new one: its bytes are charged before it is built.
+            if matches!(left, Operand::String(_)) || matches!(right, Operand::String(_)) {
+                fuel.charge(text_cost(&left) + text_cost(&right))?;
+            }
             arithmetic(*operator, left, right)
         }
-        predicate => Ok(match evaluate_condition(predicate, message)? {
+        predicate => Ok(match evaluate_condition(predicate, message, fuel)? {
             Truth::True => Operand::Bool(true),
             Truth::False => Operand::Bool(false),
             Truth::Unknown => Operand::Null,
@@ -269,11 +296,24 @@ fn evaluate_like<M: FilterMessage + ?Sized>(
     value: &Expression,
     pattern: &Expression,
     escape: Option<&Expression>,
+    compiled: Option<&LikePattern>,
+    fuel: &mut Fuel,
 ) -> EvaluationResult<Truth> {
-    let value = evaluate_value(value, message)?;
-    let pattern = evaluate_value(pattern, message)?;
+    let value = evaluate_value(value, message, fuel)?;
+    if let Some(compiled) = compiled {
+        return match &value {
+            Operand::Null => Ok(Truth::Unknown),
+            Operand::String(text) => compiled.matches(text, fuel).map(Truth::from_bool),
+            other => Err(FilterEvaluationError::IncompatibleOperands {
+                operator: "LIKE",
+                left: other.value_type(),
+                right: ValueType::String,
+            }),
+        };
+    }
+    let pattern = evaluate_value(pattern, message, fuel)?;
     let escape = match escape {
-        Some(escape) => Some(evaluate_value(escape, message)?),
+        Some(escape) => Some(evaluate_value(escape, message, fuel)?),
         None => None,
     };
     let escape_character = match &escape {
@@ -300,13 +340,15 @@ fn evaluate_like<M: FilterMessage + ?Sized>(
     match (&value, &pattern) {
         (Operand::Null, _) | (_, Operand::Null) => Ok(Truth::Unknown),
         (Operand::String(text), Operand::String(pattern)) => {
-            like_matches(text, pattern, escape_character)
-                .map(Truth::from_bool)
+            fuel.charge(LikePattern::compile_cost(pattern.len()))?;
+            LikePattern::compile(pattern, escape_character)
                 .map_err(|_| {
                     FilterEvaluationError::InvalidLikePattern(
                         "the pattern ends with its escape character",
                     )
-                })
+                })?
+                .matches(text, fuel)
+                .map(Truth::from_bool)
         }
         (left, right) => Err(FilterEvaluationError::IncompatibleOperands {
             operator: "LIKE",
@@ -322,14 +364,16 @@ fn evaluate_in<M: FilterMessage + ?Sized>(
     message: &M,
     value: &Expression,
     list: &[Expression],
+    fuel: &mut Fuel,
 ) -> EvaluationResult<Truth> {
-    let value = evaluate_value(value, message)?;
+    let value = evaluate_value(value, message, fuel)?;
     if value == Operand::Null {
         return Ok(Truth::Unknown);
     }
     let mut result = Truth::False;
     for item in list {
-        let item = evaluate_value(item, message)?;
+        let item = evaluate_value(item, message, fuel)?;
+        fuel.charge(comparison_cost(&value, &item))?;
         match compare(ComparisonOperator::Equal, &value, &item)? {
             Truth::True => return Ok(Truth::True),
             Truth::Unknown => result = Truth::Unknown,
@@ -337,6 +381,24 @@ fn evaluate_in<M: FilterMessage + ?Sized>(
         }
     }
     Ok(result)
+}
+
+/// Steps to compare two operands: the shorter string's bytes (equal strings are read to
+/// the end of one), else one.
+fn comparison_cost(left: &Operand<'_>, right: &Operand<'_>) -> u64 {
+    match (left, right) {
+        (Operand::String(left), Operand::String(right)) => left.len().min(right.len()) as u64 + 1,
+        _ => 1,
+    }
+}
+
+/// Bytes an operand adds to a string built from it (a string's length; another value's
+/// text form is a few dozen bytes at most).
+pub(super) fn text_cost(operand: &Operand<'_>) -> u64 {
+    match operand {
+        Operand::String(text) => text.len() as u64,
+        _ => 48,
+    }
 }
 
 /// `newid()`: a random (version 4) UUID. Randomness comes from the standard library's

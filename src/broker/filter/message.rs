@@ -27,6 +27,12 @@ pub trait FilterMessage {
     /// The value of an application (user) property. Service Bus property names are
     /// case-insensitive: the lookup must match `name` that way (see [`property_names_equal`]).
     fn user_property(&self, name: &str) -> Option<FilterValueRef<'_>>;
+
+    /// Steps one property lookup costs, charged to the evaluation's fuel: the number of
+    /// properties a lookup may pass over (a message that keeps them in a list), at least 1.
+    fn property_lookup_cost(&self) -> u64 {
+        1
+    }
 }
 
 impl<T: FilterMessage + ?Sized> FilterMessage for &T {
@@ -36,6 +42,10 @@ impl<T: FilterMessage + ?Sized> FilterMessage for &T {
 
     fn user_property(&self, name: &str) -> Option<FilterValueRef<'_>> {
         (**self).user_property(name)
+    }
+
+    fn property_lookup_cost(&self) -> u64 {
+        (**self).property_lookup_cost()
     }
 }
 

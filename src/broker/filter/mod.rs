@@ -17,11 +17,13 @@
 //! - `error` — [`FilterSyntaxError`], [`FilterEvaluationError`].
 //! - `lexer`, `parser`, `syntax` — SQL text → syntax tree.
 //! - `evaluate`, `operators`, `like` — syntax tree × message → truth / values.
+//! - `fuel` — [`Fuel`], the bound on the work one evaluation does.
 //! - `sql_filter`, `rule_action`, `correlation` — the public rule parts.
 
 mod correlation;
 mod error;
 mod evaluate;
+mod fuel;
 mod lexer;
 mod like;
 mod message;
@@ -43,6 +45,7 @@ mod test_message;
 
 pub use correlation::CorrelationFilter;
 pub use error::{FilterEvaluationError, FilterSyntaxError, SyntaxErrorKind};
+pub use fuel::{DEFAULT_EVALUATION_BUDGET, Fuel};
 pub use message::{FilterMessage, SystemProperty, SystemPropertyKind, property_names_equal};
 pub use rule_action::{MAXIMUM_STATEMENTS, PropertyChange, PropertyTarget, SqlRuleAction};
 pub use sql_filter::{MAXIMUM_EXPRESSION_LENGTH, SqlFilter};
@@ -69,11 +72,24 @@ impl Filter {
         &self,
         message: &M,
     ) -> Result<bool, FilterEvaluationError> {
+        self.evaluate_within(message, &mut Fuel::unlimited())
+    }
+
+    /// [`Self::evaluate`], drawing on `fuel` (see [`Fuel`]).
+    pub fn evaluate_within<M: FilterMessage + ?Sized>(
+        &self,
+        message: &M,
+        fuel: &mut Fuel,
+    ) -> Result<bool, FilterEvaluationError> {
+        fuel.charge(1)?;
         match self {
             Filter::True => Ok(true),
             Filter::False => Ok(false),
-            Filter::Sql(filter) => filter.evaluate(message),
-            Filter::Correlation(filter) => Ok(filter.matches(message)),
+            Filter::Sql(filter) => filter.evaluate_within(message, fuel),
+            Filter::Correlation(filter) => {
+                fuel.charge(filter.lookups() * message.property_lookup_cost())?;
+                Ok(filter.matches(message))
+            }
         }
     }
 }

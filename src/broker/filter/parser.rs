@@ -12,7 +12,7 @@
 
 use super::error::{FilterSyntaxError, SyntaxErrorKind};
 use super::lexer::{Token, TokenKind, is_keyword, is_reserved, tokenize};
-use super::like::validate_pattern;
+use super::like::LikePattern;
 use super::message::{SystemProperty, property_names_equal};
 use super::syntax::{ArithmeticOperator, ComparisonOperator, Expression, PropertyReference};
 use super::value::FilterValue;
@@ -270,20 +270,28 @@ impl<'text, 'parameters> Parser<'text, 'parameters> {
         } else {
             None
         };
+        let mut compiled = None;
         if let Expression::Constant(FilterValue::String(pattern_text)) = &pattern {
             let escape_character = match escape.as_deref() {
                 Some(Expression::Constant(FilterValue::String(text))) => text.chars().next(),
                 _ => None,
             };
-            if validate_pattern(pattern_text, escape_character).is_err() {
+            let Ok(pattern) = LikePattern::compile(pattern_text, escape_character) else {
                 return Err(self.error_at(SyntaxErrorKind::DanglingEscape, pattern_offset));
-            }
+            };
+            // An escape computed at run time: the pattern is compiled once it is known.
+            let escape_is_known = matches!(
+                escape.as_deref(),
+                None | Some(Expression::Constant(FilterValue::String(_)))
+            );
+            compiled = escape_is_known.then(|| Box::new(pattern));
         }
         Ok(Expression::Like {
             negated,
             value: Box::new(value),
             pattern: Box::new(pattern),
             escape,
+            compiled,
         })
     }
 

@@ -8,7 +8,8 @@
 //! the [`PropertyChange`]s for the broker to apply to its copy.
 
 use super::error::{FilterEvaluationError, FilterSyntaxError, SyntaxErrorKind};
-use super::evaluate::{evaluate_value, read_property};
+use super::evaluate::{evaluate_value, read_property, text_cost};
+use super::fuel::Fuel;
 use super::lexer::TokenKind;
 use super::message::{FilterMessage, SystemProperty, SystemPropertyKind, property_names_equal};
 use super::parser::Parser;
@@ -113,6 +114,15 @@ impl SqlRuleAction {
         &self,
         message: &M,
     ) -> Result<Vec<PropertyChange>, FilterEvaluationError> {
+        self.apply_within(message, &mut Fuel::unlimited())
+    }
+
+    /// [`Self::apply`], drawing on `fuel`.
+    pub fn apply_within<M: FilterMessage + ?Sized>(
+        &self,
+        message: &M,
+        fuel: &mut Fuel,
+    ) -> Result<Vec<PropertyChange>, FilterEvaluationError> {
         let mut changes = Vec::with_capacity(self.statements.len());
         for statement in &self.statements {
             let view = ChangedMessage {
@@ -121,7 +131,9 @@ impl SqlRuleAction {
             };
             let change = match statement {
                 Statement::Set { target, value } => {
-                    let computed = evaluate_value(value, &view)?.into_filter_value();
+                    let computed = evaluate_value(value, &view, fuel)?;
+                    fuel.charge(text_cost(&computed))?;
+                    let computed = computed.into_filter_value();
                     let current = read_property(target, &view);
                     PropertyChange::Set {
                         target: to_target(target),
@@ -250,5 +262,9 @@ impl<M: FilterMessage + ?Sized> FilterMessage for ChangedMessage<'_, M> {
             Some(value) => value,
             None => self.original.user_property(name),
         }
+    }
+
+    fn property_lookup_cost(&self) -> u64 {
+        self.original.property_lookup_cost() + self.changes.len() as u64
     }
 }

@@ -6,6 +6,7 @@
 
 use super::error::{FilterEvaluationError, FilterSyntaxError, SyntaxErrorKind};
 use super::evaluate::{Truth, evaluate_condition};
+use super::fuel::Fuel;
 use super::message::FilterMessage;
 use super::parser::Parser;
 use super::syntax::Expression;
@@ -54,7 +55,16 @@ impl SqlFilter {
         &self,
         message: &M,
     ) -> Result<bool, FilterEvaluationError> {
-        Ok(evaluate_condition(&self.condition, message)? == Truth::True)
+        self.evaluate_within(message, &mut Fuel::unlimited())
+    }
+
+    /// [`Self::evaluate`], drawing on `fuel`.
+    pub fn evaluate_within<M: FilterMessage + ?Sized>(
+        &self,
+        message: &M,
+        fuel: &mut Fuel,
+    ) -> Result<bool, FilterEvaluationError> {
+        Ok(evaluate_condition(&self.condition, message, fuel)? == Truth::True)
     }
 }
 

@@ -6,6 +6,7 @@
 //! a value is expected, so the evaluator never has to guess. `AND` / `OR` chains are stored
 //! flat so that long chains do not deepen the tree.
 
+use super::like::LikePattern;
 use super::message::SystemProperty;
 use super::value::FilterValue;
 
@@ -57,6 +58,9 @@ pub(super) enum Expression {
         value: Box<Expression>,
         pattern: Box<Expression>,
         escape: Option<Box<Expression>>,
+        /// The pattern compiled when the rule was parsed, when it and its escape are
+        /// constants (a pattern computed at run time is compiled per evaluation).
+        compiled: Option<Box<LikePattern>>,
     },
     /// `value [NOT] IN (list…)`.
     In {
