@@ -32,7 +32,7 @@ use broker::registry::Registry;
 use clock::Clock;
 use config::{Config, StorageMode};
 use server::{Context, ServerSettings};
-use store::storage::{Recovery, Storage, StorageOptions};
+use store::storage::{LogStorage, Recovery, StorageOptions};
 
 /// Checks what the configuration parser cannot: rule SQL compiles.
 pub fn validate(config: &Config) -> Result<(), String> {
@@ -52,7 +52,7 @@ pub fn validate(config: &Config) -> Result<(), String> {
 /// Opens the data directory of a durable configuration and recovers what it holds;
 /// `None` in memory mode. Fails when the directory is locked by another process, cannot be
 /// created, or holds a log damaged before its tail.
-pub fn open_storage(config: &Config) -> Result<Option<(Storage, Recovery)>, String> {
+pub fn open_storage(config: &Config) -> Result<Option<(LogStorage, Recovery)>, String> {
     if config.storage.mode == StorageMode::Memory {
         return Ok(None);
     }
@@ -60,7 +60,7 @@ pub fn open_storage(config: &Config) -> Result<Option<(Storage, Recovery)>, Stri
     let mut options = StorageOptions::new(&config.storage.data_dir);
     options.min_free_space = config.storage.min_free_space;
     options.compaction_min_bytes = config.storage.compaction_threshold;
-    let (storage, mut recovery) = Storage::open(options).map_err(|error| error.to_string())?;
+    let (storage, mut recovery) = LogStorage::open(options).map_err(|error| error.to_string())?;
     recovery.elapsed = started.elapsed();
     Ok(Some((storage, recovery)))
 }
@@ -82,7 +82,7 @@ pub async fn run(
 pub async fn run_with_storage(
     listener: TcpListener,
     config: &Config,
-    storage: Option<(Storage, Recovery)>,
+    storage: Option<(LogStorage, Recovery)>,
     shutdown: watch::Receiver<bool>,
 ) -> Result<(), String> {
     let listeners = Listeners {
@@ -129,7 +129,7 @@ pub fn tls_identity(config: &Config) -> admin::tls::Identity {
 pub async fn run_listeners(
     listeners: Listeners,
     config: &Config,
-    storage: Option<(Storage, Recovery)>,
+    storage: Option<(LogStorage, Recovery)>,
     shutdown: watch::Receiver<bool>,
     ready: impl FnOnce(),
 ) -> Result<(), String> {
@@ -183,6 +183,14 @@ pub async fn run_listeners(
             )
         })?;
     }
+    // The core sees the log through its port only.
+    let storage = storage.map(|(storage, recovery)| {
+        let port: Arc<dyn broker::storage::DurableLog> = Arc::new(storage);
+        (
+            broker::storage::Storage::new(port),
+            recovery.into_recovered(),
+        )
+    });
     let registry = Registry::start_seeded(&namespace, config, clock, codec, storage)?;
     let keys: Vec<AccessKey> = config
         .auth

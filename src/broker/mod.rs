@@ -10,6 +10,7 @@ pub mod namespace;
 pub mod partitions;
 pub mod registry;
 pub mod rules;
+pub mod storage;
 pub mod topic;
 pub mod topic_state;
 pub mod types;

@@ -13,9 +13,9 @@ use super::entity::state::Change;
 use super::entity::{EntityHandle, settings::EntitySettings};
 use super::forwarder::{self, Targets};
 use super::topic::{self, SubscriptionEntry, TopicCodec, TopicHandle};
+use crate::broker::storage::{Recovered, Storage};
 use crate::clock::Clock;
 use crate::config::{Config, QueueConfig, SubscriptionConfig, TopicConfig};
-use crate::store::storage::{Recovery, Storage};
 
 /// What a path names.
 #[derive(Debug, Clone)]
@@ -245,7 +245,7 @@ impl Registry {
         config: &Config,
         clock: Clock,
         codec: TopicCodec,
-        storage: Option<(Storage, Recovery)>,
+        storage: Option<(Storage, Recovered)>,
     ) -> Result<Arc<Registry>, String> {
         Registry::start_seeded(config, config, clock, codec, storage)
     }
@@ -258,7 +258,7 @@ impl Registry {
         seed: &Config,
         clock: Clock,
         codec: TopicCodec,
-        mut storage: Option<(Storage, Recovery)>,
+        mut storage: Option<(Storage, Recovered)>,
     ) -> Result<Arc<Registry>, String> {
         let created_at = clock.now().0;
         let mut compiled = Vec::new();

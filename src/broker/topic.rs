@@ -29,9 +29,9 @@ use super::message::Message;
 use super::rules::{self, Rule};
 use super::topic_state::{Copies, HeavyMessage, SubscriptionRules, TopicState};
 use super::types::{EntityError, SequenceNumber};
+use crate::broker::storage::Storage;
 use crate::clock::Clock;
 use crate::config::TopicConfig;
-use crate::store::storage::Storage;
 
 /// Rewrites a message for a rule action: applies the changes and records the rule name.
 /// Supplied by the AMQP adapter, which owns the encoding (the core must not).

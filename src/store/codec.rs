@@ -41,11 +41,18 @@ pub enum LogRecord {
         /// The entity's path.
         entity: String,
     },
+    /// Changes of several entities made in one turn (a topic's publish: the topic's changes
+    /// and every subscription's copies), durable together or not at all.
+    Batch {
+        /// Each entity's path and changes, in order.
+        entries: Vec<(String, Vec<Change>)>,
+    },
 }
 
 const KIND_CHANGES: u8 = 1;
 const KIND_CHECKPOINT: u8 = 2;
 const KIND_DROPPED: u8 = 3;
+const KIND_BATCH: u8 = 4;
 
 const CHANGE_PUT: u8 = 1;
 const CHANGE_UPDATE: u8 = 2;
@@ -89,6 +96,14 @@ pub fn encode(record: &LogRecord) -> Vec<u8> {
             out.u8(KIND_DROPPED);
             out.str(entity);
         }
+        LogRecord::Batch { entries } => {
+            out.u8(KIND_BATCH);
+            out.u64(entries.len() as u64);
+            for (entity, changes) in entries {
+                out.str(entity);
+                out.changes(changes);
+            }
+        }
     }
     out.0
 }
@@ -114,6 +129,22 @@ pub fn decode(bytes: &[u8]) -> Result<LogRecord, DecodeError> {
         KIND_DROPPED => LogRecord::Dropped {
             entity: input.string()?,
         },
+        KIND_BATCH => {
+            let count = input.u32()? as usize;
+            // Each entry takes at least its name's length prefix: a count beyond the
+            // bytes left is malformed, not an allocation.
+            if count > bytes.len() {
+                return Err(DecodeError(format!(
+                    "a batch of {count} entries in {} bytes",
+                    bytes.len()
+                )));
+            }
+            let mut entries = Vec::with_capacity(count);
+            for _ in 0..count {
+                entries.push((input.string()?, input.changes()?));
+            }
+            LogRecord::Batch { entries }
+        }
         kind => return Err(DecodeError(format!("unknown record kind {kind}"))),
     };
     if input.at != bytes.len() {
@@ -998,5 +1029,28 @@ mod tests {
         }
         let bytes = encode(&LogRecord::Dropped { entity: "q".into() });
         assert!(matches!(decode(&bytes), Ok(LogRecord::Dropped { entity }) if entity == "q"));
+    }
+
+    #[test]
+    fn a_batch_of_several_entities_round_trips_and_refuses_a_count_past_its_bytes() {
+        let changes = |number: i64| vec![Change::NextSequence(number)];
+        let bytes = encode(&LogRecord::Batch {
+            entries: vec![
+                ("t".into(), changes(3)),
+                ("t/subscriptions/a".into(), changes(7)),
+            ],
+        });
+        let Ok(LogRecord::Batch { entries }) = decode(&bytes) else {
+            panic!("a batch decodes as one");
+        };
+        let names: Vec<_> = entries.iter().map(|(entity, _)| entity.as_str()).collect();
+        assert_eq!(names, ["t", "t/subscriptions/a"]);
+        assert!(matches!(entries[1].1.as_slice(), [Change::NextSequence(7)]));
+        // A count of 2^40 entries in a few bytes is malformed, not an allocation.
+        let mut forged = vec![KIND_BATCH];
+        let mut out = Out(Vec::new());
+        out.u64(1 << 40);
+        forged.extend(out.0);
+        assert!(decode(&forged).is_err());
     }
 }

@@ -22,6 +22,7 @@ use tokio::sync::watch;
 use super::codec::{self, LogRecord};
 use super::log::{LogOptions, StoreError, WriteAheadLog};
 use crate::broker::entity::state::Change;
+use crate::broker::storage::{Durable, DurableLog, Recovered, StorageError};
 
 /// How the storage runs.
 #[derive(Debug, Clone)]
@@ -65,7 +66,7 @@ pub struct Recovery {
     pub truncated_bytes: u64,
     /// How long opening and reading the log took.
     pub elapsed: Duration,
-    /// The namespace's run-time changes as last stored ([`Storage::save_namespace`]).
+    /// The namespace's run-time changes as last stored ([`LogStorage::save_namespace`]).
     pub namespace: Option<String>,
 }
 
@@ -74,14 +75,14 @@ pub const NAMESPACE_FILE: &str = "namespace.toml";
 
 /// The durable store shared by every entity.
 #[derive(Clone)]
-pub struct Storage {
+pub struct LogStorage {
     inner: Arc<Inner>,
 }
 
-impl std::fmt::Debug for Storage {
+impl std::fmt::Debug for LogStorage {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         formatter
-            .debug_struct("Storage")
+            .debug_struct("LogStorage")
             .field("directory", &self.inner.options.directory)
             .finish_non_exhaustive()
     }
@@ -129,10 +130,10 @@ fn free_space(path: &Path) -> Option<u64> {
     (result == 0).then(|| stats.f_bavail as u64 * stats.f_frsize as u64)
 }
 
-impl Storage {
+impl LogStorage {
     /// Opens (or creates) the data directory, recovers every entity's records and starts
     /// the writer.
-    pub fn open(options: StorageOptions) -> Result<(Storage, Recovery), StoreError> {
+    pub fn open(options: StorageOptions) -> Result<(LogStorage, Recovery), StoreError> {
         let mut log_options = LogOptions::new(&options.directory);
         log_options.segment_size = options.segment_size;
         log_options.fault = options.fault;
@@ -150,12 +151,19 @@ impl Storage {
                     options.directory.display()
                 ))
             })?;
+            // An entity's changes go to its records and to a checkpoint in progress.
+            let mut recover_changes = |entity: String, changes: Vec<Change>| {
+                if let Some(checkpoint) = pending.get_mut(&entity) {
+                    checkpoint.extend(changes.iter().cloned());
+                }
+                recovery.entities.entry(entity).or_default().extend(changes);
+            };
             match record {
-                LogRecord::Changes { entity, changes } => {
-                    if let Some(checkpoint) = pending.get_mut(&entity) {
-                        checkpoint.extend(changes.iter().cloned());
+                LogRecord::Changes { entity, changes } => recover_changes(entity, changes),
+                LogRecord::Batch { entries } => {
+                    for (entity, changes) in entries {
+                        recover_changes(entity, changes);
                     }
-                    recovery.entities.entry(entity).or_default().extend(changes);
                 }
                 LogRecord::Checkpoint {
                     entity,
@@ -191,7 +199,7 @@ impl Storage {
             }
         };
         let live_bytes = log.statistics().disk_bytes.load(Ordering::Relaxed);
-        let storage = Storage {
+        let storage = LogStorage {
             inner: Arc::new(Inner {
                 log,
                 options,
@@ -237,10 +245,22 @@ impl Storage {
 
     /// Appends one turn of an entity's changes; the answer comes once they are durable.
     pub async fn append(&self, entity: &str, changes: Vec<Change>) -> Result<(), StoreError> {
-        let bytes = codec::encode(&LogRecord::Changes {
-            entity: entity.to_string(),
-            changes,
-        });
+        self.append_batch(vec![(entity.to_string(), changes)]).await
+    }
+
+    /// Appends one turn of several entities' changes as one record: all of them durable
+    /// together, or (a torn tail, a failed write) none.
+    pub async fn append_batch(
+        &self,
+        mut batch: Vec<(String, Vec<Change>)>,
+    ) -> Result<(), StoreError> {
+        let record = if batch.len() == 1 {
+            let (entity, changes) = batch.remove(0);
+            LogRecord::Changes { entity, changes }
+        } else {
+            LogRecord::Batch { entries: batch }
+        };
+        let bytes = codec::encode(&record);
         let answer = self.inner.log.append(vec![bytes]);
         let result = answer.await.unwrap_or(Err(StoreError::Closed));
         if result.is_ok() {
@@ -471,6 +491,76 @@ impl Storage {
     }
 }
 
+/// The port's errors from the log's: a full disk stays recognisable, the rest is its text.
+fn port_error(error: StoreError) -> StorageError {
+    match error {
+        StoreError::NoSpace(text) => StorageError::NoSpace(text),
+        other => StorageError::Failed(other.to_string()),
+    }
+}
+
+impl DurableLog for LogStorage {
+    fn append(&self, batch: Vec<(String, Vec<Change>)>) -> Durable<'_> {
+        Box::pin(async move { self.append_batch(batch).await.map_err(port_error) })
+    }
+
+    fn drop_entity(&self, entity: &str) -> Durable<'_> {
+        let entity = entity.to_string();
+        Box::pin(async move {
+            LogStorage::drop_entity(self, &entity)
+                .await
+                .map_err(port_error)
+        })
+    }
+
+    fn checkpoint(&self, entity: &str, epoch: u64, changes: Vec<Change>) -> Durable<'_> {
+        let entity = entity.to_string();
+        Box::pin(async move {
+            LogStorage::checkpoint(self, &entity, epoch, changes)
+                .await
+                .map_err(port_error)
+        })
+    }
+
+    fn save_namespace(&self, text: String) -> Durable<'_> {
+        Box::pin(async move {
+            LogStorage::save_namespace(self, text)
+                .await
+                .map_err(port_error)
+        })
+    }
+
+    fn has_room(&self) -> bool {
+        LogStorage::has_room(self)
+    }
+
+    fn full_error(&self) -> String {
+        LogStorage::full_error(self)
+    }
+
+    fn register(&self, entity: &str) {
+        LogStorage::register(self, entity)
+    }
+
+    fn unregister(&self, entity: &str) {
+        LogStorage::unregister(self, entity)
+    }
+
+    fn epochs(&self) -> watch::Receiver<u64> {
+        LogStorage::epochs(self)
+    }
+}
+
+impl Recovery {
+    /// What the core needs of it: each entity's records and the namespace's changes.
+    pub fn into_recovered(self) -> Recovered {
+        Recovered {
+            entities: self.entities,
+            namespace: self.namespace,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -499,6 +589,41 @@ mod tests {
             .collect()
     }
 
+    /// A batch of several entities is one record: each entity recovers its part, in order
+    /// with its other records, and a checkpoint in progress takes its part too.
+    #[tokio::test]
+    async fn a_batch_recovers_each_entity_its_part() {
+        let directory = scratch("batch");
+        {
+            let (storage, _) = LogStorage::open(StorageOptions::new(&directory)).expect("opens");
+            storage
+                .append("t/subscriptions/a", vec![next(1)])
+                .await
+                .expect("durable");
+            storage
+                .append_batch(vec![
+                    ("t".into(), vec![next(7)]),
+                    ("t/subscriptions/a".into(), vec![next(2)]),
+                    ("t/subscriptions/b".into(), vec![next(3)]),
+                ])
+                .await
+                .expect("durable");
+            assert_eq!(
+                storage.log().statistics().records.load(Ordering::Relaxed),
+                2
+            );
+            storage.close();
+        }
+        let (storage, recovery) =
+            LogStorage::open(StorageOptions::new(&directory)).expect("reopens");
+        storage.close();
+        assert_eq!(recovery.records, 2);
+        assert_eq!(counters(&recovery.entities["t"]), [7]);
+        assert_eq!(counters(&recovery.entities["t/subscriptions/a"]), [1, 2]);
+        assert_eq!(counters(&recovery.entities["t/subscriptions/b"]), [3]);
+        let _ = std::fs::remove_dir_all(&directory);
+    }
+
     /// A complete checkpoint replaces what came before it; records after it apply on top;
     /// a checkpoint cut off by a crash (first part without the last) is ignored; a dropped
     /// entity is forgotten.
@@ -507,7 +632,7 @@ mod tests {
         let directory = scratch("checkpoints");
         {
             let (storage, recovery) =
-                Storage::open(StorageOptions::new(&directory)).expect("opens");
+                LogStorage::open(StorageOptions::new(&directory)).expect("opens");
             assert!(recovery.entities.is_empty());
             storage.register("q");
             storage.append("q", vec![next(2)]).await.expect("durable");
@@ -536,7 +661,8 @@ mod tests {
             storage.drop_entity("gone").await.expect("durable");
             storage.close();
         }
-        let (storage, recovery) = Storage::open(StorageOptions::new(&directory)).expect("reopens");
+        let (storage, recovery) =
+            LogStorage::open(StorageOptions::new(&directory)).expect("reopens");
         assert_eq!(counters(&recovery.entities["q"]), vec![10, 11]);
         assert!(!recovery.entities.contains_key("gone"));
         storage.close();
@@ -548,7 +674,7 @@ mod tests {
     #[tokio::test]
     async fn a_compaction_round_deletes_old_segments_only_after_every_checkpoint() {
         let directory = scratch("round");
-        let (storage, _) = Storage::open(StorageOptions::new(&directory)).expect("opens");
+        let (storage, _) = LogStorage::open(StorageOptions::new(&directory)).expect("opens");
         storage.register("a");
         storage.register("b");
         storage.append("a", vec![next(3)]).await.expect("durable");
@@ -570,7 +696,8 @@ mod tests {
         storage.append("a", vec![next(7)]).await.expect("durable");
         assert!(!directory.join(super::super::segment::file_name(0)).exists());
         storage.close();
-        let (storage, recovery) = Storage::open(StorageOptions::new(&directory)).expect("reopens");
+        let (storage, recovery) =
+            LogStorage::open(StorageOptions::new(&directory)).expect("reopens");
         assert_eq!(counters(&recovery.entities["a"]), vec![3, 7]);
         assert_eq!(counters(&recovery.entities["b"]), vec![4]);
         storage.close();

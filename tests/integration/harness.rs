@@ -48,14 +48,14 @@ impl Broker {
         let config = ferrobus::config::Config::from_toml_str(config_text, "test.toml")
             .expect("test configuration is valid");
         let storage =
-            ferrobus::store::storage::Storage::open(options).expect("the data directory opens");
+            ferrobus::store::storage::LogStorage::open(options).expect("the data directory opens");
         Broker::serve(config, Some(storage)).await
     }
 
     async fn serve(
         config: ferrobus::config::Config,
         storage: Option<(
-            ferrobus::store::storage::Storage,
+            ferrobus::store::storage::LogStorage,
             ferrobus::store::storage::Recovery,
         )>,
     ) -> Broker {

@@ -15,10 +15,9 @@ use super::{
 use crate::broker::budget::MemoryBudget;
 use crate::broker::forwarder::{Forward, ForwardSender};
 use crate::broker::lifecycle::{Lifecycle, stopped};
+use crate::broker::storage::{Storage, StorageError};
 use crate::broker::types::{EntityError, ReceiverId, SubQueue, Timestamp};
 use crate::clock::Clock;
-use crate::store::log::StoreError;
-use crate::store::storage::Storage;
 use std::sync::Arc;
 
 /// A management reply carrying records of `sub_queue` (peek, deferred receive).
@@ -304,7 +303,7 @@ impl Actor {
                 Err(error) => {
                     tracing::error!(entity = %key, %error, "cannot make a change durable; the operation is refused");
                     Some(match error {
-                        StoreError::NoSpace(text) => EntityError::StorageFull(format!(
+                        StorageError::NoSpace(text) => EntityError::StorageFull(format!(
                             "The broker's disk is full; nothing was stored: {text}"
                         )),
                         other => EntityError::StorageFailed(format!(

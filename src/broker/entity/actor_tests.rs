@@ -41,6 +41,13 @@ struct Entity {
 
 impl Entity {
     fn spawn(configure: impl FnOnce(&mut EntitySettings)) -> Entity {
+        Entity::spawn_with(configure, None)
+    }
+
+    fn spawn_with(
+        configure: impl FnOnce(&mut EntitySettings),
+        durability: Option<actor::Durability>,
+    ) -> Entity {
         let mut settings = EntitySettings::with_defaults(PATH);
         settings.lock_duration = LOCK_DURATION;
         configure(&mut settings);
@@ -53,7 +60,7 @@ impl Entity {
             idle_sender,
             None,
             Default::default(),
-            None,
+            durability,
             &Default::default(),
         );
         let (reply_sink, replies) = mpsc::unbounded_channel();
@@ -600,4 +607,44 @@ async fn a_batch_of_pre_settled_sends_is_stored_without_a_reply() {
         entity.replies.try_recv().is_err(),
         "nothing answers a pre-settled send"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_entity_restarts_from_what_it_wrote_through_the_storage_port() {
+    // The core runs on any implementation of its port: here the in-memory one.
+    use crate::broker::storage::{MemoryLog, Storage};
+    let log = std::sync::Arc::new(MemoryLog::default());
+    let durability = |recovered| {
+        Some(actor::Durability {
+            storage: Storage::new(log.clone()),
+            key: PATH.to_string(),
+            recovered,
+        })
+    };
+    let mut entity = Entity::spawn_with(|_| {}, durability(Vec::new()));
+    for body in 1..=3 {
+        entity.send(message(body)).await;
+    }
+    let mut deliveries = entity.receive_and_delete(1).await;
+    assert_eq!(
+        next_delivery(&mut deliveries).await.sequence_number,
+        SequenceNumber(1)
+    );
+    // Every turn went to the port as an append of this entity alone.
+    let appends = log.appends();
+    assert!(appends.len() >= 4, "{appends:?}");
+    assert!(
+        appends
+            .iter()
+            .all(|entities| entities == &[PATH.to_string()])
+    );
+    let recovered = log.recovered().entities.remove(PATH).unwrap_or_default();
+    let mut restarted = Entity::spawn_with(|_| {}, durability(recovered));
+    let numbers: Vec<_> = restarted
+        .peek(SubQueue::Main)
+        .await
+        .into_iter()
+        .map(|record| record.sequence_number)
+        .collect();
+    assert_eq!(numbers, [SequenceNumber(2), SequenceNumber(3)]);
 }
