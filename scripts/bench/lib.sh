@@ -9,6 +9,8 @@
 #   BENCH_NO_PIN=1     do not pin (also automatic on a machine with one CPU)
 #   CARGO_TARGET_DIR   honoured: the binaries are taken from where cargo builds them
 #   BENCH_STORAGE      default storage of start_ferrobus (memory, durable or dir:PATH)
+#   FERROBUS_STORAGE_ARGS  passed to the broker instead of the storage arguments
+#   BENCH_COMMIT       the build named in result headers (default: git describe --dirty)
 # shellcheck disable=SC2034 # variables here are used by the scripts that source this file
 
 BENCH_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
