@@ -40,6 +40,9 @@ pub const COUNT_DETAILS_NAMESPACE: &str =
 pub const XML_SCHEMA_INSTANCE_NAMESPACE: &str = "http://www.w3.org/2001/XMLSchema-instance";
 /// XML Schema, bound to `d6p1` on typed rule-property values (`i:type="d6p1:string"`).
 pub const XML_SCHEMA_NAMESPACE: &str = "http://www.w3.org/2001/XMLSchema";
+/// The namespace of the types XML Schema lacks, as .NET's DataContractSerializer writes them
+/// (`guid`).
+pub const SERIALIZATION_NAMESPACE: &str = "http://schemas.microsoft.com/2003/10/Serialization/";
 /// `TimeSpan.MaxValue` as Service Bus writes it: the wire form of "unlimited".
 pub const UNLIMITED_DURATION: &str = "P10675199DT2H48M5.4775807S";
 
@@ -339,7 +342,8 @@ pub enum RuleAction {
 /// `duration`; JavaScript writes `string`, `double` (every number), `boolean` and `dateTime`.
 /// JavaScript reads back only `int`, `double`, `string`, `boolean` and `dateTime` and throws on
 /// anything else, so a `long` or `duration` created from Python breaks JS `getRule`, as against
-/// the real service.
+/// the real service. .NET writes a `Guid` as `guid` in the serialization namespace (Python reads
+/// it back as its text).
 #[derive(Debug, Clone, PartialEq)]
 pub enum PropertyValue {
     /// `xs:string`.
@@ -356,6 +360,8 @@ pub enum PropertyValue {
     DateTime(SystemTime),
     /// `xs:duration`.
     Duration(Duration),
+    /// `guid` (.NET's serialization namespace), in RFC 4122 (text) byte order.
+    Guid([u8; 16]),
 }
 
 impl PropertyValue {
@@ -369,6 +375,7 @@ impl PropertyValue {
             PropertyValue::Boolean(_) => "boolean",
             PropertyValue::DateTime(_) => "dateTime",
             PropertyValue::Duration(_) => "duration",
+            PropertyValue::Guid(_) => "guid",
         }
     }
 
@@ -382,6 +389,7 @@ impl PropertyValue {
             PropertyValue::Boolean(value) => value.to_string(),
             PropertyValue::DateTime(time) => format_timestamp(*time),
             PropertyValue::Duration(duration) => format_duration(*duration),
+            PropertyValue::Guid(bytes) => crate::config::parameters::guid_text(bytes),
         }
     }
 }

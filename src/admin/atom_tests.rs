@@ -1087,3 +1087,45 @@ fn rendered_entries_match_the_golden_files() {
         assert_eq!(xml, golden, "{file} differs from the rendered output");
     }
 }
+
+#[test]
+fn a_guid_parameter_is_written_as_dotnet_does_and_read_back() {
+    // .NET's DataContractSerializer writes a Guid as `guid` in its serialization namespace.
+    let guid = [
+        0x0f, 0x8f, 0xad, 0x5b, 0xd9, 0xcb, 0x46, 0x9f, 0xa1, 0x65, 0x70, 0x86, 0x77, 0x28, 0x95,
+        0x0e,
+    ];
+    let rule = RuleDescription {
+        name: Some("guid".to_string()),
+        filter: RuleFilter::Sql {
+            expression: "id = @id AND n > @n".to_string(),
+            parameters: vec![
+                ("@id".to_string(), PropertyValue::Guid(guid)),
+                ("@n".to_string(), PropertyValue::Long(3)),
+            ],
+        },
+        action: RuleAction::Sql {
+            expression: "SET span = @span".to_string(),
+            parameters: vec![("@span".to_string(), PropertyValue::Duration(minutes(90)))],
+        },
+    };
+    let xml = render_rule_entry(BASE_URL, "t", "s", "guid", &rule, created());
+    assert!(
+        xml.contains(
+            "<Value xmlns:d6p1=\"http://schemas.microsoft.com/2003/10/Serialization/\" i:type=\"d6p1:guid\">0f8fad5b-d9cb-469f-a165-70867728950e</Value>"
+        ),
+        "{xml}"
+    );
+    assert!(xml.contains("i:type=\"d6p1:long\">3</Value>"), "{xml}");
+    assert_eq!(parse_rule(&xml).unwrap(), rule);
+    let upper = xml.replace(
+        "0f8fad5b-d9cb-469f-a165-70867728950e",
+        "0F8FAD5B-D9CB-469F-A165-70867728950E",
+    );
+    assert_eq!(parse_rule(&upper).unwrap(), rule, "either case reads");
+    let broken = xml.replace("0f8fad5b-d9cb", "0f8fad5b-zzzz");
+    assert!(
+        parse_rule(&broken).is_err(),
+        "a guid that is no GUID is refused"
+    );
+}

@@ -14,9 +14,10 @@ use super::atom::{
 };
 use crate::broker::rules::{FilterDefinition, RuleDefinition};
 use crate::broker::types::PropertyValue;
+use crate::config::parameters::{check_parameters, duration_of, ticks_of};
 use crate::config::{
-    CorrelationFilterConfig, EntityStatus, FilterConfig, PropertyLiteral, QueueConfig, RuleConfig,
-    SubscriptionConfig, TopicConfig,
+    CorrelationFilterConfig, EntityStatus, FilterConfig, ParameterValue, PropertyLiteral,
+    QueueConfig, RuleConfig, SqlParameters, SubscriptionConfig, TopicConfig,
 };
 
 fn status_of(status: Option<super::atom::EntityStatus>) -> Option<EntityStatus> {
@@ -246,6 +247,9 @@ fn literal(name: &str, value: &AtomValue) -> Result<PropertyLiteral, String> {
         AtomValue::Long(number) => PropertyLiteral::Integer(*number),
         AtomValue::Double(number) => PropertyLiteral::Float(*number),
         AtomValue::Boolean(flag) => PropertyLiteral::Bool(*flag),
+        AtomValue::Guid(bytes) => {
+            PropertyLiteral::String(crate::config::parameters::guid_text(bytes))
+        }
         other => {
             return Err(format!(
                 "correlation filter property '{name}': values of type {} are not supported (use string, int, long, double or boolean)",
@@ -255,25 +259,109 @@ fn literal(name: &str, value: &AtomValue) -> Result<PropertyLiteral, String> {
     })
 }
 
-fn no_parameters(parameters: &[(String, AtomValue)]) -> Result<(), String> {
-    match parameters.first() {
-        None => Ok(()),
-        Some((name, _)) => Err(format!(
-            "SQL parameters (here '{name}') are not supported: write the value into the expression"
-        )),
+/// An instant as 100-ns ticks since the Unix epoch (before it: negative).
+fn instant_ticks(time: std::time::SystemTime) -> i64 {
+    match time.duration_since(std::time::UNIX_EPOCH) {
+        Ok(after) => ticks_of(after),
+        Err(before) => -ticks_of(before.duration()),
     }
+}
+
+/// An instant from 100-ns ticks since the Unix epoch.
+fn instant_of(ticks: i64) -> std::time::SystemTime {
+    if ticks >= 0 {
+        std::time::UNIX_EPOCH + duration_of(ticks)
+    } else {
+        let before = duration_of(ticks.checked_neg().unwrap_or(i64::MAX));
+        std::time::UNIX_EPOCH
+            .checked_sub(before)
+            .unwrap_or(std::time::UNIX_EPOCH)
+    }
+}
+
+/// The `Parameters` of a SQL filter or action, typed as sent; `part` names it in errors.
+fn parameters(part: &str, pairs: &[(String, AtomValue)]) -> Result<SqlParameters, String> {
+    let parameters: SqlParameters = pairs
+        .iter()
+        .map(|(name, value)| {
+            let value = match value {
+                AtomValue::String(text) => ParameterValue::String(text.clone()),
+                AtomValue::Int(number) => ParameterValue::Int(*number),
+                AtomValue::Long(number) => ParameterValue::Long(*number),
+                AtomValue::Double(number) => ParameterValue::Double(*number),
+                AtomValue::Boolean(flag) => ParameterValue::Bool(*flag),
+                AtomValue::DateTime(time) => ParameterValue::DateTime(instant_ticks(*time)),
+                AtomValue::Duration(duration) => ParameterValue::Duration(ticks_of(*duration)),
+                AtomValue::Guid(bytes) => ParameterValue::Guid(*bytes),
+            };
+            (name.clone(), value)
+        })
+        .collect();
+    check_parameters(&parameters).map_err(|reason| format!("{part} Parameters: {reason}"))?;
+    Ok(parameters)
+}
+
+/// A parameter as the ATOM wire types it. A negative span (only the configuration or AMQP
+/// give one) has no `xs:duration` here and shows as zero.
+fn atom_parameter(value: &ParameterValue) -> AtomValue {
+    match value {
+        ParameterValue::String(text) => AtomValue::String(text.clone()),
+        ParameterValue::Int(number) => AtomValue::Int(*number),
+        ParameterValue::Long(number) => AtomValue::Long(*number),
+        ParameterValue::Double(number) => AtomValue::Double(*number),
+        ParameterValue::Bool(flag) => AtomValue::Boolean(*flag),
+        ParameterValue::DateTime(ticks) => AtomValue::DateTime(instant_of(*ticks)),
+        ParameterValue::Duration(ticks) => AtomValue::Duration(duration_of(*ticks)),
+        ParameterValue::Guid(bytes) => AtomValue::Guid(*bytes),
+    }
+}
+
+fn atom_parameters(parameters: &[(String, ParameterValue)]) -> Vec<(String, AtomValue)> {
+    parameters
+        .iter()
+        .map(|(name, value)| (name.clone(), atom_parameter(value)))
+        .collect()
+}
+
+/// One list for a configured rule, whose parameters serve its filter and action alike: the
+/// filter's, then the action's not already there; the same name with two values is refused.
+fn merged_parameters(
+    filter: SqlParameters,
+    action: SqlParameters,
+) -> Result<SqlParameters, String> {
+    let mut merged = filter;
+    for (name, value) in action {
+        let key = crate::config::parameters::parameter_key(&name);
+        let same = merged.iter().find(|(earlier, _)| {
+            crate::broker::filter::property_names_equal(
+                crate::config::parameters::parameter_key(earlier),
+                key,
+            )
+        });
+        match same {
+            Some((_, earlier)) if *earlier == value => {}
+            Some((earlier, _)) => {
+                return Err(format!(
+                    "the filter's parameter '{earlier}' and the action's '{name}' differ: a subscription's default rule takes one value per parameter"
+                ));
+            }
+            None => merged.push((name, value)),
+        }
+    }
+    Ok(merged)
 }
 
 /// A rule as the configuration writes it (for a subscription's creation).
 pub fn rule_config(name: &str, rule: &RuleDescription) -> Result<RuleConfig, String> {
+    let mut filter_parameters = Vec::new();
     let filter = match &rule.filter {
         RuleFilter::True => FilterConfig::True,
         RuleFilter::False => FilterConfig::Sql("1=0".to_string()),
         RuleFilter::Sql {
             expression,
-            parameters,
+            parameters: pairs,
         } => {
-            no_parameters(parameters)?;
+            filter_parameters = parameters("SqlFilter", pairs)?;
             FilterConfig::Sql(expression.clone())
         }
         RuleFilter::Correlation(filter) => FilterConfig::Correlation(CorrelationFilterConfig {
@@ -292,13 +380,14 @@ pub fn rule_config(name: &str, rule: &RuleDescription) -> Result<RuleConfig, Str
                 .collect::<Result<_, String>>()?,
         }),
     };
+    let mut action_parameters = Vec::new();
     let action = match &rule.action {
         RuleAction::None => None,
         RuleAction::Sql {
             expression,
-            parameters,
+            parameters: pairs,
         } => {
-            no_parameters(parameters)?;
+            action_parameters = parameters("SqlRuleAction", pairs)?;
             Some(expression.clone())
         }
     };
@@ -306,6 +395,7 @@ pub fn rule_config(name: &str, rule: &RuleDescription) -> Result<RuleConfig, Str
         name: name.to_string(),
         filter,
         action,
+        parameters: merged_parameters(filter_parameters, action_parameters)?,
     })
 }
 
@@ -321,6 +411,7 @@ fn broker_value(name: &str, value: &AtomValue) -> Result<PropertyValue, String> 
                 .map(|elapsed| elapsed.as_millis() as i64)
                 .unwrap_or(0),
         ),
+        AtomValue::Guid(bytes) => PropertyValue::Uuid(*bytes),
         AtomValue::Duration(_) => {
             return Err(format!(
                 "correlation filter property '{name}': duration values are not supported"
@@ -329,16 +420,18 @@ fn broker_value(name: &str, value: &AtomValue) -> Result<PropertyValue, String> 
     })
 }
 
-/// A rule as the broker keeps it, from a PUT body.
+/// A rule as the broker keeps it, from a PUT body; refused (with the parser's reason, naming
+/// an undefined parameter) unless it compiles.
 pub fn rule_definition(name: &str, rule: &RuleDescription) -> Result<RuleDefinition, String> {
+    let mut filter_parameters = Vec::new();
     let filter = match &rule.filter {
         RuleFilter::True => FilterDefinition::True,
         RuleFilter::False => FilterDefinition::False,
         RuleFilter::Sql {
             expression,
-            parameters,
+            parameters: pairs,
         } => {
-            no_parameters(parameters)?;
+            filter_parameters = parameters("SqlFilter", pairs)?;
             FilterDefinition::Sql(expression.clone())
         }
         RuleFilter::Correlation(filter) => FilterDefinition::Correlation {
@@ -359,22 +452,27 @@ pub fn rule_definition(name: &str, rule: &RuleDescription) -> Result<RuleDefinit
                 .collect::<Result<_, String>>()?,
         },
     };
+    let mut action_parameters = Vec::new();
     let action = match &rule.action {
         RuleAction::None => None,
         RuleAction::Sql {
             expression,
-            parameters,
+            parameters: pairs,
         } => {
-            no_parameters(parameters)?;
+            action_parameters = parameters("SqlRuleAction", pairs)?;
             Some(expression.clone())
         }
     };
-    Ok(RuleDefinition {
+    let definition = RuleDefinition {
         name: name.to_string(),
         filter,
         action,
+        filter_parameters,
+        action_parameters,
         created_at: 0,
-    })
+    };
+    definition.compile().map_err(|error| error.to_string())?;
+    Ok(definition)
 }
 
 fn atom_value(value: &PropertyValue) -> AtomValue {
@@ -389,6 +487,7 @@ fn atom_value(value: &PropertyValue) -> AtomValue {
         PropertyValue::Timestamp(millis) => AtomValue::DateTime(
             std::time::UNIX_EPOCH + Duration::from_millis((*millis).max(0) as u64),
         ),
+        PropertyValue::Uuid(bytes) => AtomValue::Guid(*bytes),
         other => AtomValue::String(format!("{other:?}")),
     }
 }
@@ -400,7 +499,7 @@ pub fn rule_description(rule: &RuleDefinition) -> RuleDescription {
         FilterDefinition::False => RuleFilter::False,
         FilterDefinition::Sql(expression) => RuleFilter::Sql {
             expression: expression.clone(),
-            parameters: Vec::new(),
+            parameters: atom_parameters(&rule.filter_parameters),
         },
         FilterDefinition::Correlation { fields, properties } => {
             let [
@@ -435,7 +534,7 @@ pub fn rule_description(rule: &RuleDefinition) -> RuleDescription {
         action: match &rule.action {
             Some(expression) => RuleAction::Sql {
                 expression: expression.clone(),
-                parameters: Vec::new(),
+                parameters: atom_parameters(&rule.action_parameters),
             },
             None => RuleAction::None,
         },
@@ -491,14 +590,110 @@ mod tests {
         let definition = rule_definition("big", &description).expect("converts");
         assert!(definition.compile().is_ok());
         assert_eq!(rule_description(&definition), description);
-        let sql_with_parameters = RuleDescription {
+    }
+
+    fn at(seconds: u64, nanoseconds: u32) -> std::time::SystemTime {
+        std::time::UNIX_EPOCH + Duration::new(seconds, nanoseconds)
+    }
+
+    #[test]
+    fn parameters_keep_their_types_both_ways_and_an_undefined_one_is_named() {
+        let typed = vec![
+            ("@s".to_string(), AtomValue::String("red".into())),
+            ("@i".to_string(), AtomValue::Int(7)),
+            ("@l".to_string(), AtomValue::Long(7)),
+            ("@d".to_string(), AtomValue::Double(2.5)),
+            ("@b".to_string(), AtomValue::Boolean(true)),
+            (
+                "@t".to_string(),
+                AtomValue::DateTime(at(1_714_979_289, 123_456_700)),
+            ),
+            (
+                "@early".to_string(),
+                AtomValue::DateTime(at(0, 0) - Duration::from_secs(86_400)),
+            ),
+            (
+                "@span".to_string(),
+                AtomValue::Duration(Duration::new(90, 500)),
+            ),
+            ("@g".to_string(), AtomValue::Guid([0x5a; 16])),
+        ];
+        let description = RuleDescription {
+            name: Some("typed".into()),
+            filter: RuleFilter::Sql {
+                expression: "s = @s AND i = @i AND l = @l AND d = @d AND b = @b AND t = @t".into(),
+                parameters: typed.clone(),
+            },
+            action: RuleAction::Sql {
+                expression: "SET x = @Span".into(),
+                parameters: vec![("span".into(), AtomValue::Duration(Duration::from_secs(1)))],
+            },
+        };
+        let definition = rule_definition("typed", &description).expect("converts");
+        assert_eq!(definition.filter_parameters[1].1, ParameterValue::Int(7));
+        assert_eq!(definition.filter_parameters[2].1, ParameterValue::Long(7));
+        assert_eq!(
+            definition.filter_parameters[5].1,
+            ParameterValue::DateTime(17_149_792_891_234_567)
+        );
+        assert_eq!(
+            definition.filter_parameters[6].1,
+            ParameterValue::DateTime(-864_000_000_000)
+        );
+        assert_eq!(
+            rule_description(&definition),
+            description,
+            "shown back as sent"
+        );
+
+        let undefined = RuleDescription {
+            filter: RuleFilter::Sql {
+                expression: "a = @missing".into(),
+                parameters: vec![("@other".into(), AtomValue::Int(1))],
+            },
+            ..Default::default()
+        };
+        let error = rule_definition("p", &undefined).expect_err("refused");
+        assert!(error.contains("@missing"), "{error}");
+        let twice = RuleDescription {
+            filter: RuleFilter::Sql {
+                expression: "a = @p".into(),
+                parameters: vec![
+                    ("@p".into(), AtomValue::Int(1)),
+                    ("P".into(), AtomValue::Int(2)),
+                ],
+            },
+            ..Default::default()
+        };
+        let error = rule_definition("p", &twice).expect_err("ambiguous");
+        assert!(error.contains("same parameter"), "{error}");
+    }
+
+    #[test]
+    fn a_default_rule_takes_one_list_of_parameters() {
+        let rule = |action_value: i32| RuleDescription {
             filter: RuleFilter::Sql {
                 expression: "a = @p".into(),
                 parameters: vec![("@p".into(), AtomValue::Int(1))],
             },
+            action: RuleAction::Sql {
+                expression: "SET b = @p; SET c = @q".into(),
+                parameters: vec![
+                    ("p".into(), AtomValue::Int(action_value)),
+                    ("@q".into(), AtomValue::String("x".into())),
+                ],
+            },
             ..Default::default()
         };
-        let error = rule_definition("p", &sql_with_parameters).expect_err("refused");
+        let config = rule_config("$Default", &rule(1)).expect("the same value twice is one");
+        assert_eq!(
+            config.parameters,
+            vec![
+                ("@p".to_string(), ParameterValue::Int(1)),
+                ("@q".to_string(), ParameterValue::String("x".into())),
+            ]
+        );
+        let error = rule_config("$Default", &rule(2)).expect_err("two values for one name");
         assert!(error.contains("@p"), "{error}");
     }
 }

@@ -424,6 +424,8 @@ impl Api<'_> {
                             "name": definition.name,
                             "filter": filter_text(&definition.filter),
                             "action": definition.action,
+                            "filter_parameters": parameters_json(&definition.filter_parameters),
+                            "action_parameters": parameters_json(&definition.action_parameters),
                         })
                     })
                     .collect(),

@@ -1,6 +1,9 @@
 //! Subscription rules: a filter and an optional SQL action, compiled once from the
 //! configuration or an `add-rule` request, and the view of a [`Message`] that filters read.
 //!
+//! A SQL filter's or action's `@parameters` are substituted when the rule is compiled; the
+//! rule keeps their typed values beside it, to show and store the rule as it was given.
+//!
 //! Fan-out semantics (Service Bus "Topic filters and actions"): all matching rules without
 //! an action together produce one copy; every matching rule with an action produces its own
 //! copy, with the action applied and the rule's name in the `RuleName` property.
@@ -11,7 +14,11 @@ use super::filter::{
 };
 use super::message::Message;
 use super::types::PropertyValue;
-use crate::config::{CorrelationFilterConfig, FilterConfig, PropertyLiteral, RuleConfig};
+use crate::config::parameters::TICKS_PER_MILLISECOND;
+use crate::config::{
+    CorrelationFilterConfig, FilterConfig, ParameterValue, PropertyLiteral, RuleConfig,
+    SqlParameters,
+};
 
 /// Name of the rule every subscription starts with.
 pub const DEFAULT_RULE_NAME: &str = "$Default";
@@ -25,6 +32,10 @@ pub struct Rule {
     pub filter: Filter,
     /// What it changes on the copy it produces.
     pub action: Option<SqlRuleAction>,
+    /// The values the SQL filter's `@parameters` took, as given (empty for other filters).
+    pub filter_parameters: SqlParameters,
+    /// The values the action's `@parameters` took, as given (empty without an action).
+    pub action_parameters: SqlParameters,
     /// When it was created (unix ms), reported by enumerate-rules.
     pub created_at: i64,
 }
@@ -53,6 +64,10 @@ pub struct RuleDefinition {
     pub filter: FilterDefinition,
     /// Its SQL action text, if any.
     pub action: Option<String>,
+    /// Values of the SQL filter's `@parameters` (empty for other filters).
+    pub filter_parameters: SqlParameters,
+    /// Values of the action's `@parameters` (empty without an action).
+    pub action_parameters: SqlParameters,
     /// When it was created (unix ms).
     pub created_at: i64,
 }
@@ -108,6 +123,8 @@ impl RuleDefinition {
                 .action
                 .as_ref()
                 .map(|action| action.expression().to_string()),
+            filter_parameters: rule.filter_parameters.clone(),
+            action_parameters: rule.action_parameters.clone(),
             created_at: rule.created_at,
         }
     }
@@ -117,13 +134,17 @@ impl RuleDefinition {
         let filter = match &self.filter {
             FilterDefinition::True => Filter::True,
             FilterDefinition::False => Filter::False,
-            FilterDefinition::Sql(expression) => {
-                Filter::Sql(SqlFilter::parse(expression).map_err(|error| RuleError {
+            FilterDefinition::Sql(expression) => Filter::Sql(
+                SqlFilter::parse_with_parameters(
+                    expression,
+                    &filter_values(&self.filter_parameters),
+                )
+                .map_err(|error| RuleError {
                     rule: self.name.clone(),
                     part: "sql_filter",
                     error,
-                })?)
-            }
+                })?,
+            ),
             FilterDefinition::Correlation { fields, properties } => {
                 let [
                     correlation_id,
@@ -152,22 +173,61 @@ impl RuleDefinition {
             }
         };
         let action = match &self.action {
-            Some(expression) => {
-                Some(SqlRuleAction::parse(expression).map_err(|error| RuleError {
+            Some(expression) => Some(
+                SqlRuleAction::parse_with_parameters(
+                    expression,
+                    &filter_values(&self.action_parameters),
+                )
+                .map_err(|error| RuleError {
                     rule: self.name.clone(),
                     part: "sql_action",
                     error,
-                })?)
-            }
+                })?,
+            ),
             None => None,
         };
         Ok(Rule {
             name: self.name.clone(),
             filter,
             action,
+            filter_parameters: match self.filter {
+                FilterDefinition::Sql(_) => self.filter_parameters.clone(),
+                _ => Vec::new(),
+            },
+            action_parameters: match self.action {
+                Some(_) => self.action_parameters.clone(),
+                None => Vec::new(),
+            },
             created_at: self.created_at,
         })
     }
+}
+
+/// A parameter's value as the SQL parser substitutes it: the filter value of its type
+/// (instants and spans at the millisecond precision messages carry).
+pub fn parameter_filter_value(value: &ParameterValue) -> FilterValue {
+    match value {
+        ParameterValue::String(text) => FilterValue::String(text.clone()),
+        ParameterValue::Int(number) => FilterValue::Integer(i64::from(*number)),
+        ParameterValue::Long(number) => FilterValue::Integer(*number),
+        ParameterValue::Double(number) => FilterValue::Float(*number),
+        ParameterValue::Bool(flag) => FilterValue::Bool(*flag),
+        ParameterValue::DateTime(ticks) => {
+            FilterValue::Timestamp(ticks.div_euclid(TICKS_PER_MILLISECOND))
+        }
+        ParameterValue::Duration(ticks) => {
+            FilterValue::Duration(ticks.div_euclid(TICKS_PER_MILLISECOND))
+        }
+        ParameterValue::Guid(bytes) => FilterValue::Uuid(*bytes),
+    }
+}
+
+/// A rule's parameters as the SQL parser takes them.
+fn filter_values(parameters: &[(String, ParameterValue)]) -> Vec<(String, FilterValue)> {
+    parameters
+        .iter()
+        .map(|(name, value)| (name.clone(), parameter_filter_value(value)))
+        .collect()
 }
 
 /// A property value as a filter compares it (owned).
@@ -183,31 +243,47 @@ fn owned_filter_value(value: &PropertyValue) -> FilterValue {
     }
 }
 
-/// Compiles a configured rule.
+/// Compiles a configured rule. Its `sql_parameters` serve the SQL filter and the action
+/// alike, so each part keeps (and shows) them all.
 pub fn compile(config: &RuleConfig, created_at: i64) -> Result<Rule, RuleError> {
+    let parameters = filter_values(&config.parameters);
     let filter = match &config.filter {
         FilterConfig::True => Filter::True,
-        FilterConfig::Sql(expression) => {
-            Filter::Sql(SqlFilter::parse(expression).map_err(|error| RuleError {
-                rule: config.name.clone(),
-                part: "sql_filter",
-                error,
-            })?)
-        }
+        FilterConfig::Sql(expression) => Filter::Sql(
+            SqlFilter::parse_with_parameters(expression, &parameters).map_err(|error| {
+                RuleError {
+                    rule: config.name.clone(),
+                    part: "sql_filter",
+                    error,
+                }
+            })?,
+        ),
         FilterConfig::Correlation(correlation) => {
             Filter::Correlation(correlation_filter(correlation))
         }
     };
     let action = match &config.action {
-        Some(expression) => Some(SqlRuleAction::parse(expression).map_err(|error| RuleError {
-            rule: config.name.clone(),
-            part: "sql_action",
-            error,
-        })?),
+        Some(expression) => Some(
+            SqlRuleAction::parse_with_parameters(expression, &parameters).map_err(|error| {
+                RuleError {
+                    rule: config.name.clone(),
+                    part: "sql_action",
+                    error,
+                }
+            })?,
+        ),
         None => None,
     };
     Ok(Rule {
         name: config.name.clone(),
+        filter_parameters: match filter {
+            Filter::Sql(_) => config.parameters.clone(),
+            _ => Vec::new(),
+        },
+        action_parameters: match action {
+            Some(_) => config.parameters.clone(),
+            None => Vec::new(),
+        },
         filter,
         action,
         created_at,

@@ -698,6 +698,7 @@ mod tests {
                     name: name.to_string(),
                     filter: crate::config::FilterConfig::Sql(sql),
                     action: None,
+                    parameters: Vec::new(),
                 },
                 0,
             )
@@ -823,6 +824,7 @@ mod tests {
                 name: "red".to_string(),
                 filter: crate::config::FilterConfig::Sql("color = 'red'".to_string()),
                 action: None,
+                parameters: Vec::new(),
             },
             0,
         )

@@ -505,10 +505,23 @@ fn convert_rule(
             ));
         }
     };
+    let parameters = raw
+        .sql_parameters
+        .0
+        .iter()
+        .map(|(name, value)| {
+            super::parameters::from_toml(value)
+                .map(|value| (name.clone(), value))
+                .map_err(|reason| {
+                    ConfigError::invalid(&context, format!("sql_parameters.{name}: {reason}"))
+                })
+        })
+        .collect::<Result<_, _>>()?;
     Ok(RuleConfig {
         name: raw.name,
         filter,
         action: raw.sql_action,
+        parameters,
     })
 }
 

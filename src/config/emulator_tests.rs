@@ -203,6 +203,7 @@ fn the_official_sample_converts_every_field() {
                 name: "app-prop-filter-1".into(),
                 filter: FilterConfig::Correlation(correlation),
                 action: None,
+                parameters: Vec::new(),
             },
             RuleConfig {
                 name: "sql-filter-1".into(),
@@ -210,6 +211,7 @@ fn the_official_sample_converts_every_field() {
                     "sys.MessageId = '123456' AND userProp1 = 'value1'".into(),
                 ),
                 action: Some("SET sys.To = 'Entity'".into()),
+                parameters: Vec::new(),
             },
         ],
         ..emulator_subscription("subscription.1")

@@ -236,6 +236,9 @@ pub struct RuleConfig {
     pub filter: FilterConfig,
     /// SQL action text (e.g. `SET sys.Label = 'big'`), validated by the SQL module.
     pub action: Option<String>,
+    /// Values of the `@parameters` the SQL filter and action use (`sql_parameters`; Service
+    /// Bus's `Parameters`), typed; empty when there are none.
+    pub parameters: super::SqlParameters,
 }
 
 impl RuleConfig {
@@ -245,6 +248,7 @@ impl RuleConfig {
             name: DEFAULT_RULE_NAME.to_string(),
             filter: FilterConfig::True,
             action: None,
+            parameters: Vec::new(),
         }
     }
 }

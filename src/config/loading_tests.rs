@@ -292,8 +292,16 @@ fn sample_file_examples_are_valid_when_uncommented() {
         Some(Duration::from_secs(3_600))
     );
     let rules = &config.topics[0].subscriptions[0].rules;
-    assert_eq!(rules.len(), 2);
-    let FilterConfig::Correlation(filter) = &rules[1].filter else {
+    assert_eq!(rules.len(), 3);
+    assert_eq!(
+        rules[1].parameters[..2],
+        [
+            ("@color".to_string(), ParameterValue::String("red".into())),
+            ("@min".to_string(), ParameterValue::Int(10)),
+        ]
+    );
+    crate::broker::rules::compile(&rules[1], 0).expect("the parametrized example compiles");
+    let FilterConfig::Correlation(filter) = &rules[2].filter else {
         panic!("expected a correlation filter");
     };
     assert_eq!(filter.reply_to_session_id.as_deref(), Some("session-2"));

@@ -15,6 +15,7 @@ pub mod duration;
 pub mod emulator;
 mod entities;
 pub mod names;
+pub mod parameters;
 mod raw;
 pub mod render;
 pub mod strict;
@@ -37,6 +38,7 @@ pub use entities::{
     DEFAULT_MAX_SIZE_IN_MEGABYTES, EntityStatus, FilterConfig, MAX_MESSAGE_SIZE_LIMIT_IN_KILOBYTES,
     PropertyLiteral, QueueConfig, RuleConfig, SubscriptionConfig, TopicConfig,
 };
+pub use parameters::{ParameterValue, SqlParameters};
 
 /// Default listen address: loopback only, the AMQP port.
 pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 5672));

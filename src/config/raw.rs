@@ -188,6 +188,9 @@ pub(super) struct RawRule {
     pub sql_filter: Option<String>,
     pub correlation_filter: Option<RawCorrelationFilter>,
     pub sql_action: Option<String>,
+    /// `sql_parameters = { "@name" = value, ... }`, typed in `convert.rs`.
+    #[serde(default)]
+    pub sql_parameters: RawProperties,
 }
 
 /// `correlation_filter = { ... }`.

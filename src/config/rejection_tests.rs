@@ -358,6 +358,31 @@ fn rules_need_exactly_one_filter() {
 }
 
 #[test]
+fn sql_parameters_need_an_expression_distinct_names_and_known_types() {
+    let prefix = "[[topics]]\nname = \"t\"\n[[topics.subscriptions]]\nname = \"s\"\n[[topics.subscriptions.rules]]\nname = \"r\"\n";
+    assert_error(
+        &format!(
+            "{prefix}correlation_filter = {{ subject = \"x\" }}\nsql_parameters = {{ \"@p\" = 1 }}"
+        ),
+        &["rules[0] \"r\"", "no sql_filter or sql_action"],
+    );
+    assert_error(
+        &format!("{prefix}sql_filter = \"a = @p\"\nsql_parameters = {{ \"@p\" = 1, \"P\" = 2 }}"),
+        &["rules[0] \"r\"", "sql_parameters", "same parameter"],
+    );
+    assert_error(
+        &format!(
+            "{prefix}sql_filter = \"a = @p\"\nsql_parameters = {{ \"@p\" = {{ duration = \"soon\" }} }}"
+        ),
+        &["rules[0] \"r\"", "sql_parameters.@p", "soon"],
+    );
+    assert_error(
+        &format!("{prefix}sql_filter = \"a = @p\"\nsql_parameters = {{ \"@p\" = 12:00:00 }}"),
+        &["sql_parameters.@p", "date and time"],
+    );
+}
+
+#[test]
 fn explicit_default_rule_may_carry_a_filter() {
     let config = load(
         "[[topics]]\nname = \"t\"\n[[topics.subscriptions]]\nname = \"s\"\n[[topics.subscriptions.rules]]\nname = \"$Default\"\nsql_filter = \"a = 1\"",

@@ -242,13 +242,25 @@ pub fn rule(header: &str, rule: &RuleConfig) -> String {
         }
     }
     optional_text(&mut out, "sql_action", &rule.action);
+    if !rule.parameters.is_empty() {
+        let parameters: Vec<String> = rule
+            .parameters
+            .iter()
+            .map(|(name, value)| format!("{} = {}", key(name), super::parameters::to_toml(value)))
+            .collect();
+        line(
+            &mut out,
+            "sql_parameters",
+            format!("{{ {} }}", parameters.join(", ")),
+        );
+    }
     out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Config, CorrelationFilterConfig};
+    use crate::config::{Config, CorrelationFilterConfig, ParameterValue};
 
     #[test]
     fn rendered_entities_load_back_equal() {
@@ -261,8 +273,13 @@ mod tests {
         subscription_config.rules = vec![
             RuleConfig {
                 name: "sql".into(),
-                filter: FilterConfig::Sql("color = 'red'".into()),
-                action: Some("SET x = 1".into()),
+                filter: FilterConfig::Sql("color = @color AND size > @size".into()),
+                action: Some("SET x = @tag".into()),
+                parameters: vec![
+                    ("@color".into(), ParameterValue::String("red".into())),
+                    ("size".into(), ParameterValue::Long(3)),
+                    ("@Tag".into(), ParameterValue::Duration(-600_000_000)),
+                ],
             },
             RuleConfig {
                 name: "corr".into(),
@@ -275,6 +292,7 @@ mod tests {
                     ..Default::default()
                 }),
                 action: None,
+                parameters: Vec::new(),
             },
         ];
         topic_config.subscriptions = vec![subscription_config, SubscriptionConfig::new("all")];

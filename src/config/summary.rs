@@ -47,6 +47,14 @@ pub(super) fn summary(config: &Config) -> String {
                 if let Some(action) = &rule.action {
                     let _ = write!(line, "; action {action}");
                 }
+                if !rule.parameters.is_empty() {
+                    let parameters: Vec<String> = rule
+                        .parameters
+                        .iter()
+                        .map(|(name, value)| format!("{name} = {}", value.display_text()))
+                        .collect();
+                    let _ = write!(line, "; parameters {}", parameters.join(", "));
+                }
                 lines.push(line);
             }
         }

@@ -468,5 +468,15 @@ fn validate_rule(context: &str, rule: &RuleConfig) -> Result<(), ConfigError> {
     {
         return Err(ConfigError::invalid(context, "sql_action is empty"));
     }
+    if !rule.parameters.is_empty() {
+        if !matches!(rule.filter, FilterConfig::Sql(_)) && rule.action.is_none() {
+            return Err(ConfigError::invalid(
+                context,
+                "sql_parameters is set but there is no sql_filter or sql_action to use them",
+            ));
+        }
+        super::parameters::check_parameters(&rule.parameters)
+            .map_err(|reason| ConfigError::invalid(context, format!("sql_parameters: {reason}")))?;
+    }
     Ok(())
 }

@@ -13,6 +13,7 @@ use crate::broker::rules::{FilterDefinition, RuleDefinition};
 use crate::broker::types::{
     MessageState, OutboxTarget, PropertyChanges, PropertyValue, SequenceNumber, SubQueue, Timestamp,
 };
+use crate::config::ParameterValue;
 
 /// One record of the log.
 #[derive(Debug, Clone)]
@@ -66,6 +67,28 @@ const CHANGE_FORWARDED: u8 = 9;
 const CHANGE_RULE_ADDED: u8 = 10;
 const CHANGE_RULE_REMOVED: u8 = 11;
 const CHANGE_RULES_SET: u8 = 12;
+
+// A rule's filter kind. A SQL filter with `@parameters` has a kind of its own, and an action
+// with parameters a presence byte of its own (2), so that a rule without parameters is
+// written byte for byte as before they existed and data written before reads unchanged.
+const FILTER_TRUE: u8 = 0;
+const FILTER_FALSE: u8 = 1;
+const FILTER_SQL: u8 = 2;
+const FILTER_CORRELATION: u8 = 3;
+const FILTER_SQL_WITH_PARAMETERS: u8 = 4;
+const ACTION_NONE: u8 = 0;
+const ACTION_SQL: u8 = 1;
+const ACTION_SQL_WITH_PARAMETERS: u8 = 2;
+
+// A parameter value's type.
+const PARAMETER_STRING: u8 = 0;
+const PARAMETER_INT: u8 = 1;
+const PARAMETER_LONG: u8 = 2;
+const PARAMETER_DOUBLE: u8 = 3;
+const PARAMETER_BOOL: u8 = 4;
+const PARAMETER_DATETIME: u8 = 5;
+const PARAMETER_DURATION: u8 = 6;
+const PARAMETER_GUID: u8 = 7;
 
 /// Why bytes could not be read as a record.
 #[derive(Debug, thiserror::Error)]
@@ -292,22 +315,78 @@ impl Out {
     fn rule(&mut self, rule: &RuleDefinition) {
         self.str(&rule.name);
         match &rule.filter {
-            FilterDefinition::True => self.u8(0),
-            FilterDefinition::False => self.u8(1),
-            FilterDefinition::Sql(expression) => {
-                self.u8(2);
+            FilterDefinition::True => self.u8(FILTER_TRUE),
+            FilterDefinition::False => self.u8(FILTER_FALSE),
+            FilterDefinition::Sql(expression) if rule.filter_parameters.is_empty() => {
+                self.u8(FILTER_SQL);
                 self.str(expression);
             }
+            FilterDefinition::Sql(expression) => {
+                self.u8(FILTER_SQL_WITH_PARAMETERS);
+                self.str(expression);
+                self.parameters(&rule.filter_parameters);
+            }
             FilterDefinition::Correlation { fields, properties } => {
-                self.u8(3);
+                self.u8(FILTER_CORRELATION);
                 for field in fields {
                     self.opt_str(field.as_deref());
                 }
                 self.properties(properties);
             }
         }
-        self.opt_str(rule.action.as_deref());
+        match &rule.action {
+            None => self.u8(ACTION_NONE),
+            Some(expression) if rule.action_parameters.is_empty() => {
+                self.u8(ACTION_SQL);
+                self.str(expression);
+            }
+            Some(expression) => {
+                self.u8(ACTION_SQL_WITH_PARAMETERS);
+                self.str(expression);
+                self.parameters(&rule.action_parameters);
+            }
+        }
         self.i64(rule.created_at);
+    }
+    fn parameters(&mut self, parameters: &[(String, ParameterValue)]) {
+        self.u64(parameters.len() as u64);
+        for (name, value) in parameters {
+            self.str(name);
+            match value {
+                ParameterValue::String(text) => {
+                    self.u8(PARAMETER_STRING);
+                    self.str(text);
+                }
+                ParameterValue::Int(number) => {
+                    self.u8(PARAMETER_INT);
+                    self.i64(i64::from(*number));
+                }
+                ParameterValue::Long(number) => {
+                    self.u8(PARAMETER_LONG);
+                    self.i64(*number);
+                }
+                ParameterValue::Double(number) => {
+                    self.u8(PARAMETER_DOUBLE);
+                    self.0.extend_from_slice(&number.to_bits().to_le_bytes());
+                }
+                ParameterValue::Bool(flag) => {
+                    self.u8(PARAMETER_BOOL);
+                    self.u8(u8::from(*flag));
+                }
+                ParameterValue::DateTime(ticks) => {
+                    self.u8(PARAMETER_DATETIME);
+                    self.i64(*ticks);
+                }
+                ParameterValue::Duration(ticks) => {
+                    self.u8(PARAMETER_DURATION);
+                    self.i64(*ticks);
+                }
+                ParameterValue::Guid(bytes) => {
+                    self.u8(PARAMETER_GUID);
+                    self.0.extend_from_slice(bytes);
+                }
+            }
+        }
     }
     fn changes(&mut self, changes: &[Change]) {
         self.u64(changes.len() as u64);
@@ -635,11 +714,17 @@ impl<'a> In<'a> {
     }
     fn rule(&mut self) -> Result<RuleDefinition, DecodeError> {
         let name = self.string()?;
+        let mut filter_parameters = Vec::new();
         let filter = match self.u8()? {
-            0 => FilterDefinition::True,
-            1 => FilterDefinition::False,
-            2 => FilterDefinition::Sql(self.string()?),
-            3 => {
+            FILTER_TRUE => FilterDefinition::True,
+            FILTER_FALSE => FilterDefinition::False,
+            FILTER_SQL => FilterDefinition::Sql(self.string()?),
+            FILTER_SQL_WITH_PARAMETERS => {
+                let expression = self.string()?;
+                filter_parameters = self.parameters()?;
+                FilterDefinition::Sql(expression)
+            }
+            FILTER_CORRELATION => {
                 let mut fields: [Option<String>; 8] = Default::default();
                 for field in &mut fields {
                     *field = self.opt_string()?;
@@ -651,12 +736,60 @@ impl<'a> In<'a> {
             }
             _ => return self.fail("unknown filter kind"),
         };
+        let mut action_parameters = Vec::new();
+        let action = match self.u8()? {
+            ACTION_NONE => None,
+            ACTION_SQL => Some(self.string()?),
+            ACTION_SQL_WITH_PARAMETERS => {
+                let expression = self.string()?;
+                action_parameters = self.parameters()?;
+                Some(expression)
+            }
+            _ => return self.fail("unknown rule action kind"),
+        };
         Ok(RuleDefinition {
             name,
             filter,
-            action: self.opt_string()?,
+            action,
+            filter_parameters,
+            action_parameters,
             created_at: self.i64()?,
         })
+    }
+    fn parameters(&mut self) -> Result<Vec<(String, ParameterValue)>, DecodeError> {
+        let count = self.u64()?;
+        let mut parameters = Vec::with_capacity(count.min(256) as usize);
+        for _ in 0..count {
+            let name = self.string()?;
+            let value = match self.u8()? {
+                PARAMETER_STRING => ParameterValue::String(self.string()?),
+                PARAMETER_INT => match i32::try_from(self.i64()?) {
+                    Ok(number) => ParameterValue::Int(number),
+                    Err(_) => return self.fail("an int parameter out of range"),
+                },
+                PARAMETER_LONG => ParameterValue::Long(self.i64()?),
+                PARAMETER_DOUBLE => {
+                    let mut bits = [0u8; 8];
+                    for byte in &mut bits {
+                        *byte = self.u8()?;
+                    }
+                    ParameterValue::Double(f64::from_bits(u64::from_le_bytes(bits)))
+                }
+                PARAMETER_BOOL => ParameterValue::Bool(self.u8()? != 0),
+                PARAMETER_DATETIME => ParameterValue::DateTime(self.i64()?),
+                PARAMETER_DURATION => ParameterValue::Duration(self.i64()?),
+                PARAMETER_GUID => {
+                    let mut guid = [0u8; 16];
+                    for byte in &mut guid {
+                        *byte = self.u8()?;
+                    }
+                    ParameterValue::Guid(guid)
+                }
+                _ => return self.fail("unknown parameter type"),
+            };
+            parameters.push((name, value));
+        }
+        Ok(parameters)
     }
     fn changes(&mut self) -> Result<Vec<Change>, DecodeError> {
         let count = self.u64()?;
@@ -925,7 +1058,31 @@ mod tests {
                 name: "sql".into(),
                 filter: FilterDefinition::Sql("color = 'red' AND amount > 10".into()),
                 action: Some("SET sys.Label = 'big'".into()),
+                filter_parameters: Vec::new(),
+                action_parameters: Vec::new(),
                 created_at: 1_700_000_000_000,
+            },
+            RuleDefinition {
+                name: "parameters".into(),
+                filter: FilterDefinition::Sql(
+                    "s = @s AND i = @i AND l = @l AND d = @d AND b = @b AND t = @t AND g = @g"
+                        .into(),
+                ),
+                action: Some("SET span = @span".into()),
+                filter_parameters: vec![
+                    ("@s".into(), ParameterValue::String("é".into())),
+                    ("@i".into(), ParameterValue::Int(-7)),
+                    ("l".into(), ParameterValue::Long(1 << 40)),
+                    ("@D".into(), ParameterValue::Double(2.5)),
+                    ("@b".into(), ParameterValue::Bool(true)),
+                    (
+                        "@t".into(),
+                        ParameterValue::DateTime(17_149_792_891_234_567),
+                    ),
+                    ("@g".into(), ParameterValue::Guid([0x3c; 16])),
+                ],
+                action_parameters: vec![("@span".into(), ParameterValue::Duration(-15))],
+                created_at: 9,
             },
             RuleDefinition {
                 name: "correlation".into(),
@@ -943,12 +1100,16 @@ mod tests {
                     properties: vec![("region".into(), PropertyValue::String("eu".into()))],
                 },
                 action: None,
+                filter_parameters: Vec::new(),
+                action_parameters: Vec::new(),
                 created_at: 5,
             },
             RuleDefinition {
                 name: "$Default".into(),
                 filter: FilterDefinition::True,
                 action: None,
+                filter_parameters: Vec::new(),
+                action_parameters: Vec::new(),
                 created_at: 0,
             },
         ];
@@ -989,6 +1150,53 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn rules_written_before_parameters_existed_read_unchanged() {
+        // A RuleAdded change as builds before issue 45 wrote it: entity "t", rule "r" with
+        // filter `a = 1`, action `SET b = 2`, created at 3.
+        let mut old = vec![
+            KIND_CHANGES,
+            1,
+            b't',
+            1,
+            CHANGE_RULE_ADDED,
+            1,
+            b's',
+            1,
+            b'r',
+            2,
+            5,
+        ];
+        old.extend_from_slice(b"a = 1");
+        old.extend_from_slice(&[1, 9]);
+        old.extend_from_slice(b"SET b = 2");
+        old.push(6);
+        let Ok(LogRecord::Changes { changes, .. }) = decode(&old) else {
+            panic!("the old bytes decode");
+        };
+        let [Change::RuleAdded { rule, .. }] = &changes[..] else {
+            panic!("{changes:?}");
+        };
+        let expected = RuleDefinition {
+            name: "r".into(),
+            filter: FilterDefinition::Sql("a = 1".into()),
+            action: Some("SET b = 2".into()),
+            filter_parameters: Vec::new(),
+            action_parameters: Vec::new(),
+            created_at: 3,
+        };
+        assert_eq!(rule.as_ref(), &expected);
+        // And a rule without parameters is still written as those builds wrote it.
+        let written = encode(&LogRecord::Changes {
+            entity: "t".into(),
+            changes: vec![Change::RuleAdded {
+                subscription: "s".into(),
+                rule: Box::new(expected),
+            }],
+        });
+        assert_eq!(written, old);
     }
 
     #[test]

@@ -24,6 +24,7 @@ mod queues;
 mod raw;
 mod raw_client;
 mod topics;
+mod rule_parameters;
 mod transactions;
 mod transports;
 mod wire;

@@ -486,7 +486,11 @@ pub(super) fn key_values(element: &Element) -> Result<Vec<(String, PropertyValue
         let text = value.text.trim();
         let typed = match kind {
             // Strings keep their whitespace.
-            "string" | "anyURI" | "guid" => PropertyValue::String(value.text.clone()),
+            "string" | "anyURI" => PropertyValue::String(value.text.clone()),
+            "guid" => PropertyValue::Guid(
+                crate::config::parameters::parse_guid(text)
+                    .ok_or_else(|| invalid("expected a GUID"))?,
+            ),
             "int" | "short" | "byte" | "unsignedByte" | "unsignedShort" => PropertyValue::Int(
                 text.parse()
                     .map_err(|_| invalid("expected a 32-bit integer"))?,

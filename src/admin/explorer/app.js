@@ -142,6 +142,13 @@
     return JSON.stringify(value);
   }
 
+  /** A rule's SQL text and, when it has some, the values of its `@parameters`. */
+  function withParameters(text, parameters) {
+    if (!Array.isArray(parameters) || parameters.length === 0) return text;
+    const values = parameters.map((parameter) => `${parameter.name} = ${parameter.value} (${parameter.type})`);
+    return `${text} — with ${values.join(", ")}`;
+  }
+
   function setText(element, text) {
     const value = text === undefined || text === null ? "" : String(text);
     if (element.textContent !== value) element.textContent = value;
@@ -557,8 +564,8 @@
       },
       (row, rule) => {
         setText(row.cells[0], rule.name);
-        setText(row.cells[1], rule.filter);
-        setText(row.cells[2], rule.action ?? "—");
+        setText(row.cells[1], withParameters(rule.filter, rule.filter_parameters));
+        setText(row.cells[2], rule.action ? withParameters(rule.action, rule.action_parameters) : "—");
       },
     );
 

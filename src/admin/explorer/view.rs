@@ -92,6 +92,22 @@ pub(super) fn filter_text(filter: &crate::broker::rules::FilterDefinition) -> St
     }
 }
 
+/// A rule's SQL parameters for the page: name, type and value as text, in order.
+pub(super) fn parameters_json(parameters: &[(String, crate::config::ParameterValue)]) -> Json {
+    Json::Array(
+        parameters
+            .iter()
+            .map(|(name, value)| {
+                json!({
+                    "name": name,
+                    "type": value.type_name(),
+                    "value": value.display_text(),
+                })
+            })
+            .collect(),
+    )
+}
+
 pub(super) fn property_json(value: &PropertyValue) -> Json {
     match value {
         PropertyValue::Null => Json::Null,
