@@ -146,6 +146,10 @@ pub struct Link {
     pub authorization: Option<LinkAuthorization>,
     /// Its share of the broker's metrics.
     pub metrics: LinkMetrics,
+    /// A session receiver's session, once the entity locked one: `$management` requests
+    /// that name this link (`associated-link-name`) and no session are scoped to it, as the
+    /// service does (the Go SDK's session peek sends only the link name).
+    pub session_id: Option<String>,
 }
 
 /// What a link contributes to the metrics: counted in `ferrobus_links` while it exists;
@@ -333,6 +337,7 @@ impl Connection {
             blocked: false,
             fence_pending: false,
             authorization,
+            session_id: None,
         };
         let grants_credit = client_sends;
         if let LinkKind::EntityReceiver {
@@ -674,6 +679,7 @@ impl Connection {
                 fence_pending: false,
                 authorization: None,
                 metrics: LinkMetrics::default(),
+                session_id: None,
             },
         );
         Ok(())
@@ -779,7 +785,11 @@ impl Connection {
     }
 
     /// Answers a session receiver's attach once its session is locked (§3.5): the session
-    /// id as a plain string in the source filter, the lock expiry as .NET ticks.
+    /// id in the source filter, the lock expiry as .NET ticks. The id comes back in the form
+    /// the client's filter had: a plain string to a plain (or null) filter — rhea (JS) keeps
+    /// a described value as an object — and a described string, with the client's descriptor,
+    /// to a described filter: go-amqp (the Go SDK) decodes every filter-set value as a
+    /// described type and fails the whole attach on a plain one.
     pub(super) fn session_accepted(
         &mut self,
         receiver: ReceiverId,
@@ -787,18 +797,37 @@ impl Connection {
         locked_until: crate::broker::types::Timestamp,
     ) -> Result<(), ConnectionError> {
         use fe2o3_amqp_types::primitives::{Symbol, Value};
-        let Some(&(channel, _)) = self.receivers.get(&receiver) else {
+        let Some(&(channel, handle)) = self.receivers.get(&receiver) else {
             return Ok(());
         };
         let Some(mut reply) = self.deferred_attaches.remove(&receiver) else {
             return Ok(());
         };
+        if let Some(link) = self
+            .sessions
+            .get_mut(&channel)
+            .and_then(|session| session.links.get_mut(&handle))
+        {
+            link.session_id = Some(session_id.clone());
+        }
         if let Some(source) = reply.source.as_mut() {
+            let requested_descriptor = source.filter.as_ref().and_then(|filter| {
+                filter.iter().find_map(|(key, value)| match value {
+                    Value::Described(described) if key.0 == "com.microsoft:session-filter" => {
+                        Some(described.descriptor.clone())
+                    }
+                    _ => None,
+                })
+            });
+            let value = match requested_descriptor {
+                Some(descriptor) => Value::Described(Box::new(serde_amqp::described::Described {
+                    descriptor,
+                    value: Value::String(session_id),
+                })),
+                None => Value::String(session_id),
+            };
             let mut filter = fe2o3_amqp_types::messaging::FilterSet::new();
-            filter.insert(
-                Symbol::from("com.microsoft:session-filter"),
-                Value::String(session_id),
-            );
+            filter.insert(Symbol::from("com.microsoft:session-filter"), value);
             source.filter = Some(filter);
         }
         let mut properties = fe2o3_amqp_types::definitions::Fields::new();

@@ -66,6 +66,32 @@ impl Connection {
         self.send_response(channel, request.reply_to.as_deref(), None, outcome.response)
     }
 
+    /// A peek that names no session but is made for a session receiver link of this
+    /// connection (`associated-link-name`) peeks that link's session, as the service does.
+    fn scope_to_associated_session(&self, associated_link: Option<&str>, plan: Plan) -> Plan {
+        let Plan::Peek {
+            from,
+            count,
+            session_id: None,
+        } = plan
+        else {
+            return plan;
+        };
+        let session_id = associated_link
+            .and_then(|name| {
+                self.sessions
+                    .values()
+                    .flat_map(|session| session.links.values())
+                    .find(|link| link.name == name && link.session_id.is_some())
+            })
+            .and_then(|link| link.session_id.clone());
+        Plan::Peek {
+            from,
+            count,
+            session_id,
+        }
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn management_request(
         &mut self,
@@ -81,6 +107,9 @@ impl Connection {
             return Ok(());
         };
         let plan = management::plan(&request);
+        let associated_link = request
+            .property_text("associated-link-name")
+            .map(str::to_owned);
         let pending = PendingResponse {
             channel,
             reply_to: request.reply_to,
@@ -151,6 +180,7 @@ impl Connection {
                 Err(failure) => self.respond_failure(&pending, &failure),
             };
         }
+        let plan = self.scope_to_associated_session(associated_link.as_deref(), plan);
         let reply = self.await_management(pending);
         let request = reply.request;
         let sent = match plan {

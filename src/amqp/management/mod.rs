@@ -320,6 +320,9 @@ pub fn plan(request: &Request) -> Result<Plan, Failure> {
         }
         "com.microsoft:set-session-state" => {
             let state = match body_entry(body, "session-state").map(undescribed) {
+                // An empty binary clears the state, as null does: the Go SDK's
+                // SetSessionState(nil) sends one, and the service reads it back as no state.
+                Some(Value::Binary(bytes)) if bytes.is_empty() => None,
                 Some(Value::Binary(bytes)) => Some(bytes.to_vec()),
                 Some(Value::String(text)) => Some(text.as_bytes().to_vec()),
                 _ => None,
