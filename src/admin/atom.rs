@@ -442,6 +442,11 @@ pub struct TopicRuntime {
     pub size_in_bytes: u64,
     /// `SubscriptionCount`.
     pub subscription_count: u64,
+    /// `SqlFilterCount` (api-version 2024-05): SQL, true and false filters of all its
+    /// subscriptions.
+    pub sql_filter_count: u64,
+    /// `CorrelationFilterCount` (api-version 2024-05).
+    pub correlation_filter_count: u64,
     /// `CountDetails` (the SDKs read only `ScheduledMessageCount` of a topic).
     pub counts: MessageCounts,
     /// `CreatedAt`.

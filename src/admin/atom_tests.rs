@@ -665,6 +665,8 @@ fn topic_runtime() -> TopicRuntime {
     TopicRuntime {
         size_in_bytes: 8192,
         subscription_count: 3,
+        sql_filter_count: 4,
+        correlation_filter_count: 2,
         counts: counts(),
         created_at: created(),
         updated_at: updated(),

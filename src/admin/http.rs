@@ -702,19 +702,25 @@ impl Context<'_> {
                     accessed_at,
                 },
             ),
-            Description::Topic(topic) => atom::render_topic_entry(
-                self.base,
-                &topic.name,
-                &describe::topic_description(topic),
-                &atom::TopicRuntime {
-                    size_in_bytes: runtime.counts.size_in_bytes,
-                    subscription_count: runtime.subscription_count,
-                    counts: counts(&runtime),
-                    created_at: slot.created_at,
-                    updated_at: slot.updated_at,
-                    accessed_at,
-                },
-            ),
+            Description::Topic(topic) => {
+                let (sql_filter_count, correlation_filter_count) =
+                    self.admin.registry.filter_counts(&topic.name).await;
+                atom::render_topic_entry(
+                    self.base,
+                    &topic.name,
+                    &describe::topic_description(topic),
+                    &atom::TopicRuntime {
+                        size_in_bytes: runtime.counts.size_in_bytes,
+                        subscription_count: runtime.subscription_count,
+                        sql_filter_count,
+                        correlation_filter_count,
+                        counts: counts(&runtime),
+                        created_at: slot.created_at,
+                        updated_at: slot.updated_at,
+                        accessed_at,
+                    },
+                )
+            }
             Description::Subscription {
                 topic,
                 subscription,

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use super::entity::{Command, EntityCounts, Reply, ReplyTo};
+use super::filter::Filter;
 use super::registry::{self, Description, Entity, Registry, Slot};
 use super::rules::{Rule, RuleDefinition};
 use super::topic::{RuleOperation, SubscriptionEntry, TopicCommand};
@@ -455,6 +456,34 @@ impl Registry {
             counts: *counts,
             subscription_count,
         })
+    }
+
+    /// How many SQL filters (true and false filters among them, as the service counts the
+    /// `$Default` rule) and correlation filters a topic's subscriptions have, together: the
+    /// `SqlFilterCount` and `CorrelationFilterCount` of api-version 2024-05. A subscription
+    /// deleted meanwhile counts nothing.
+    pub async fn filter_counts(&self, topic: &str) -> (u64, u64) {
+        let subscriptions: Vec<String> = self
+            .slots()
+            .iter()
+            .filter_map(|slot| match &slot.description {
+                Description::Subscription {
+                    topic: owner,
+                    subscription,
+                } if owner.eq_ignore_ascii_case(topic) => Some(subscription.name.clone()),
+                _ => None,
+            })
+            .collect();
+        let (mut sql, mut correlation) = (0, 0);
+        for subscription in &subscriptions {
+            for rule in self.rules(topic, subscription).await.unwrap_or_default() {
+                match rule.filter {
+                    Filter::Correlation(_) => correlation += 1,
+                    Filter::True | Filter::False | Filter::Sql(_) => sql += 1,
+                }
+            }
+        }
+        (sql, correlation)
     }
 
     /// The rules in force on a subscription.

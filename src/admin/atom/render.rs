@@ -333,6 +333,12 @@ pub fn render_topic_entry(
                     .unwrap_or(DEFAULT_MAX_MESSAGE_SIZE_IN_KILOBYTES)
                     .to_string(),
             );
+            // Last, as the service writes them (api-version 2024-05).
+            out.leaf("SqlFilterCount", &runtime.sql_filter_count.to_string());
+            out.leaf(
+                "CorrelationFilterCount",
+                &runtime.correlation_filter_count.to_string(),
+            );
             out.end("TopicDescription");
         },
     )
