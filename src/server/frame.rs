@@ -81,14 +81,15 @@ pub fn take_frame(input: &mut BytesMut, max_size: u32) -> Result<Option<RawFrame
 }
 
 /// Decodes the performative at the start of a frame body and returns the rest (the
-/// transfer payload). A disposition whose `rejected` error info has string keys (rhea
-/// writes them so; AMQP says symbols) is normalised and decoded again.
+/// transfer payload). A disposition whose `rejected` error info or `modified` message
+/// annotations have string keys (rhea and the Java SDK write them so; AMQP says symbols)
+/// is normalised and decoded again.
 pub fn decode_performative(body: &Bytes) -> Result<(Performative, Bytes), FrameError> {
     // Before serde_amqp (which recurses) sees it: bounded nesting, lengths within bounds.
     crate::amqp::depth::check_described(body)
         .map_err(|error| FrameError::Decode(format!("the performative is malformed: {error}")))?;
     match decode_performative_strict(body) {
-        Err(error) => match normalize_rejected_info(body) {
+        Err(error) => match normalize_outcome_keys(body) {
             Some(normalized) => decode_performative_strict(&normalized).map_err(|_| error),
             None => Err(error),
         },
@@ -96,26 +97,34 @@ pub fn decode_performative(body: &Bytes) -> Result<(Performative, Bytes), FrameE
     }
 }
 
-/// Rewrites string keys of a disposition's `rejected.error.info` map as symbols (same
-/// length, so in place on a copy). `None` if the body is not such a disposition.
-fn normalize_rejected_info(body: &Bytes) -> Option<Bytes> {
+/// Rewrites string keys of a disposition's `rejected.error.info` or
+/// `modified.message-annotations` map as symbols, also inside a `transactional-state` (the
+/// Java SDK's dead-letter and abandon/defer with properties to modify, in a transaction or
+/// not). Same length, so in place on a copy. `None` if the body is not such a disposition.
+fn normalize_outcome_keys(body: &Bytes) -> Option<Bytes> {
     use crate::amqp::codec::{compound_elements, section_code};
     if section_code(body, 0)? != 0x15 {
         return None;
     }
     let disposition = compound_elements(body, 3).ok()?;
-    let state = disposition.get(4)?;
-    if section_code(body, state.start)? != 0x25 {
-        return None;
+    let mut state = disposition.get(4)?.start;
+    if section_code(body, state)? == 0x34 {
+        // transactional-state: txn-id, outcome
+        state = compound_elements(body, state + 3).ok()?.get(1)?.start;
     }
-    let rejected = compound_elements(body, state.start + 3).ok()?;
-    let error = rejected.first()?;
-    if section_code(body, error.start)? != 0x1d {
-        return None;
-    }
-    let fields = compound_elements(body, error.start + 3).ok()?;
-    let info = fields.get(2)?;
-    let entries = compound_elements(body, info.start).ok()?;
+    let map = match section_code(body, state)? {
+        0x25 => {
+            let rejected = compound_elements(body, state + 3).ok()?;
+            let error = rejected.first()?;
+            if section_code(body, error.start)? != 0x1d {
+                return None;
+            }
+            compound_elements(body, error.start + 3).ok()?.get(2)?.start
+        }
+        0x27 => compound_elements(body, state + 3).ok()?.get(2)?.start,
+        _ => return None,
+    };
+    let entries = compound_elements(body, map).ok()?;
     let mut copy = body.to_vec();
     for key in entries.iter().step_by(2) {
         match copy[key.start] {
@@ -460,8 +469,51 @@ mod tests {
         body.push(list.len() as u8);
         body.extend_from_slice(&list);
         let body = Bytes::from(body);
-        let normalized = normalize_rejected_info(&body).expect("recognised");
+        let normalized = normalize_outcome_keys(&body).expect("recognised");
         let (performative, _) = decode_performative_strict(&normalized).expect("decodes");
         assert!(matches!(performative, Performative::Disposition(_)));
+    }
+
+    /// `[0x00, 0x53, code, list8 …fields]`
+    fn described_list(code: u8, count: u8, fields: &[u8]) -> Vec<u8> {
+        let mut bytes = vec![0x00, 0x53, code, 0xc0, fields.len() as u8 + 1, count];
+        bytes.extend_from_slice(fields);
+        bytes
+    }
+
+    #[test]
+    fn a_modified_disposition_with_string_annotation_keys_decodes_also_in_a_transaction() {
+        use fe2o3_amqp_types::messaging::DeliveryState;
+        use fe2o3_amqp_types::primitives::Symbol;
+        // The Java SDK's abandon with properties to modify: modified.message-annotations
+        // with str8 keys; in a transaction, inside a transactional-state.
+        let mut modified_fields = vec![0x41, 0x42];
+        modified_fields.extend_from_slice(&[0xc1, 11, 0x02, 0xa1, 0x01, b'k', 0xa1, 0x05]);
+        modified_fields.extend_from_slice(b"value");
+        let modified = described_list(0x27, 3, &modified_fields);
+        let mut transactional_fields = vec![0xa0, 0x04, 1, 2, 3, 4];
+        transactional_fields.extend_from_slice(&modified);
+        let transactional = described_list(0x34, 2, &transactional_fields);
+        for (state, in_transaction) in [(modified, false), (transactional, true)] {
+            let mut fields = vec![0x41, 0x43, 0x40, 0x41];
+            fields.extend_from_slice(&state);
+            let body = Bytes::from(described_list(0x15, 5, &fields));
+            let (performative, _) = decode_performative(&body).expect("decodes");
+            let Performative::Disposition(disposition) = performative else {
+                panic!("not a disposition")
+            };
+            let modified = match disposition.state {
+                Some(DeliveryState::Modified(modified)) if !in_transaction => modified,
+                Some(DeliveryState::TransactionalState(state)) if in_transaction => {
+                    match state.outcome {
+                        Some(fe2o3_amqp_types::messaging::Outcome::Modified(modified)) => modified,
+                        other => panic!("not modified: {other:?}"),
+                    }
+                }
+                other => panic!("unexpected state {other:?}"),
+            };
+            let annotations = modified.message_annotations.expect("annotations");
+            assert!(annotations.contains_key(&Symbol::from("k")));
+        }
     }
 }
