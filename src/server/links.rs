@@ -269,6 +269,12 @@ impl Connection {
         } else {
             source_address(&attach)
         };
+        // A sender on a session with a transaction coordinator may go through the session's
+        // first entity (cross-entity transactions, transaction_via.rs).
+        let routed = match (client_sends && !coordinator, address.as_deref()) {
+            (true, Some(target)) => self.session(channel)?.via.route(&attach, target),
+            _ => None,
+        };
         let resolved = if coordinator && client_sends {
             Ok((
                 LinkKind::Coordinator {
@@ -277,6 +283,9 @@ impl Connection {
                 DEFAULT_MAX_MESSAGE_SIZE,
                 None,
             ))
+        } else if let Some(routed) = &routed {
+            let via = target_address(routed).unwrap_or_default();
+            self.resolve(routed, client_sends, &via).await
         } else {
             self.resolve(&attach, client_sends, address.as_deref().unwrap_or(""))
                 .await
@@ -285,6 +294,14 @@ impl Connection {
             Ok(resolved) => resolved,
             Err(failure) => return self.refuse_attach(channel, attach, failure),
         };
+        match (&kind, address.as_deref().and_then(address::parse)) {
+            (LinkKind::Coordinator { .. }, _) => self.session(channel)?.via.coordinator_attached(),
+            (
+                LinkKind::EntitySender { .. } | LinkKind::EntityReceiver { .. },
+                Some(Node::Entity { path, .. }),
+            ) => self.session(channel)?.via.entity_attached(&path),
+            _ => {}
+        }
         let mut reply = attach.clone();
         reply.role = if client_sends {
             Role::Receiver

@@ -14,6 +14,7 @@ mod outgoing;
 mod requests;
 mod sasl;
 mod session;
+mod transaction_via;
 mod transactions;
 pub mod transport;
 

@@ -56,6 +56,8 @@ pub struct Session {
     pub unsettled: SequenceMap<u32, Unsettled>,
     /// Transfers held back by the peer's window.
     pub queued: VecDeque<QueuedTransfer>,
+    /// The entity this session's transactional sends go through (cross-entity transactions).
+    pub via: super::transaction_via::SessionVia,
 }
 
 impl Session {
@@ -90,6 +92,7 @@ impl Connection {
             next_delivery_id: 0,
             unsettled: SequenceMap::default(),
             queued: VecDeque::new(),
+            via: Default::default(),
         };
         self.sessions.insert(channel, session);
         self.write(

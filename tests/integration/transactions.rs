@@ -255,7 +255,12 @@ async fn a_transaction_stays_on_one_entity_unless_it_sends_via() {
         mut receiver,
         delivery,
     } = Work::start(&broker).await;
-    let mut direct = Sender::attach(&mut session, "direct", "output")
+    // On a session of its own: a sender on the coordinator's session would send through
+    // the session's first entity (cross-entity transactions, as the service infers them).
+    let mut other_session = fe2o3_amqp::Session::begin(&mut connection)
+        .await
+        .expect("session");
+    let mut direct = Sender::attach(&mut other_session, "direct", "output")
         .await
         .expect("sender");
     let txn = Transaction::declare(&controller, None)
