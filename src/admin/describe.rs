@@ -95,6 +95,7 @@ pub fn queue_config(name: &str, description: &QueueDescription) -> QueueConfig {
     if let Some(value) = status_of(description.status) {
         queue.status = value;
     }
+    queue.user_metadata = description.user_metadata.clone();
     queue
 }
 
@@ -119,6 +120,7 @@ pub fn queue_description(queue: &QueueConfig) -> QueueDescription {
         forward_dead_lettered_messages_to: queue.forward_dead_lettered_messages_to.clone(),
         enable_express: Some(false),
         max_message_size_in_kilobytes: Some(queue.max_message_size_in_kilobytes),
+        user_metadata: queue.user_metadata.clone(),
         ..Default::default()
     }
 }
@@ -150,6 +152,7 @@ pub fn topic_config(name: &str, description: &TopicDescription) -> TopicConfig {
     if let Some(value) = status_of(description.status) {
         topic.status = value;
     }
+    topic.user_metadata = description.user_metadata.clone();
     topic
 }
 
@@ -169,6 +172,7 @@ pub fn topic_description(topic: &TopicConfig) -> TopicDescription {
         enable_partitioning: Some(topic.enable_partitioning),
         enable_express: Some(false),
         max_message_size_in_kilobytes: Some(topic.max_message_size_in_kilobytes),
+        user_metadata: topic.user_metadata.clone(),
         ..Default::default()
     }
 }
@@ -207,6 +211,7 @@ pub fn subscription_config(
     if let Some(value) = status_of(description.status) {
         subscription.status = value;
     }
+    subscription.user_metadata = description.user_metadata.clone();
     if let Some(rule) = &description.default_rule {
         let name = rule
             .name
@@ -236,6 +241,7 @@ pub fn subscription_description(subscription: &SubscriptionConfig) -> Subscripti
         forward_to: subscription.forward_to.clone(),
         forward_dead_lettered_messages_to: subscription.forward_dead_lettered_messages_to.clone(),
         auto_delete_on_idle: subscription.auto_delete_on_idle,
+        user_metadata: subscription.user_metadata.clone(),
         ..Default::default()
     }
 }

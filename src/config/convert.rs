@@ -394,6 +394,7 @@ pub(super) fn convert_queue(index: usize, raw: RawQueue) -> Result<QueueConfig, 
             .unwrap_or(defaults.max_message_size_in_kilobytes),
         status: status(&context, raw.status)?,
         enable_partitioning: raw.enable_partitioning.unwrap_or(false),
+        user_metadata: raw.user_metadata,
         ..defaults
     })
 }
@@ -433,6 +434,7 @@ pub(super) fn convert_topic(index: usize, raw: RawTopic) -> Result<TopicConfig, 
             .unwrap_or(defaults.max_message_size_in_kilobytes),
         status: status(&context, raw.status)?,
         enable_partitioning: raw.enable_partitioning.unwrap_or(false),
+        user_metadata: raw.user_metadata,
         subscriptions,
         ..defaults
     })
@@ -477,6 +479,7 @@ fn convert_subscription(
         auto_delete_on_idle: duration(&context, "auto_delete_on_idle", raw.auto_delete_on_idle)?,
         rules,
         status: status(&context, raw.status)?,
+        user_metadata: raw.user_metadata,
         ..defaults
     })
 }

@@ -107,6 +107,8 @@ pub struct QueueConfig {
     /// Whether messages are spread over 16 partitions (sequence numbers carry the
     /// partition in their top 16 bits; order holds per partition). Fixed at creation.
     pub enable_partitioning: bool,
+    /// Free text kept for the application (the admin API's `UserMetadata`).
+    pub user_metadata: Option<String>,
 }
 
 impl QueueConfig {
@@ -128,6 +130,7 @@ impl QueueConfig {
             max_message_size_in_kilobytes: DEFAULT_MAX_MESSAGE_SIZE_IN_KILOBYTES,
             status: EntityStatus::Active,
             enable_partitioning: false,
+            user_metadata: None,
         }
     }
 }
@@ -156,6 +159,8 @@ pub struct TopicConfig {
     /// Whether messages are spread over 16 partitions (its subscriptions are partitioned
     /// alike). Fixed at creation.
     pub enable_partitioning: bool,
+    /// Free text kept for the application (the admin API's `UserMetadata`).
+    pub user_metadata: Option<String>,
 }
 
 impl TopicConfig {
@@ -172,6 +177,7 @@ impl TopicConfig {
             subscriptions: Vec::new(),
             status: EntityStatus::Active,
             enable_partitioning: false,
+            user_metadata: None,
         }
     }
 }
@@ -205,6 +211,8 @@ pub struct SubscriptionConfig {
     pub rules: Vec<RuleConfig>,
     /// Whether the subscription gives out messages (`SendDisabled` and `Active` do).
     pub status: EntityStatus,
+    /// Free text kept for the application (the admin API's `UserMetadata`).
+    pub user_metadata: Option<String>,
 }
 
 impl SubscriptionConfig {
@@ -223,6 +231,7 @@ impl SubscriptionConfig {
             auto_delete_on_idle: None,
             rules: vec![RuleConfig::default_rule()],
             status: EntityStatus::Active,
+            user_metadata: None,
         }
     }
 }

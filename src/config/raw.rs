@@ -142,6 +142,7 @@ pub(super) struct RawQueue {
     pub max_message_size_in_kilobytes: Option<u64>,
     pub status: Option<String>,
     pub enable_partitioning: Option<bool>,
+    pub user_metadata: Option<String>,
 }
 
 /// `[[topics]]`.
@@ -157,6 +158,7 @@ pub(super) struct RawTopic {
     pub max_message_size_in_kilobytes: Option<u64>,
     pub status: Option<String>,
     pub enable_partitioning: Option<bool>,
+    pub user_metadata: Option<String>,
     #[serde(default)]
     pub subscriptions: Vec<RawSubscription>,
 }
@@ -176,6 +178,7 @@ pub(super) struct RawSubscription {
     pub forward_dead_lettered_messages_to: Option<String>,
     pub auto_delete_on_idle: Option<String>,
     pub status: Option<String>,
+    pub user_metadata: Option<String>,
     #[serde(default)]
     pub rules: Vec<RawRule>,
 }

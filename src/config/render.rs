@@ -93,6 +93,7 @@ pub fn queue(queue: &QueueConfig) -> String {
         queue.max_message_size_in_kilobytes,
     );
     status_line(&mut out, queue.status);
+    optional_text(&mut out, "user_metadata", &queue.user_metadata);
     out
 }
 
@@ -137,6 +138,7 @@ pub fn topic(header: &str, topic: &TopicConfig) -> String {
         topic.max_message_size_in_kilobytes,
     );
     status_line(&mut out, topic.status);
+    optional_text(&mut out, "user_metadata", &topic.user_metadata);
     for subscription_config in &topic.subscriptions {
         out.push('\n');
         out.push_str(&subscription(
@@ -185,6 +187,7 @@ pub fn subscription(header: &str, subscription: &SubscriptionConfig) -> String {
         subscription.auto_delete_on_idle,
     );
     status_line(&mut out, subscription.status);
+    optional_text(&mut out, "user_metadata", &subscription.user_metadata);
     if subscription.rules != [RuleConfig::default_rule()] {
         for rule_config in &subscription.rules {
             out.push('\n');

@@ -356,6 +356,48 @@ func TestAdminTopicRuntimePropertiesCountFilters(t *testing.T) {
 	}
 }
 
+func TestAdminUserMetadataIsKeptAndSurvivesARestart(t *testing.T) {
+	// UserMetadata of queues, topics and subscriptions: stored with the entity, shown by GET,
+	// replaced by an update, kept in the data directory across a restart
+	t.Parallel()
+	ctx := testContext(t)
+	dataDir := t.TempDir()
+	broker := harness.StartForTest(t, "", harness.Options{DataDir: dataDir})
+	adminClient := newAdminClient(t, broker, broker.ConnectionString())
+	created, err := adminClient.CreateQueue(ctx, "described", &admin.CreateQueueOptions{Properties: &admin.QueueProperties{UserMetadata: ptr("owned by go")}})
+	must(t, err, "CreateQueue")
+	if deref(created.UserMetadata) != "owned by go" {
+		t.Fatalf("created queue UserMetadata %q", deref(created.UserMetadata))
+	}
+	_, err = adminClient.CreateTopic(ctx, "described-topic", &admin.CreateTopicOptions{Properties: &admin.TopicProperties{UserMetadata: ptr("topic note")}})
+	must(t, err, "CreateTopic")
+	_, err = adminClient.CreateSubscription(ctx, "described-topic", "sub", &admin.CreateSubscriptionOptions{Properties: &admin.SubscriptionProperties{UserMetadata: ptr("subscription note")}})
+	must(t, err, "CreateSubscription")
+	queue, err := adminClient.GetQueue(ctx, "described", nil)
+	must(t, err, "GetQueue")
+	properties := queue.QueueProperties
+	properties.UserMetadata = ptr("changed")
+	_, err = adminClient.UpdateQueue(ctx, "described", properties, nil)
+	must(t, err, "UpdateQueue")
+
+	broker.Stop()
+	restarted := harness.StartForTest(t, "", harness.Options{DataDir: dataDir})
+	adminClient = newAdminClient(t, restarted, restarted.ConnectionString())
+	queue, err = adminClient.GetQueue(ctx, "described", nil)
+	must(t, err, "GetQueue after the restart")
+	topic, err := adminClient.GetTopic(ctx, "described-topic", nil)
+	must(t, err, "GetTopic after the restart")
+	subscription, err := adminClient.GetSubscription(ctx, "described-topic", "sub", nil)
+	must(t, err, "GetSubscription after the restart")
+	if queue == nil || topic == nil || subscription == nil {
+		t.Fatalf("entities missing after the restart: %v %v %v", queue, topic, subscription)
+	}
+	if deref(queue.UserMetadata) != "changed" || deref(topic.UserMetadata) != "topic note" || deref(subscription.UserMetadata) != "subscription note" {
+		t.Fatalf("UserMetadata after the restart: queue %q topic %q subscription %q",
+			deref(queue.UserMetadata), deref(topic.UserMetadata), deref(subscription.UserMetadata))
+	}
+}
+
 func TestAdminNamespacePropertiesAreReported(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
