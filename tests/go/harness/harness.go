@@ -377,6 +377,19 @@ func (b *Broker) Running() bool {
 	}
 }
 
+// Kill sends SIGKILL (kill -9): no shutdown, no flush.
+func (b *Broker) Kill() {
+	if b.process == nil {
+		return
+	}
+	select {
+	case <-b.exited:
+	default:
+		_ = b.process.Process.Kill()
+		<-b.exited
+	}
+}
+
 // Stop sends SIGTERM, then SIGKILL after a grace period; returns the exit code.
 func (b *Broker) Stop() int {
 	if b.process == nil {
