@@ -44,19 +44,23 @@ for auth in "${modes[@]}"; do
   started=$(date +%s)
   set +e
   (cd "$here" && FERROBUS_TEST_AUTH="$auth" FERROBUS_TEST_STORAGE="$storage" \
-    mvn -B --no-transfer-progress -Dstyle.color=never test "$@") >"$log" 2>&1
-  code=$?
+    mvn -B --no-transfer-progress -Dstyle.color=never test "$@") 2>&1 |
+    sed -E 's/\x1b\[[0-9;]*m//g' >"$log"
+  code=${PIPESTATUS[0]}
   set -e
   elapsed=$(($(date +%s) - started))
-  # Surefire's per-class lines and failures; the closing line is Surefire's own summary.
-  grep -E '^\[(ERROR|WARNING)\] (Tests run:|Failures:|Errors:|  [A-Za-z]+Test\.|[A-Za-z]+Test\.)|^(org\.opentest4j|java\.lang\.AssertionError)|BUILD FAILURE|COMPILATION ERROR|\.java:\[' "$log" || true
-  summary="$(grep -E '^\[(INFO|ERROR|WARNING)\] Tests run: [0-9]+, Failures: [0-9]+, Errors: [0-9]+, Skipped: [0-9]+$' "$log" | tail -n 1 | sed -E 's/^\[[A-Z]+\] //')"
+  # On failure: Surefire's list of failed tests (with the broker's log tail each carries) and
+  # compilation errors; the closing line is Surefire's own summary.
+  if [ "$code" -ne 0 ]; then
+    sed -n -E '/^\[ERROR\] (Failures|Errors): *$/,/^\[ERROR\] Tests run:/p; /COMPILATION ERROR|\.java:\[/p' "$log"
+  fi
+  summary="$(grep -E '^\[(INFO|ERROR|WARNING)\] Tests run: [0-9]+, Failures: [0-9]+, Errors: [0-9]+, Skipped: [0-9]+$' "$log" | tail -n 1 | sed -E 's/^\[[A-Z]+\] //' || true)"
   if [ "$code" -ne 0 ] && [ -z "$summary" ]; then
     echo "-- Maven failed before Surefire summed up; the end of $log:"
     tail -n 60 "$log"
   fi
   echo "Java SDK suite ($auth): ${elapsed}s, full log $log"
-  [ -n "$summary" ] && echo "$summary"
-  [ "$code" -ne 0 ] && status=$code
+  if [ -n "$summary" ]; then echo "$summary"; fi
+  if [ "$code" -ne 0 ]; then status=$code; fi
 done
 exit "$status"

@@ -35,10 +35,10 @@ class LockTest {
     @RegisterExtension
     static final BrokerExtension BROKER = new BrokerExtension(String.join("",
             Config.queue("lock-expiry", "lock_duration", "2s"),
-            Config.queue("lock-renew", "lock_duration", "6s"),
-            Config.queue("auto-lock-renew", "lock_duration", "2s"),
+            Config.queue("lock-renew", "lock_duration", "8s"),
+            Config.queue("auto-lock-renew", "lock_duration", "3s"),
             Config.queue("schedule-due"),
-            Config.queue("processor", "lock_duration", "2s")));
+            Config.queue("processor", "lock_duration", "3s")));
 
     private static ServiceBusClientBuilder client() {
         return builder(BROKER.connectionString());
@@ -76,7 +76,7 @@ class LockTest {
         try (ServiceBusReceiverClient receiver = plainReceiver(client(), "lock-renew")) {
             ServiceBusReceivedMessage message = receiveExactly(receiver, 1).get(0);
             OffsetDateTime original = message.getLockedUntil();
-            Thread.sleep(3000); // half the lock: the renewed lock ends 3 s after the original
+            Thread.sleep(4000); // half the lock: the renewed lock ends 4 s after the original
             OffsetDateTime renewed = receiver.renewMessageLock(message);
             assertTrue(renewed.isAfter(original), "renewed " + renewed + " after " + original);
             // Past the original expiry the renewed lock still holds: nobody else gets the message.
@@ -91,13 +91,13 @@ class LockTest {
         send("auto-lock-renew", "long work");
         ServiceBusClientBuilder client = client();
         // The receiver renews every message's lock in the background for up to 30 s; the queue's
-        // lock lasts 2 s.
+        // lock lasts 3 s.
         try (ServiceBusReceiverClient receiver = client.receiver().queueName("auto-lock-renew").prefetchCount(0)
                 .maxAutoLockRenewDuration(Duration.ofSeconds(30)).buildClient();
                 ServiceBusReceiverClient other = plainReceiver(client, "auto-lock-renew")) {
             ServiceBusReceivedMessage message = receiveExactly(receiver, 1).get(0);
             OffsetDateTime firstLock = message.getLockedUntil();
-            Thread.sleep(5000); // the work: two and a half lock durations
+            Thread.sleep(5000); // the work: more than one and a half lock durations
             assertNothingToReceive(other);
             assertTrue(message.getLockedUntil().isAfter(firstLock),
                     "the background renewal moved lockedUntil: " + message.getLockedUntil() + " vs " + firstLock);
@@ -142,13 +142,13 @@ class LockTest {
         CountDownLatch all = new CountDownLatch(4);
         ServiceBusProcessorClient processor = client().processor().queueName("processor")
                 .maxConcurrentCalls(1)
-                // The queue's lock lasts 2 s; the first message takes 5 s to handle.
+                // The queue's lock lasts 3 s; the first message takes 5 s to handle.
                 .maxAutoLockRenewDuration(Duration.ofSeconds(30))
                 .processMessage(context -> {
                     ServiceBusReceivedMessage message = context.getMessage();
                     if (message.getBody().toString().equals("slow")) {
                         try {
-                            Thread.sleep(5000); // the work, longer than two lock durations
+                            Thread.sleep(5000); // the work, longer than the lock duration
                         } catch (InterruptedException interrupted) {
                             Thread.currentThread().interrupt();
                         }

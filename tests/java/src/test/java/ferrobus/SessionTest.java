@@ -51,7 +51,7 @@ class SessionTest {
             Config.queue("session-empty", "requires_session", true),
             Config.queue("session-exclusive", "requires_session", true),
             Config.queue("session-state", "requires_session", true),
-            Config.queue("session-renew", "requires_session", true, "lock_duration", "3s"),
+            Config.queue("session-renew", "requires_session", true, "lock_duration", "4s"),
             Config.queue("session-expiry", "requires_session", true, "lock_duration", "2s"),
             Config.queue("session-settle", "requires_session", true),
             Config.queue("session-processor", "requires_session", true),
@@ -193,7 +193,7 @@ class SessionTest {
         try (ServiceBusReceiverClient receiver = sessions.acceptSession("r")) {
             ServiceBusReceivedMessage message = receiveExactly(receiver, 1).get(0);
             OffsetDateTime original = message.getLockedUntil();
-            Thread.sleep(1500);
+            Thread.sleep(2000);
             OffsetDateTime renewed = receiver.renewSessionLock();
             assertTrue(renewed.isAfter(original), "renewed " + renewed + " after " + original);
             Thread.sleep(Duration.between(OffsetDateTime.now(), original).toMillis() + 500);
