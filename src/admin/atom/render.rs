@@ -428,16 +428,16 @@ pub(super) fn key_values_out(out: &mut XmlOut, element: &str, pairs: &[(String, 
         out.start("KeyValueOfstringanyType", &[]);
         out.leaf("Key", key);
         let type_name = format!("d6p1:{}", value.type_name());
+        let namespace = match value {
+            PropertyValue::Guid(_) => SERIALIZATION_NAMESPACE,
+            _ => XML_SCHEMA_NAMESPACE,
+        };
         out.leaf_with(
             "Value",
             &[("xmlns:d6p1", namespace), ("i:type", &type_name)],
             &value.to_text(),
         );
         out.end("KeyValueOfstringanyType");
-        let namespace = match value {
-            PropertyValue::Guid(_) => SERIALIZATION_NAMESPACE,
-            _ => XML_SCHEMA_NAMESPACE,
-        };
     }
     out.end(element);
 }
