@@ -121,7 +121,6 @@ pub fn queue_description(queue: &QueueConfig) -> QueueDescription {
         enable_express: Some(false),
         max_message_size_in_kilobytes: Some(queue.max_message_size_in_kilobytes),
         user_metadata: queue.user_metadata.clone(),
-        ..Default::default()
     }
 }
 
@@ -173,7 +172,6 @@ pub fn topic_description(topic: &TopicConfig) -> TopicDescription {
         enable_express: Some(false),
         max_message_size_in_kilobytes: Some(topic.max_message_size_in_kilobytes),
         user_metadata: topic.user_metadata.clone(),
-        ..Default::default()
     }
 }
 
