@@ -133,8 +133,6 @@ pub async fn run_listeners(
     shutdown: watch::Receiver<bool>,
     ready: impl FnOnce(),
 ) -> Result<(), String> {
-    let listener = listeners.amqp;
-    let clock = Clock::system();
     let store = storage.as_ref().map(|(storage, _)| storage.clone());
     if let Some((storage, recovery)) = &storage {
         let messages: usize = recovery
@@ -155,6 +153,48 @@ pub async fn run_listeners(
             recovery.elapsed.as_secs_f64() * 1000.0
         );
     }
+    // The core sees the log through its port only.
+    let storage = storage.map(|(storage, recovery)| {
+        let port: Arc<dyn broker::storage::DurableLog> = Arc::new(storage);
+        (
+            broker::storage::Storage::new(port),
+            recovery.into_recovered(),
+        )
+    });
+    serve(listeners, config, storage, store, shutdown, ready).await
+}
+
+/// [`run_with_storage`] on any implementation of the core's storage port, starting from
+/// what it recovered (tests that crash a log at a chosen write).
+pub async fn run_with_log(
+    listener: TcpListener,
+    config: &Config,
+    log: Arc<dyn broker::storage::DurableLog>,
+    recovered: broker::storage::Recovered,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(), String> {
+    let listeners = Listeners {
+        amqp: listener,
+        more: Vec::new(),
+        http: None,
+        https: None,
+    };
+    let storage = Some((broker::storage::Storage::new(log), recovered));
+    serve(listeners, config, storage, None, shutdown, || {}).await
+}
+
+/// Runs the broker on its listeners and the core's storage (`wal`: the node's own log
+/// underneath, for its metrics and to release it at the end).
+async fn serve(
+    listeners: Listeners,
+    config: &Config,
+    storage: Option<(broker::storage::Storage, broker::storage::Recovered)>,
+    wal: Option<LogStorage>,
+    shutdown: watch::Receiver<bool>,
+    ready: impl FnOnce(),
+) -> Result<(), String> {
+    let listener = listeners.amqp;
+    let clock = Clock::system();
     let codec = broker::topic::TopicCodec {
         rewrite: Arc::new(amqp::rewrite::apply_rule_action),
         decode_properties: Arc::new(amqp::rewrite::decode_user_properties),
@@ -183,14 +223,6 @@ pub async fn run_listeners(
             )
         })?;
     }
-    // The core sees the log through its port only.
-    let storage = storage.map(|(storage, recovery)| {
-        let port: Arc<dyn broker::storage::DurableLog> = Arc::new(storage);
-        (
-            broker::storage::Storage::new(port),
-            recovery.into_recovered(),
-        )
-    });
     let registry = Registry::start_seeded(&namespace, config, clock, codec, storage)?;
     let keys: Vec<AccessKey> = config
         .auth
@@ -208,7 +240,7 @@ pub async fn run_listeners(
         .collect();
     let admin_keys = keys.clone();
     let metrics = admin::metrics::Metrics::new();
-    if let Some(store) = &store {
+    if let Some(store) = &wal {
         let _ = store
             .log()
             .statistics()
@@ -315,7 +347,7 @@ pub async fn run_listeners(
     http_tasks.shutdown().await;
     // Every connection is closed: now the entities, topics and forwarders stop.
     registry.shut_down().await;
-    if let Some(store) = store {
+    if let Some(store) = wal {
         // Everything acknowledged is on disk already; this releases the directory.
         store.close();
     }

@@ -10,9 +10,12 @@
 //! deletes the topic when idle.
 //!
 //! With durable storage each command's changes to the core (scheduled messages, counter,
-//! duplicate ids) are durable before its reply goes out; a scheduled message leaves the log
-//! only after every subscription has stored its copies, so a crash in between publishes it
-//! again rather than losing it.
+//! duplicate ids) are durable before its reply goes out. A publish — a send, or a scheduled
+//! message's activation — is one log record: the topic's changes (the id remembered, the
+//! scheduled message gone) and every subscription's copies, which each subscription hands
+//! over from a staged turn ([`Command::Stage`]). So a crash keeps the copies and the
+//! topic's record of them together or neither: no resend slips past duplicate detection
+//! and no scheduled message is published twice.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -241,7 +244,7 @@ struct Topic {
 const INLINE_EVALUATION_STEPS: u64 = 100_000;
 
 /// [`TopicState::publish`] through [`publish_into_off_the_workers`].
-fn publish_off_the_workers(
+async fn publish_off_the_workers(
     state: &mut TopicState,
     now: crate::broker::types::Timestamp,
     messages: impl IntoIterator<Item = Message>,
@@ -249,17 +252,17 @@ fn publish_off_the_workers(
     let mut copies: Vec<Copies> = (0..state.subscription_count())
         .map(|_| Copies::default())
         .collect();
-    publish_into_off_the_workers(state, now, messages, &mut copies);
+    publish_into_off_the_workers(state, now, messages, &mut copies).await;
     copies
 }
 
 /// Publishes `messages` into `copies` (see [`TopicState::publish_into`]). Rules run on the
 /// topic's task up to [`INLINE_EVALUATION_STEPS`] a message; a message whose rules need more
-/// is evaluated again in `block_in_place`, which first hands the worker thread's other
-/// tasks to another thread: however long a subscription's rules take on one message (up to
-/// the configured budget), other entities and connections go on being served. The topic
-/// itself waits, which keeps its publishes in order.
-fn publish_into_off_the_workers(
+/// is evaluated on tokio's blocking pool, on a shared snapshot of the rules, while the
+/// worker threads go on serving other entities and connections: however long a
+/// subscription's rules take on one message (up to the configured budget), nobody else
+/// waits for it. The topic itself waits, which keeps its publishes in order.
+async fn publish_into_off_the_workers(
     state: &mut TopicState,
     now: crate::broker::types::Timestamp,
     messages: impl IntoIterator<Item = Message>,
@@ -269,18 +272,13 @@ fn publish_into_off_the_workers(
     while let Err(HeavyMessage(message)) =
         state.publish_into(now, &mut messages, copies, Some(INLINE_EVALUATION_STEPS))
     {
-        let publish = || {
-            // Without an inline bound nothing is handed back.
-            let _ = state.publish_into(now, &mut std::iter::once(message), copies, None);
-        };
-        let multi_threaded = tokio::runtime::Handle::try_current().is_ok_and(|runtime| {
-            runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
-        });
-        if multi_threaded {
-            tokio::task::block_in_place(publish);
-        } else {
-            publish();
-        }
+        let evaluation = state.evaluation();
+        let kept = message.clone();
+        let evaluated = tokio::task::spawn_blocking(move || evaluation.run(now, &message))
+            .await
+            // The pool is shutting down: the evaluation runs here instead.
+            .unwrap_or_else(|_| state.evaluation().run(now, &kept));
+        state.publish_evaluated(now, &kept, evaluated, copies);
     }
 }
 
@@ -297,9 +295,25 @@ struct InFlight {
     outcome: Result<Reply, EntityError>,
     /// The sender, answered when every copy is stored.
     reply: Option<ReplyTo>,
-    /// The core's changes of this publish (remembered message ids), made durable only
-    /// once its copies are: a crash in between lets a resend through, never drops it.
-    changes: Vec<Change>,
+}
+
+/// One subscription's part of one or more publishes.
+#[derive(Default)]
+struct Part {
+    /// Its copies, one batched send per publish.
+    sends: Vec<BatchedSend>,
+    /// Copies for its dead-letter queue: message, reason, description.
+    dead_letters: Vec<(Message, String, String)>,
+}
+
+/// What [`Topic::dispatch`] did.
+struct Dispatched {
+    /// Subscriptions that will answer on the sink.
+    answering: usize,
+    /// Sends a subscription did not take (its actor is gone), with the error.
+    refused: Vec<(Vec<BatchedSend>, EntityError)>,
+    /// Whether the publish's record is durable (always, in memory).
+    written: Result<(), EntityError>,
 }
 
 /// Starts a topic's task. With `durability` (storage, key, recovered changes) the topic
@@ -496,7 +510,7 @@ impl Topic {
                     }
                 }
                 TopicCommand::Publish { messages, reply } => {
-                    let copies = publish_off_the_workers(&mut self.state, now, messages);
+                    let copies = publish_off_the_workers(&mut self.state, now, messages).await;
                     let changes = self.state.take_changes();
                     self.start_publish(copies, reply, changes, &sink).await;
                 }
@@ -622,12 +636,11 @@ impl Topic {
     ) {
         let id = self.next_publish;
         self.next_publish = self.next_publish.wrapping_add(1);
-        let (remaining, outcome) = self.send_copies(copies, sink, RequestId(id)).await;
+        let (remaining, outcome) = self.send_copies(copies, changes, sink, RequestId(id)).await;
         let publish = InFlight {
             remaining,
             outcome,
             reply,
-            changes,
         };
         if publish.remaining == 0 {
             self.finish_publish(publish).await;
@@ -648,21 +661,21 @@ impl Topic {
         sink: &NotificationSender,
     ) {
         let subscriptions = self.handles.len();
-        let mut batches: Vec<Vec<BatchedSend>> = (0..subscriptions).map(|_| Vec::new()).collect();
-        let mut dead_letters: Vec<Vec<_>> = (0..subscriptions).map(|_| Vec::new()).collect();
+        let mut parts: Vec<Part> = (0..subscriptions).map(|_| Part::default()).collect();
         let mut ids = Vec::with_capacity(sends.len());
+        let mut changes = Vec::new();
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.resize_with(subscriptions, Copies::default);
         for send in sends.drain(..) {
-            publish_into_off_the_workers(&mut self.state, now, send.messages, &mut scratch);
-            let changes = self.state.take_changes();
+            publish_into_off_the_workers(&mut self.state, now, send.messages, &mut scratch).await;
+            changes.append(&mut self.state.take_changes());
             let id = self.next_publish;
             self.next_publish = self.next_publish.wrapping_add(1);
             let mut remaining = 0;
-            for (index, copies) in scratch.iter_mut().enumerate() {
-                dead_letters[index].append(&mut copies.dead_lettered);
+            for (part, copies) in parts.iter_mut().zip(scratch.iter_mut()) {
+                part.dead_letters.append(&mut copies.dead_lettered);
                 if !copies.accepted.is_empty() {
-                    batches[index].push(BatchedSend {
+                    part.sends.push(BatchedSend {
                         messages: copies.accepted.drain(..).collect(),
                         numbers: copies.numbers.drain(..).collect(),
                         request: Some(RequestId(id)),
@@ -680,45 +693,33 @@ impl Topic {
                     remaining,
                     outcome: Ok(Reply::Done),
                     reply,
-                    changes,
                 },
             );
             ids.push(id);
         }
         self.scratch = scratch;
         BatchedSend::recycle(sends);
-        for ((handle, batch), dead_lettered) in self.handles.iter().zip(batches).zip(dead_letters) {
-            if !dead_lettered.is_empty() {
-                let _ = handle
-                    .send(Command::DeadLetterOnArrival {
-                        messages: dead_lettered,
-                    })
-                    .await;
-            }
-            if batch.is_empty() {
-                continue;
-            }
-            let command = Command::SendBatch {
-                sends: batch,
-                sink: sink.clone(),
-            };
-            if let Err((error, Command::SendBatch { sends, .. })) =
-                handle.send_or_give_back(command).await
-            {
-                // The subscription is gone: its copies count as refused.
-                for send in sends {
-                    if let Some(publish) = send
-                        .request
-                        .and_then(|request| self.in_flight.get_mut(&request.0))
-                    {
-                        publish.outcome = Err(error.clone());
-                        publish.remaining -= 1;
-                    }
+        let dispatched = self.dispatch(parts, changes, sink).await;
+        for (sends, error) in dispatched.refused {
+            // The subscription is gone: its copies count as refused.
+            for send in sends {
+                if let Some(publish) = send
+                    .request
+                    .and_then(|request| self.in_flight.get_mut(&request.0))
+                {
+                    publish.outcome = Err(error.clone());
+                    publish.remaining -= 1;
                 }
             }
         }
-        // Publishes no subscription stores a copy of are answered now.
+        // Publishes no subscription stores a copy of are answered now (with the outcome of
+        // the topic's own record).
         for id in ids {
+            if let Some(publish) = self.in_flight.get_mut(&id)
+                && let Err(error) = &dispatched.written
+            {
+                publish.outcome = Err(error.clone());
+            }
             if self
                 .in_flight
                 .get(&id)
@@ -759,22 +760,11 @@ impl Topic {
         }
     }
 
-    /// Every copy is stored: the publish's own changes become durable, then the sender
-    /// hears the outcome.
+    /// Every subscription answered (the publish's record, with the topic's changes, is
+    /// durable or refused): the sender hears the outcome.
     async fn finish_publish(&mut self, publish: InFlight) {
-        let committed = match &self.storage {
-            Some((storage, key)) if !publish.changes.is_empty() => {
-                storage.append(key, publish.changes).await.map_err(|error| {
-                    tracing::error!(topic = %key, %error, "cannot make a topic change durable");
-                    EntityError::StorageFailed(format!(
-                        "The broker could not store the operation durably: {error}"
-                    ))
-                })
-            }
-            _ => Ok(()),
-        };
         if let Some(reply) = publish.reply {
-            reply.send(committed.and(publish.outcome));
+            reply.send(publish.outcome);
         }
     }
 
@@ -889,53 +879,138 @@ impl Topic {
         replies: &mut mpsc::UnboundedReceiver<Notification>,
     ) {
         while let Some((sequence_number, message)) = self.state.take_due(self.clock.now()) {
-            let copies = publish_off_the_workers(&mut self.state, self.clock.now(), vec![message]);
-            if let Err(error) = self.deliver(copies, sink, replies).await {
-                tracing::warn!(topic = %self.path, %error, "a scheduled message could not be published");
-            }
+            let copies =
+                publish_off_the_workers(&mut self.state, self.clock.now(), vec![message]).await;
+            // The scheduled message leaves the topic's log in the record that stores its
+            // copies (rule SCH-3): a crash publishes it once or not yet, never twice.
             self.state.published(sequence_number);
-            if let Err(error) = self.commit().await {
-                tracing::warn!(topic = %self.path, %error, "the publication of a scheduled message is not durable");
+            let changes = self.state.take_changes();
+            if let Err(error) = self.deliver(copies, changes, sink, replies).await {
+                tracing::warn!(topic = %self.path, %error, "a scheduled message could not be published");
             }
         }
     }
 
-    /// Sends each subscription its copies of one publish (dead letters straight to its
-    /// dead-letter queue), every reply under `request`. Returns how many subscriptions
-    /// will answer, and Done or the first refusal of a send.
+    /// Sends each subscription its copies of one publish (dead letters to its dead-letter
+    /// queue), every reply under `request`, with the topic's `changes` (see
+    /// [`Self::dispatch`]). Returns how many subscriptions will answer, and Done or the
+    /// first refusal.
     async fn send_copies(
         &self,
         copies: Vec<Copies>,
+        changes: Vec<Change>,
         sink: &mpsc::UnboundedSender<Notification>,
         request: RequestId,
     ) -> (usize, Result<Reply, EntityError>) {
-        let mut outcome = Ok(Reply::Done);
-        let mut waiting = 0;
-        for (handle, copies) in self.handles.iter().zip(copies) {
-            if !copies.dead_lettered.is_empty() {
-                let _ = handle
-                    .send(Command::DeadLetterOnArrival {
-                        messages: copies.dead_lettered,
-                    })
-                    .await;
+        let parts = copies
+            .into_iter()
+            .map(|copies| Part {
+                sends: if copies.accepted.is_empty() {
+                    Vec::new()
+                } else {
+                    vec![BatchedSend {
+                        messages: copies.accepted.into(),
+                        numbers: copies.numbers.into(),
+                        request: Some(request),
+                    }]
+                },
+                dead_letters: copies.dead_lettered,
+            })
+            .collect();
+        let dispatched = self.dispatch(parts, changes, sink).await;
+        let outcome = match (dispatched.written, dispatched.refused.into_iter().next()) {
+            (Err(error), _) | (Ok(()), Some((_, error))) => Err(error),
+            (Ok(()), None) => Ok(Reply::Done),
+        };
+        (dispatched.answering, outcome)
+    }
+
+    /// Hands each subscription its part of one or more publishes, `parts` in subscription
+    /// order. In memory each gets its dead letters and a [`Command::SendBatch`]. Durable,
+    /// each gets a [`Command::Stage`] and hands back its staged turn, and the topic writes
+    /// its own `changes` and every staged turn as one record; each subscription is then
+    /// told the outcome and answers `sink` as for any batch. Nothing here waits for a
+    /// subscription's answer on `sink`, only for its staged turn.
+    async fn dispatch(
+        &self,
+        parts: Vec<Part>,
+        changes: Vec<Change>,
+        sink: &NotificationSender,
+    ) -> Dispatched {
+        let mut dispatched = Dispatched {
+            answering: 0,
+            refused: Vec::new(),
+            written: Ok(()),
+        };
+        let Some((storage, key)) = &self.storage else {
+            for (handle, part) in self.handles.iter().zip(parts) {
+                if !part.dead_letters.is_empty() {
+                    let messages = part.dead_letters;
+                    let _ = handle.send(Command::DeadLetterOnArrival { messages }).await;
+                }
+                if part.sends.is_empty() {
+                    continue;
+                }
+                let command = Command::SendBatch {
+                    sends: part.sends,
+                    sink: sink.clone(),
+                };
+                match handle.send_or_give_back(command).await {
+                    Ok(()) => dispatched.answering += 1,
+                    Err((error, Command::SendBatch { sends, .. })) => {
+                        dispatched.refused.push((sends, error));
+                    }
+                    Err(_) => {}
+                }
             }
-            if copies.accepted.is_empty() {
+            return dispatched;
+        };
+        let (staged_sender, mut staged) = mpsc::unbounded_channel();
+        for (handle, part) in self.handles.iter().zip(parts) {
+            if part.sends.is_empty() && part.dead_letters.is_empty() {
                 continue;
             }
-            let command = Command::SendBatch {
-                sends: vec![BatchedSend {
-                    messages: copies.accepted.into(),
-                    numbers: copies.numbers.into(),
-                    request: Some(request),
-                }],
+            let answers = !part.sends.is_empty();
+            let command = Command::Stage {
+                sends: part.sends,
+                dead_letters: part.dead_letters,
                 sink: sink.clone(),
+                staged: staged_sender.clone(),
             };
-            match handle.send(command).await {
-                Ok(()) => waiting += 1,
-                Err(error) => outcome = Err(error),
+            match handle.send_or_give_back(command).await {
+                Ok(()) => dispatched.answering += usize::from(answers),
+                Err((error, Command::Stage { sends, .. })) if !sends.is_empty() => {
+                    dispatched.refused.push((sends, error));
+                }
+                Err(_) => {}
             }
         }
-        (waiting, outcome)
+        // Every subscription hands its staged turn over, or lets go of its sender unused.
+        drop(staged_sender);
+        let mut batch = vec![(key.clone(), changes)];
+        let mut waiting = Vec::new();
+        while let Some(turn) = staged.recv().await {
+            batch.push((turn.entity, turn.changes));
+            waiting.push(turn.durable);
+        }
+        batch.retain(|(_, changes)| !changes.is_empty());
+        let written = if batch.is_empty() {
+            Ok(())
+        } else {
+            storage.append_batch(batch).await
+        };
+        if let Err(error) = &written {
+            tracing::error!(topic = %key, %error, "cannot store a publish durably; it is refused");
+        }
+        for durable in waiting {
+            let _ = durable.send(written.clone());
+        }
+        dispatched.written = written.map_err(|error| {
+            EntityError::StorageFailed(format!(
+                "The broker could not store the operation durably: {error}"
+            ))
+        });
+        dispatched
     }
 
     /// Hands each subscription its copies at once (with durable storage their syncs are
@@ -943,10 +1018,13 @@ impl Topic {
     async fn deliver(
         &self,
         copies: Vec<Copies>,
+        changes: Vec<Change>,
         sink: &mpsc::UnboundedSender<Notification>,
         replies: &mut mpsc::UnboundedReceiver<Notification>,
     ) -> Result<Reply, EntityError> {
-        let (waiting, mut outcome) = self.send_copies(copies, sink, RequestId(u64::MAX)).await;
+        let (waiting, mut outcome) = self
+            .send_copies(copies, changes, sink, RequestId(u64::MAX))
+            .await;
         for _ in 0..waiting {
             match replies.recv().await {
                 Some(Notification::Replies { replies }) => {

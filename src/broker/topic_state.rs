@@ -23,6 +23,7 @@ use super::types::{EntityError, MessageState, SequenceNumber, SubQueue, Timestam
 type RuleEdit = Box<dyn FnOnce(&mut Vec<Rule>)>;
 
 /// What the core knows of one subscription: its rules and how it takes copies.
+#[derive(Clone)]
 pub struct SubscriptionRules {
     /// Subscription name.
     pub name: String,
@@ -50,8 +51,9 @@ pub struct Copies {
 pub struct TopicState {
     /// Configured path.
     path: String,
-    /// Subscriptions in configuration order.
-    subscriptions: Vec<SubscriptionRules>,
+    /// Subscriptions in configuration order; shared with an evaluation running on another
+    /// thread ([`Self::evaluation`]), copied on write.
+    subscriptions: std::sync::Arc<Vec<SubscriptionRules>>,
     /// Topic-level duplicate detection, when enabled.
     duplicates: Option<DuplicateDetector>,
     /// Decodes properties and applies rule actions (the AMQP adapter's functions).
@@ -82,7 +84,7 @@ impl TopicState {
     ) -> TopicState {
         TopicState {
             path,
-            subscriptions,
+            subscriptions: std::sync::Arc::new(subscriptions),
             duplicates,
             codec,
             log: MessageLog::new(false),
@@ -137,7 +139,7 @@ impl TopicState {
     /// duplicate history, and the rule sets changed at run time.
     pub fn checkpoint(&self) -> Vec<Change> {
         let mut changes = self.log.checkpoint_with(self.duplicates.as_ref());
-        for entry in &self.subscriptions {
+        for entry in self.subscriptions.iter() {
             if self
                 .changed_rules
                 .contains(&entry.name.to_ascii_lowercase())
@@ -196,8 +198,7 @@ impl TopicState {
             }
             _ => return,
         };
-        let Some(entry) = self
-            .subscriptions
+        let Some(entry) = std::sync::Arc::make_mut(&mut self.subscriptions)
             .iter_mut()
             .find(|entry| entry.name.eq_ignore_ascii_case(&subscription))
         else {
@@ -220,7 +221,7 @@ impl TopicState {
             rules,
         });
         self.changed_rules.insert(name.to_ascii_lowercase());
-        self.subscriptions.push(subscription);
+        std::sync::Arc::make_mut(&mut self.subscriptions).push(subscription);
     }
 
     /// Removes a subscription; returns its index in the subscription order (the shell
@@ -230,7 +231,7 @@ impl TopicState {
             .subscriptions
             .iter()
             .position(|entry| entry.name.eq_ignore_ascii_case(name))?;
-        self.subscriptions.remove(index);
+        std::sync::Arc::make_mut(&mut self.subscriptions).remove(index);
         self.changed_rules.remove(&name.to_ascii_lowercase());
         Some(index)
     }
@@ -304,97 +305,121 @@ impl TopicState {
         all_copies: &mut [Copies],
         inline: Option<u64>,
     ) -> Result<(), HeavyMessage> {
-        let budget = self.codec.evaluation_budget;
         // One pass (issue 16: three, each collecting a new list): properties decoded for
         // the filters, duplicates dropped, the rest evaluated, numbered and offered.
-        for mut message in messages {
-            if message.extras().user_properties.is_empty()
-                && !message.application_properties_section().is_empty()
-            {
-                let user_properties = (self.codec.decode_properties)(&message);
-                message.edit_extras(|extras| extras.user_properties = user_properties);
-            }
-            if let Some(detector) = &mut self.duplicates
-                && let Some(id) = message.system().message_id()
-                && detector.check(now, id).is_some()
-            {
+        for message in messages {
+            let Some(message) = self.admit(now, message) else {
                 continue;
-            }
+            };
             // Every subscription's rules first: a message handed back leaves no trace.
-            let view = FilterView::new(&message, now.0);
-            let mut inline_left = inline;
-            let mut heavy = false;
             self.dead_letter_marks.clear();
-            for (entry, copies) in self.subscriptions.iter().zip(all_copies.iter_mut()) {
-                self.dead_letter_marks.push(copies.dead_lettered.len());
-                let (limit, bound) = match inline_left {
-                    Some(left) if left < budget => (left, Bound::Inline),
-                    _ => (budget, Bound::Subscription),
-                };
-                let mut fuel = Fuel::new(limit);
-                if copies_into(&self.codec, entry, &view, copies, &mut fuel, bound).is_err() {
-                    heavy = true;
-                    break;
-                }
-                if let Some(left) = &mut inline_left {
-                    *left = left.saturating_sub(fuel.used());
-                }
-            }
-            if heavy {
-                // Accepted copies are numbered per message, so those without a number are
-                // this message's.
-                for (copies, mark) in all_copies.iter_mut().zip(&self.dead_letter_marks) {
-                    copies.accepted.truncate(copies.numbers.len());
-                    copies.dead_lettered.truncate(*mark);
-                }
+            let evaluated = evaluate_into(
+                &self.codec,
+                &self.subscriptions,
+                &FilterView::new(&message, now.0),
+                all_copies,
+                &mut self.dead_letter_marks,
+                inline,
+            );
+            if evaluated.is_err() {
                 return Err(HeavyMessage(message));
             }
-            if let Some(detector) = &mut self.duplicates
-                && let Some(id) = message.system().message_id()
-            {
-                detector.remember(now, id, SequenceNumber(0));
-                // The shell commits this after the copies are stored: a crash in between
-                // lets a resend through (a duplicate), never a loss.
-                self.log.note(|| Change::Remembered {
-                    message_id: id.to_string(),
-                    sequence_number: SequenceNumber(0),
-                    at: now,
-                });
-            }
-            // Sequence numbers are the topic's (rule SEQ-1): each message takes the next
-            // one, and every subscription's copy carries it with the topic's enqueued time.
-            let partition = self.partitioner.partition(&message);
-            let number = self.log.allocate_in(partition);
-            let subscriptions = self.subscriptions.iter().zip(all_copies.iter_mut());
-            for ((entry, copies), first_dead) in subscriptions.zip(&self.dead_letter_marks) {
-                let first = copies.numbers.len();
-                // The first copy takes the message's number. More copies of one message in
-                // one subscription (several rules with actions matched) are each a message
-                // of its own, with a number of its own from the topic.
-                for position in first..copies.accepted.len() {
-                    let given = if position == first {
-                        number
-                    } else {
-                        let partition = crate::broker::partitions::partition_of_number(number.0);
-                        self.log.allocate_in(partition)
-                    };
-                    copies.numbers.push((given, now));
-                }
-                // Dead letters (a filter or an action failed) carry the message's number in
-                // their rare fields: a rare path, not worth a list of its own.
-                for (copy, _, _) in &mut copies.dead_lettered[*first_dead..] {
-                    copy.edit_extras(|extras| extras.topic_sequence = Some((number, now)));
-                }
-                if entry.requires_session {
-                    dead_letter_session_less(copies, first);
-                }
-            }
+            self.number(now, &message, all_copies);
         }
         // The counter is not written per publish (that would be a write and sync more per
         // send): the copies' records carry their numbers, and at start the topic numbers
         // past its subscriptions (`raise_sequence_number`). A number no copy kept was seen
         // by no one, so giving it again after a restart is invisible.
         Ok(())
+    }
+
+    /// What evaluating a message's rules needs, to run away from the topic's task (see
+    /// [`Evaluation::run`]); the rules are shared, not copied.
+    pub fn evaluation(&self) -> Evaluation {
+        Evaluation {
+            codec: self.codec.clone(),
+            subscriptions: self.subscriptions.clone(),
+        }
+    }
+
+    /// Publishes a message handed back by [`Self::publish_into`] whose rules were evaluated
+    /// by [`Evaluation::run`] (`evaluated`: each subscription's copies of it), appending to
+    /// `all_copies` as [`Self::publish_into`] does.
+    pub fn publish_evaluated(
+        &mut self,
+        now: Timestamp,
+        message: &Message,
+        evaluated: Vec<Copies>,
+        all_copies: &mut [Copies],
+    ) {
+        self.dead_letter_marks.clear();
+        for (copies, mut these) in all_copies.iter_mut().zip(evaluated) {
+            self.dead_letter_marks.push(copies.dead_lettered.len());
+            copies.accepted.append(&mut these.accepted);
+            copies.dead_lettered.append(&mut these.dead_lettered);
+        }
+        self.number(now, message, all_copies);
+    }
+
+    /// Decodes a message's properties for the filters; `None` for a duplicate (rule DUP-1).
+    fn admit(&mut self, now: Timestamp, mut message: Message) -> Option<Message> {
+        if message.extras().user_properties.is_empty()
+            && !message.application_properties_section().is_empty()
+        {
+            let user_properties = (self.codec.decode_properties)(&message);
+            message.edit_extras(|extras| extras.user_properties = user_properties);
+        }
+        if let Some(detector) = &mut self.duplicates
+            && let Some(id) = message.system().message_id()
+            && detector.check(now, id).is_some()
+        {
+            return None;
+        }
+        Some(message)
+    }
+
+    /// After its rules: remembers the message's id (rule DUP-1) and numbers its copies,
+    /// those past each subscription's `dead_letter_marks` included.
+    fn number(&mut self, now: Timestamp, message: &Message, all_copies: &mut [Copies]) {
+        if let Some(detector) = &mut self.duplicates
+            && let Some(id) = message.system().message_id()
+        {
+            detector.remember(now, id, SequenceNumber(0));
+            // Written in the publish's record, with the copies (see the shell).
+            self.log.note(|| Change::Remembered {
+                message_id: id.to_string(),
+                sequence_number: SequenceNumber(0),
+                at: now,
+            });
+        }
+        // Sequence numbers are the topic's (rule SEQ-1): each message takes the next one,
+        // and every subscription's copy carries it with the topic's enqueued time.
+        let partition = self.partitioner.partition(message);
+        let number = self.log.allocate_in(partition);
+        let subscriptions = self.subscriptions.iter().zip(all_copies.iter_mut());
+        for ((entry, copies), first_dead) in subscriptions.zip(&self.dead_letter_marks) {
+            let first = copies.numbers.len();
+            // The first copy takes the message's number. More copies of one message in one
+            // subscription (several rules with actions matched) are each a message of its
+            // own, with a number of its own from the topic.
+            for position in first..copies.accepted.len() {
+                let given = if position == first {
+                    number
+                } else {
+                    let partition = crate::broker::partitions::partition_of_number(number.0);
+                    self.log.allocate_in(partition)
+                };
+                copies.numbers.push((given, now));
+            }
+            // Dead letters (a filter or an action failed) carry the message's number in
+            // their rare fields: a rare path, not worth a list of its own.
+            for (copy, _, _) in &mut copies.dead_lettered[*first_dead..] {
+                copy.edit_extras(|extras| extras.topic_sequence = Some((number, now)));
+            }
+            if entry.requires_session {
+                dead_letter_session_less(copies, first);
+            }
+        }
     }
 
     /// Raises the topic's sequence counter past what its subscriptions have already
@@ -462,8 +487,7 @@ impl TopicState {
     ) -> Result<Reply, EntityError> {
         let path = self.path.clone();
         let now = now.0;
-        let entry = self
-            .subscriptions
+        let entry = std::sync::Arc::make_mut(&mut self.subscriptions)
             .iter_mut()
             .find(|entry| entry.name.eq_ignore_ascii_case(subscription))
             .ok_or_else(|| EntityError::NotFound(format!("{path}/Subscriptions/{subscription}")))?;
@@ -523,6 +547,71 @@ impl TopicState {
                 entry.rules.iter().skip(skip).take(top).cloned().collect(),
             )),
         }
+    }
+}
+
+/// Each subscription's copies of one message (see [`copies_into`]), appended to
+/// `all_copies`, with where each subscription's dead letters of it begin in `marks`. With
+/// `inline`, rules that would take more than that many steps over all subscriptions leave
+/// nothing behind and are an `Err`.
+fn evaluate_into(
+    codec: &TopicCodec,
+    subscriptions: &[SubscriptionRules],
+    view: &FilterView<'_>,
+    all_copies: &mut [Copies],
+    marks: &mut Vec<usize>,
+    inline: Option<u64>,
+) -> Result<(), ()> {
+    let budget = codec.evaluation_budget;
+    let mut inline_left = inline;
+    for (entry, copies) in subscriptions.iter().zip(all_copies.iter_mut()) {
+        marks.push(copies.dead_lettered.len());
+        let (limit, bound) = match inline_left {
+            Some(left) if left < budget => (left, Bound::Inline),
+            _ => (budget, Bound::Subscription),
+        };
+        let mut fuel = Fuel::new(limit);
+        if copies_into(codec, entry, view, copies, &mut fuel, bound).is_err() {
+            // Accepted copies are numbered per message, so those without a number are
+            // this message's.
+            for (copies, mark) in all_copies.iter_mut().zip(marks.iter()) {
+                copies.accepted.truncate(copies.numbers.len());
+                copies.dead_lettered.truncate(*mark);
+            }
+            return Err(());
+        }
+        if let Some(left) = &mut inline_left {
+            *left = left.saturating_sub(fuel.used());
+        }
+    }
+    Ok(())
+}
+
+/// A topic's rules, shared, to evaluate a message away from the topic's task.
+pub struct Evaluation {
+    codec: TopicCodec,
+    subscriptions: std::sync::Arc<Vec<SubscriptionRules>>,
+}
+
+impl Evaluation {
+    /// Each subscription's copies of `message` as published at `now`, each subscription
+    /// within the evaluation budget: pure, for [`TopicState::publish_evaluated`].
+    pub fn run(&self, now: Timestamp, message: &Message) -> Vec<Copies> {
+        let mut copies: Vec<Copies> = (0..self.subscriptions.len())
+            .map(|_| Copies::default())
+            .collect();
+        let mut marks = Vec::with_capacity(copies.len());
+        let view = FilterView::new(message, now.0);
+        // Without an inline bound there is nothing to hand back.
+        let _ = evaluate_into(
+            &self.codec,
+            &self.subscriptions,
+            &view,
+            &mut copies,
+            &mut marks,
+            None,
+        );
+        copies
     }
 }
 
@@ -790,11 +879,13 @@ mod tests {
         );
         assert!(copies.iter().all(|copies| copies.dead_lettered.is_empty()));
         assert_eq!(messages.len(), 1);
-        // Published without the inline bound, it takes the next number.
-        let mut rest = std::iter::once(heavy).chain(messages);
+        // Evaluated away from the topic (on a snapshot of its rules), it takes the next
+        // number; the message after it follows.
+        let evaluated = state.evaluation().run(START, &heavy);
+        state.publish_evaluated(START, &heavy, evaluated, &mut copies);
         assert!(
             state
-                .publish_into(START, &mut rest, &mut copies, None)
+                .publish_into(START, &mut messages, &mut copies, None)
                 .is_ok()
         );
         assert_eq!(

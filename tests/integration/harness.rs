@@ -40,6 +40,28 @@ impl Broker {
         Broker::serve(config, storage).await
     }
 
+    /// Starts a broker on a log of the test's (one that crashes at a chosen write), from
+    /// what `recovered` holds.
+    pub async fn start_with_log(
+        config_text: &str,
+        log: std::sync::Arc<dyn ferrobus::broker::storage::DurableLog>,
+        recovered: ferrobus::broker::storage::Recovered,
+    ) -> Broker {
+        let config = ferrobus::config::Config::from_toml_str(config_text, "test.toml")
+            .expect("test configuration is valid");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind an ephemeral port");
+        let address = listener.local_addr().expect("bound address");
+        let (stop, stopped) = watch::channel(false);
+        tokio::spawn(async move {
+            ferrobus::run_with_log(listener, &config, log, recovered, stopped)
+                .await
+                .expect("broker starts")
+        });
+        Broker { address, stop }
+    }
+
     /// Starts a broker on storage opened by the test (injected faults, small limits).
     pub async fn start_with_storage(
         config_text: &str,

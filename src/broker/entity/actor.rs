@@ -20,6 +20,34 @@ use crate::broker::types::{EntityError, ReceiverId, SubQueue, Timestamp};
 use crate::clock::Clock;
 use std::sync::Arc;
 
+/// Hands a staged turn's changes to the topic that writes them (see [`Command::Stage`]) and
+/// waits for its word on whether they are durable.
+async fn hand_over(
+    topic: super::StagedSender,
+    key: &str,
+    changes: Vec<Change>,
+) -> Result<(), StorageError> {
+    let (durable, answer) = tokio::sync::oneshot::channel();
+    let staged = super::Staged {
+        entity: key.to_string(),
+        changes,
+        durable,
+    };
+    let sent = topic.send(staged);
+    // The topic reads staged turns until every entity it staged with lets go of its sender.
+    drop(topic);
+    if sent.is_err() {
+        return Err(StorageError::Failed(
+            "the topic that published the copies is gone".to_string(),
+        ));
+    }
+    answer.await.unwrap_or_else(|_| {
+        Err(StorageError::Failed(
+            "the topic that published the copies stopped before storing them".to_string(),
+        ))
+    })
+}
+
 /// A management reply carrying records of `sub_queue` (peek, deferred receive).
 fn messages(sub_queue: SubQueue, records: Vec<(Record, Option<Lock>)>) -> Reply {
     Reply::Messages(
@@ -101,6 +129,7 @@ pub fn spawn(
         held_batches: Vec::new(),
         checkpointed: 0,
         deleting: None,
+        staging: None,
     };
     lifecycle.spawn(actor.run(inbox, lifecycle.stopping()));
     handle
@@ -132,6 +161,9 @@ struct Actor {
     checkpointed: u64,
     /// A deletion was asked for (admin API): who waits for it.
     deleting: Option<super::ReplyTo>,
+    /// This turn holds a topic's staged copies: its changes go to this topic, which
+    /// writes them with the rest of the publish, instead of to the log.
+    staging: Option<super::StagedSender>,
 }
 
 /// The replies of one batch of sends, held until the turn's changes are durable.
@@ -177,14 +209,23 @@ impl Actor {
                     // One reading of the clock per turn: the commands taken together are
                     // handled at the same instant (they arrived within microseconds).
                     let now = self.clock.now();
-                    self.handle(command, now);
-                    self.recharge();
-                    // Take whatever else is queued before flushing effects.
-                    while self.deleting.is_none()
-                        && let Ok(command) = inbox.try_recv()
-                    {
+                    let mut next = Some(command);
+                    let mut handled = false;
+                    while let Some(command) = next.take() {
+                        let staged = matches!(command, Command::Stage { .. });
+                        // A topic's staged copies are a turn of their own: what came
+                        // before them is committed first, nothing after joins them.
+                        if staged && handled && self.finish_turn().await {
+                            self.delete_for_idleness(inbox).await;
+                            return;
+                        }
                         self.handle(command, now);
                         self.recharge();
+                        handled = true;
+                        // Take whatever else is queued before flushing effects.
+                        if !staged && self.deleting.is_none() {
+                            next = inbox.try_recv().ok();
+                        }
                     }
                 }
                 () = &mut timer, if armed.is_some() => {
@@ -295,10 +336,15 @@ impl Actor {
     async fn commit(&mut self) -> Option<EntityError> {
         let (storage, key) = self.storage.as_ref()?;
         let changes = self.state.take_changes();
-        let failure = if changes.is_empty() {
+        let staging = self.staging.take();
+        let failure = if changes.is_empty() && staging.is_none() {
             None
         } else {
-            match storage.append(key, changes).await {
+            let durable = match staging {
+                None => storage.append(key, changes).await,
+                Some(topic) => hand_over(topic, key, changes).await,
+            };
+            match durable {
                 Ok(()) => None,
                 Err(error) => {
                     tracing::error!(entity = %key, %error, "cannot make a change durable; the operation is refused");
@@ -445,6 +491,33 @@ impl Actor {
         self.state.enqueue_numbered(now, messages, numbers)
     }
 
+    /// Handles the sends of a batch, each with its own outcome; the outcomes go to `sink`
+    /// together, after the turn's commit when durable.
+    fn send_batch(
+        &mut self,
+        now: Timestamp,
+        mut sends: Vec<super::BatchedSend>,
+        sink: NotificationSender,
+    ) {
+        let mut replies = Vec::with_capacity(sends.len());
+        for send in sends.drain(..) {
+            let result = self.send(now, send.messages, &send.numbers);
+            // The next send is admitted against the budget with this one counted.
+            self.recharge();
+            if let Some(request) = send.request {
+                replies.push((request, result.map(Reply::SequenceNumbers)));
+            }
+        }
+        super::BatchedSend::recycle(sends);
+        if !replies.is_empty() {
+            if self.storage.is_some() {
+                self.held_batches.push((sink, replies));
+            } else {
+                let _ = sink.send(Notification::Replies { replies });
+            }
+        }
+    }
+
     fn handle(&mut self, command: Command, now: Timestamp) {
         match command {
             Command::Send { messages, reply } => {
@@ -453,23 +526,21 @@ impl Actor {
                     self.answer(reply, result.map(Reply::SequenceNumbers));
                 }
             }
-            Command::SendBatch { mut sends, sink } => {
-                let mut replies = Vec::with_capacity(sends.len());
-                for send in sends.drain(..) {
-                    let result = self.send(now, send.messages, &send.numbers);
-                    // The next send is admitted against the budget with this one counted.
-                    self.recharge();
-                    if let Some(request) = send.request {
-                        replies.push((request, result.map(Reply::SequenceNumbers)));
-                    }
+            Command::SendBatch { sends, sink } => self.send_batch(now, sends, sink),
+            Command::Stage {
+                sends,
+                dead_letters,
+                sink,
+                staged,
+            } => {
+                for (message, reason, description) in dead_letters {
+                    self.state
+                        .enqueue_dead_lettered(now, message, reason, description);
                 }
-                super::BatchedSend::recycle(sends);
-                if !replies.is_empty() {
-                    if self.storage.is_some() {
-                        self.held_batches.push((sink, replies));
-                    } else {
-                        let _ = sink.send(Notification::Replies { replies });
-                    }
+                self.send_batch(now, sends, sink);
+                // In memory nothing is written: the topic is answered as for any batch.
+                if self.storage.is_some() {
+                    self.staging = Some(staged);
                 }
             }
             Command::Commit { work, reply } => {
@@ -677,6 +748,28 @@ impl Actor {
             | Command::UpdateSettings { reply, .. }
             | Command::Describe { reply }
             | Command::Delete { reply } => reply.send(Err(gone)),
+            Command::Stage {
+                sends,
+                sink,
+                staged,
+                ..
+            } => {
+                // The topic waits for a word from every entity it staged copies with.
+                let (durable, _) = tokio::sync::oneshot::channel();
+                let _ = staged.send(super::Staged {
+                    entity: self.state.settings().path.to_ascii_lowercase(),
+                    changes: Vec::new(),
+                    durable,
+                });
+                let replies: Vec<_> = sends
+                    .into_iter()
+                    .filter_map(|send| send.request)
+                    .map(|request| (request, Err(gone.clone())))
+                    .collect();
+                if !replies.is_empty() {
+                    let _ = sink.send(Notification::Replies { replies });
+                }
+            }
             Command::SendBatch { sends, sink } => {
                 let replies: Vec<_> = sends
                     .into_iter()

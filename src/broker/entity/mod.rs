@@ -180,6 +180,20 @@ impl ReplyTo {
     }
 }
 
+/// One entity's changes of a [`Command::Stage`] turn, handed to the topic that writes them.
+#[derive(Debug)]
+pub struct Staged {
+    /// The entity's key in the log.
+    pub entity: String,
+    /// The turn's changes (possibly none: every copy refused).
+    pub changes: Vec<state::Change>,
+    /// Told whether the record holding them is durable.
+    pub durable: tokio::sync::oneshot::Sender<Result<(), super::storage::StorageError>>,
+}
+
+/// Where entities hand the changes of their staged turns.
+pub type StagedSender = mpsc::UnboundedSender<Staged>;
+
 /// One send (a transfer's messages) of a [`Command::SendBatch`].
 #[derive(Debug)]
 pub struct BatchedSend {
@@ -268,6 +282,22 @@ pub enum Command {
         /// The connection waiting for the outcomes: one [`Notification::Replies`] answers
         /// every send that has a request.
         sink: NotificationSender,
+    },
+    /// A durable topic's copies of one or more publishes, stored in one log record with the
+    /// topic's own changes and every other subscription's copies, so that a crash keeps all
+    /// of them or none ("id remembered ⇔ copies stored", "scheduled message gone ⇔ copies
+    /// stored"). The entity handles it in a turn of its own and, instead of appending the
+    /// turn's changes, hands them to `staged` and waits for the topic's word on whether
+    /// the record is durable; then it answers `sink` as for [`Command::SendBatch`].
+    Stage {
+        /// The copies, in the order they were published.
+        sends: Vec<BatchedSend>,
+        /// Copies for the dead-letter sub-queue: message, reason, description.
+        dead_letters: Vec<(Message, String, String)>,
+        /// The topic waiting for the outcomes of `sends`.
+        sink: NotificationSender,
+        /// Where the turn's changes go instead of the log.
+        staged: StagedSender,
     },
     /// Store messages straight into the dead-letter sub-queue (a topic's copies that fail
     /// their filter or need a session id they lack).
