@@ -157,7 +157,15 @@ async fn round_trips(
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> Vec<Duration> {
     let (mut connection, mut session) = connect(broker, "unrelated-client").await;
-    let mut sender = Sender::attach(&mut session, "unrelated-sender", "unrelated")
+    // Pre-settled: a round trip is the message stored and delivered. (A sender that waits
+    // for its disposition under a loaded CPU now and then never sees its send complete
+    // although the broker stored and delivered the message; that is under investigation
+    // and not what this test measures.)
+    let mut sender = Sender::builder()
+        .name("unrelated-sender")
+        .target("unrelated")
+        .sender_settle_mode(fe2o3_amqp::types::definitions::SenderSettleMode::Settled)
+        .attach(&mut session)
         .await
         .expect("sender attaches");
     let mut receiver = Receiver::attach(&mut session, "unrelated-receiver", "unrelated")
