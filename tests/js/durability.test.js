@@ -1,7 +1,7 @@
 // Rules changed at run time through the unmodified @azure/service-bus ServiceBusRuleManager
 // survive kill -9 of a durable broker (issue 11): the rule set after the restart is the one
 // the client left, and messages are filtered by it. Run-time changes win over the rules in
-// the configuration file (README "Storage and durability").
+// the configuration file (docs/storage.md).
 
 import assert from "node:assert/strict";
 import path from "node:path";

@@ -7,7 +7,7 @@
 // browser context answers the Basic challenge with the connection string's key).
 //
 // EXPLORER_SCREENSHOTS=1 also writes docs/images/explorer-entities.png and
-// docs/images/explorer-messages.png for the README.
+// docs/images/explorer-messages.png for docs/explorer.md.
 //
 // Skipped (with the reason) when /usr/bin/chromium or playwright-core is not installed.
 

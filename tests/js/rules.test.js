@@ -3,7 +3,7 @@
 //
 // Every test owns the topic named in it, configured in TOPICS below, so tests are independent of
 // order. Wire details: /work/shared/protocol/azure-sdk-wire-contract.md §6.4 (add-rule,
-// remove-rule, enumerate-rules); behaviour: README "Topics, rules, forwarding".
+// remove-rule, enumerate-rules); behaviour: docs/behaviour.md "Topics, rules, forwarding".
 
 import assert from "node:assert/strict";
 import { isServiceBusError } from "@azure/service-bus";
@@ -83,7 +83,7 @@ async function expectRejection(promise, what, withinMs = PROMPT_MS) {
 }
 
 brokerTest("listRules on a fresh subscription returns only $Default with a true filter", async () => {
-  // README filters: `$Default`, a true filter, when none is configured; contract §6.4 (true-filter → 1=1)
+  // docs/behaviour.md, filters: `$Default`, a true filter, when none is configured; contract §6.4 (true-filter → 1=1)
   const topic = "js-rules-default";
   await withClient(broker.connectionString, async (client) => {
     const rules = await listAllRules(client.createRuleManager(topic, "sub"));
@@ -98,7 +98,7 @@ brokerTest("listRules on a fresh subscription returns only $Default with a true 
 });
 
 brokerTest("an SQL filter rule lets only matching messages reach the subscription", async () => {
-  // README filters (SQL grammar, comparison); add-rule / remove-rule at run time
+  // docs/behaviour.md, filters (SQL grammar, comparison); add-rule / remove-rule at run time
   const topic = "js-rules-sql";
   await withClient(broker.connectionString, async (client) => {
     const rules = client.createRuleManager(topic, "filtered");
@@ -128,7 +128,7 @@ brokerTest("an SQL filter rule lets only matching messages reach the subscriptio
 });
 
 brokerTest("a correlation filter rule matches subject and application properties exactly", async () => {
-  // README filters: correlation filters match all their set fields exactly
+  // docs/behaviour.md, filters: correlation filters match all their set fields exactly
   const topic = "js-rules-correlation";
   await withClient(broker.connectionString, async (client) => {
     const rules = client.createRuleManager(topic, "filtered");
@@ -153,7 +153,7 @@ brokerTest("a correlation filter rule matches subject and application properties
 });
 
 brokerTest("a rule with an SQL action delivers a copy with the action applied", async () => {
-  // README actions: SET on user properties
+  // docs/behaviour.md, actions: SET on user properties
   const topic = "js-rules-action";
   await withClient(broker.connectionString, async (client) => {
     const rules = client.createRuleManager(topic, "filtered");
@@ -264,7 +264,7 @@ brokerTest("deleting a rule that does not exist fails promptly with MessageNotFo
 });
 
 brokerTest("an invalid SQL filter or action is refused with the position of the error", async () => {
-  // README rules at run time: invalid SQL is refused with the position of the error
+  // docs/behaviour.md, rules at run time: invalid SQL is refused with the position of the error
   const topic = "js-rules-invalid-sql";
   await withClient(broker.connectionString, async (client) => {
     const rules = client.createRuleManager(topic, "sub");
