@@ -157,10 +157,10 @@ async fn round_trips(
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> Vec<Duration> {
     let (mut connection, mut session) = connect(broker, "unrelated-client").await;
-    // Pre-settled: a round trip is the message stored and delivered. (A sender that waits
-    // for its disposition under a loaded CPU now and then never sees its send complete
-    // although the broker stored and delivered the message; that is under investigation
-    // and not what this test measures.)
+    // Pre-settled: a round trip is the message stored and delivered. (An fe2o3 0.14 sender
+    // that waits for its disposition can lose it on a loaded CPU: it writes the transfer
+    // before it records the delivery as unsettled, and a disposition handled in between is
+    // dropped, so its send never completes. Not what this test measures.)
     let mut sender = Sender::builder()
         .name("unrelated-sender")
         .target("unrelated")
