@@ -9,11 +9,11 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use fe2o3_amqp::Sender;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::harness::Broker;
 
-/// One HTTP/1.1 request with `Connection: close`; returns status, head and body.
+/// One HTTP/1.1 request with `Connection: close` to `localhost:5300` (as the SDKs' admin
+/// clients address the emulator); returns status, head (lower-cased) and body.
 async fn request(
     address: SocketAddr,
     method: &str,
@@ -21,35 +21,9 @@ async fn request(
     headers: &[(&str, &str)],
     body: &str,
 ) -> (u16, String, String) {
-    let mut stream = tokio::net::TcpStream::connect(address)
-        .await
-        .expect("connects");
-    let mut text = format!(
-        "{method} {target} HTTP/1.1\r\nHost: localhost:5300\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (name, value) in headers {
-        text.push_str(&format!("{name}: {value}\r\n"));
-    }
-    text.push_str("\r\n");
-    text.push_str(body);
-    stream.write_all(text.as_bytes()).await.expect("written");
-    let mut response = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut response))
-        .await
-        .expect("answered within 10 s")
-        .expect("read");
-    let response = String::from_utf8_lossy(&response).into_owned();
-    let (head, body) = response
-        .split_once("\r\n\r\n")
-        .map(|(head, body)| (head.to_string(), body.to_string()))
-        .unwrap_or((response.clone(), String::new()));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .expect("status line");
-    (status, head, body)
+    let mut with_host = vec![("Host", "localhost:5300")];
+    with_host.extend_from_slice(headers);
+    crate::http_guard::raw(address, method, target, &with_host, body).await
 }
 
 const ATOM: (&str, &str) = (

@@ -18,7 +18,7 @@ use crate::harness::Broker;
 
 /// One HTTP/1.1 request with `Connection: close` and exactly the headers given (`Host`
 /// included); returns status, head (lower-cased) and body.
-async fn raw(
+pub(crate) async fn raw(
     address: SocketAddr,
     method: &str,
     target: &str,
