@@ -6,7 +6,8 @@
 //! - [`explorer`]: the web explorer page and its JSON API.
 //! - [`guard`]: what keeps a web page from driving the broker (Host allow-list, same-origin
 //!   and JSON-only rules, protective headers, Basic credentials).
-//! - [`http`]: the routes (admin API, `/health`, `/metrics`) and the HTTP serving loops.
+//! - [`http`]: the routes (admin API, `/health`, `/metrics`) and the HTTP serving loops; the
+//!   AMQP WebSocket bridge in `http/websocket.rs`.
 //! - [`metrics`]: Prometheus metrics.
 //! - [`sniff`]: one port for everything — AMQP, HTTP and TLS told apart by their first bytes.
 //! - [`tls`]: certificates: configured, or a development CA in the data directory.
