@@ -5,12 +5,15 @@
 //! - [`cli`]: command-line flags.
 //! - [`clock`]: the wall clock injected into the core.
 //! - [`server`]: the network front end (framing, SASL, connections, sessions, links).
-//! - [`amqp`]: protocol adapters (addresses, message sections, `$cbs`, `$management`,
-//!   the error-condition table).
+//! - [`amqp`]: protocol adapters (transfer ⇄ core message, addresses, `$cbs`,
+//!   `$management`, the error-condition table).
 //! - [`broker`]: the core: entity actors around a pure state machine, topics, registry.
+//! - [`encoding`]: the ground floor of a message: AMQP's byte-level codec, the depth guard,
+//!   the message's sections, invented ids.
 //!
-//! Dependency rule: `server → broker`, `server → amqp`, `amqp → broker::types`; `broker`
-//! never imports `server` or AMQP frame types.
+//! Dependency rule: `server → broker`, `server → amqp`, `amqp → broker`; `broker` and
+//! `amqp` both build on `encoding`, which imports none of them; `broker` never imports
+//! `server`, `amqp` or AMQP frame types.
 
 pub mod admin;
 pub mod amqp;
@@ -18,6 +21,7 @@ pub mod broker;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod encoding;
 pub mod server;
 pub mod store;
 

@@ -825,7 +825,7 @@ mod tests {
             Some(Timestamp(1_893_456_000_000))
         );
         assert_eq!(
-            amqp_message::application_property_text(&message, "colour").as_deref(),
+            crate::broker::message::application_property_text(&message, "colour").as_deref(),
             Some("red")
         );
         let view = body_view(&message);

@@ -3,32 +3,23 @@
 //! annotations with the broker's `x-opt-*` values, then the client's sections as sent).
 
 use bytes::{Bytes, BytesMut};
-use fe2o3_amqp_types::messaging::{MessageId, Properties};
+use fe2o3_amqp_types::messaging::Properties;
 
-use super::codec::{self, CodecError, Writer};
-use super::depth;
-use super::ids;
-use super::sections;
 use crate::broker::entity::Record;
 use crate::broker::message::{
     Extras, HeaderFields, MAX_HEADER_SECTIONS, MAX_SYSTEM_TEXT, Message, SystemField,
+    write_changed_application_properties,
 };
-use crate::broker::types::{LockToken, MessageState, PropertyValue, Timestamp};
+use crate::broker::types::{LockToken, MessageState, Timestamp};
+use crate::encoding::codec::{self, CodecError, Writer};
+use crate::encoding::sections::{
+    self, AMQP_VALUE, APPLICATION_PROPERTIES, DATA, DELIVERY_ANNOTATIONS, FOOTER, HEADER,
+    MESSAGE_ANNOTATIONS, PROPERTIES, SectionError,
+};
+use crate::encoding::{depth, ids};
 
 /// Message format of a Service Bus batch: every `data` section is a whole message.
 pub const BATCH_MESSAGE_FORMAT: u32 = 0x8001_3700;
-
-const HEADER: u64 = 0x70;
-const DELIVERY_ANNOTATIONS: u64 = 0x71;
-const MESSAGE_ANNOTATIONS: u64 = 0x72;
-/// The properties section's descriptor code.
-pub(crate) const PROPERTIES: u64 = 0x73;
-/// The application-properties section's descriptor code.
-pub(crate) const APPLICATION_PROPERTIES: u64 = 0x74;
-const DATA: u64 = 0x75;
-/// The last body section code (data 0x75, amqp-sequence 0x76, amqp-value 0x77).
-const AMQP_VALUE: u64 = 0x77;
-const FOOTER: u64 = 0x78;
 
 /// Annotation keys the broker owns: values sent by clients are dropped and replaced.
 const BROKER_ANNOTATIONS: [&str; 7] = [
@@ -104,6 +95,15 @@ pub enum MessageError {
     },
 }
 
+impl From<SectionError> for MessageError {
+    fn from(error: SectionError) -> Self {
+        match error {
+            SectionError::Codec(error) => MessageError::Codec(error),
+            SectionError::Section { section, reason } => MessageError::Section { section, reason },
+        }
+    }
+}
+
 fn section_error(section: &'static str, error: impl std::fmt::Display) -> MessageError {
     MessageError::Section {
         section,
@@ -127,7 +127,7 @@ pub fn parse_transfer(
     while at < payload.len() {
         let length = codec::value_length(&payload, at)?;
         if codec::section_code(&payload, at) == Some(DATA) {
-            let value_at = at + descriptor_length(&payload, at)?;
+            let value_at = at + sections::descriptor_length(&payload, at)?;
             let (offset, size) = binary_extent(&payload, value_at)?;
             // parse_message copies what it keeps: no message pins the batch.
             messages.push(parse_message(payload.slice(offset..offset + size))?);
@@ -140,10 +140,6 @@ pub fn parse_transfer(
     Ok(messages)
 }
 
-fn descriptor_length(bytes: &[u8], section_at: usize) -> Result<usize, MessageError> {
-    Ok(1 + codec::value_length(bytes, section_at + 1)?)
-}
-
 /// Offset and length of the content of a binary value.
 fn binary_extent(bytes: &[u8], at: usize) -> Result<(usize, usize), MessageError> {
     let length = codec::value_length(bytes, at)?;
@@ -151,15 +147,6 @@ fn binary_extent(bytes: &[u8], at: usize) -> Result<(usize, usize), MessageError
         0xa0 => Ok((at + 2, length - 2)),
         0xb0 => Ok((at + 5, length - 5)),
         _ => Err(section_error("data section", "content is not binary")),
-    }
-}
-
-fn message_id_text(id: &MessageId) -> String {
-    match id {
-        MessageId::String(text) => text.clone(),
-        MessageId::Ulong(number) => number.to_string(),
-        MessageId::Uuid(uuid) => ids::format_guid(uuid.as_inner()),
-        MessageId::Binary(bytes) => ids::hex(bytes),
     }
 }
 
@@ -340,34 +327,6 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
     Ok(message)
 }
 
-/// The system properties of a decoded properties section as text, in [`SystemField::ALL`]
-/// order (identifiers that are not strings as the service shows them).
-pub fn system_values(properties: &Properties) -> [Option<std::borrow::Cow<'_, str>>; 8] {
-    use std::borrow::Cow;
-    fn id(id: &Option<MessageId>) -> Option<Cow<'_, str>> {
-        match id.as_ref()? {
-            MessageId::String(text) => Some(Cow::Borrowed(text.as_str())),
-            other => Some(Cow::Owned(message_id_text(other))),
-        }
-    }
-    fn text(value: &Option<String>) -> Option<Cow<'_, str>> {
-        value.as_deref().map(Cow::Borrowed)
-    }
-    [
-        id(&properties.message_id),
-        id(&properties.correlation_id),
-        text(&properties.to),
-        text(&properties.reply_to),
-        text(&properties.subject),
-        text(&properties.group_id),
-        text(&properties.reply_to_group_id),
-        properties
-            .content_type
-            .as_ref()
-            .map(|symbol| Cow::Borrowed(symbol.0.as_str())),
-    ]
-}
-
 /// Longest message-id and session-id Service Bus accepts.
 pub const MAX_ID_LENGTH: usize = 128;
 
@@ -423,7 +382,7 @@ fn parse_annotations(
     at: usize,
     extras: &mut Extras,
 ) -> Result<Vec<u8>, MessageError> {
-    let value_at = at + descriptor_length(bytes, at)?;
+    let value_at = at + sections::descriptor_length(bytes, at)?;
     let elements = codec::compound_elements(bytes, value_at)?;
     let mut kept = Vec::new();
     for pair in elements.chunks(2) {
@@ -607,212 +566,6 @@ fn properties_count(section: &[u8]) -> usize {
         .map_or(0, |(count, _, _)| count)
 }
 
-pub fn write_property_value(writer: &mut Writer<'_>, value: &PropertyValue) {
-    match value {
-        PropertyValue::Null => writer.null(),
-        PropertyValue::Bool(flag) => writer.boolean(*flag),
-        PropertyValue::Long(number) => writer.long(*number),
-        PropertyValue::Double(number) => {
-            writer.raw(&[0x82]);
-            writer.raw(&number.to_be_bytes());
-        }
-        PropertyValue::String(text) => writer.string(text),
-        PropertyValue::Timestamp(millis) => writer.timestamp(*millis),
-        PropertyValue::Uuid(bytes) => writer.uuid(bytes),
-        PropertyValue::Binary(bytes) => writer.binary(bytes),
-    }
-}
-
-/// An application-properties section: `original`'s entries with `changes` merged in (changed
-/// keys replace the sender's values; later changes to the same key win).
-pub fn merged_application_properties(
-    original: &[u8],
-    changes: &[(String, PropertyValue)],
-) -> Vec<u8> {
-    let mut output = BytesMut::new();
-    write_changed_application_properties(&mut Writer::new(&mut output), original, changes);
-    output.to_vec()
-}
-
-/// An application-properties section: `original`'s entries but those named in `names`;
-/// empty (no section) when none is left, `original` itself when it cannot be read.
-pub fn application_properties_without(original: &[u8], names: &[&str]) -> Vec<u8> {
-    let mut output = BytesMut::new();
-    let kept = write_application_properties(
-        &mut Writer::new(&mut output),
-        original,
-        |name| !names.contains(&name),
-        &[],
-    );
-    match kept {
-        Some(0) => Vec::new(),
-        Some(_) => output.to_vec(),
-        None => original.to_vec(),
-    }
-}
-
-/// Rewrites application properties with the broker's changes merged in (changed keys
-/// replace the sender's values).
-fn write_changed_application_properties(
-    writer: &mut Writer<'_>,
-    original: &[u8],
-    changes: &[(String, PropertyValue)],
-) {
-    write_application_properties(
-        writer,
-        original,
-        |name| !changes.iter().any(|(changed, _)| changed == name),
-        changes,
-    );
-}
-
-/// Writes an application-properties section: the entries of `original` whose names `keep`
-/// accepts, then `changes` (later changes to the same key win). How many map elements it
-/// wrote, or `None` when `original` is not a readable map (its entries are then left out).
-fn write_application_properties(
-    writer: &mut Writer<'_>,
-    original: &[u8],
-    keep: impl Fn(&str) -> bool,
-    changes: &[(String, PropertyValue)],
-) -> Option<u32> {
-    writer.descriptor(APPLICATION_PROPERTIES as u8);
-    let mut map = writer.start_map();
-    let mut readable = true;
-    if !original.is_empty() {
-        let value_at = descriptor_length(original, 0).unwrap_or(original.len());
-        match codec::compound_elements(original, value_at) {
-            Ok(elements) => {
-                for pair in elements.chunks(2) {
-                    let [key, value] = pair else { break };
-                    if keep(codec::read_text(original, key.clone()).unwrap_or("")) {
-                        writer.raw(&original[key.start..value.end]);
-                        map.count += 2;
-                    }
-                }
-            }
-            Err(_) => readable = false,
-        }
-    }
-    for (index, (name, value)) in changes.iter().enumerate() {
-        if changes[index + 1..].iter().any(|(later, _)| later == name) {
-            continue;
-        }
-        writer.string(name);
-        write_property_value(writer, value);
-        map.count += 2;
-    }
-    let count = map.count;
-    writer.finish_compound(map);
-    readable.then_some(count)
-}
-
-/// Decodes an application-properties section into name → value for the given keys.
-pub fn application_property_text(message: &Message, key: &str) -> Option<String> {
-    let section = message.application_properties_section();
-    if section.is_empty() {
-        return None;
-    }
-    let value_at = descriptor_length(section, 0).ok()?;
-    let elements = codec::compound_elements(section, value_at).ok()?;
-    elements.chunks(2).find_map(|pair| match pair {
-        [name, value] if codec::read_text(section, name.clone()) == Some(key) => {
-            codec::read_text(section, value.clone()).map(str::to_string)
-        }
-        _ => None,
-    })
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_properties_field_count_is_read_from_the_list_constructor() {
-        // rule TTL-2: only a list that reaches creation-time (its tenth field) is decoded to
-        // lower absolute-expiry-time.
-        let with_times = serde_amqp::to_vec(&Properties {
-            message_id: Some(fe2o3_amqp_types::messaging::MessageId::String("m".into())),
-            absolute_expiry_time: Some(serde_amqp::primitives::Timestamp::from_milliseconds(9)),
-            creation_time: Some(serde_amqp::primitives::Timestamp::from_milliseconds(1)),
-            ..Properties::default()
-        })
-        .expect("encodes");
-        assert_eq!(properties_count(&with_times), CREATION_TIME_COUNT);
-        let id_only = serde_amqp::to_vec(&Properties {
-            message_id: Some(fe2o3_amqp_types::messaging::MessageId::String("m".into())),
-            ..Properties::default()
-        })
-        .expect("encodes");
-        assert_eq!(properties_count(&id_only), 1);
-        let list32 = b"\x00\x53\x73\xd0\x00\x00\x00\x0e\x00\x00\x00\x0a\x40\x40\x40\x40\x40\x40\x40\x40\x40\x40";
-        assert_eq!(properties_count(list32), 10);
-        for other in [&b""[..], b"\x00\x53\x73\x45", b"\x00\x53\x73\x40", b"\x40"] {
-            assert_eq!(properties_count(other), 0, "{other:x?}");
-        }
-    }
-
-    /// A data section with this content.
-    fn data(content: &[u8]) -> Vec<u8> {
-        [&[0x00, 0x53, 0x75, 0xa0, content.len() as u8][..], content].concat()
-    }
-
-    #[test]
-    fn the_body_is_every_body_section_in_order_whatever_lies_between() {
-        let application = vec![0x00, 0x53, 0x74, 0xc1, 0x01, 0x00];
-        let back_to_back = [data(b"one"), data(b"two")].concat();
-        let message = parse_message(Bytes::from(back_to_back.clone())).expect("parsed");
-        assert_eq!(message.body(), &back_to_back[..]);
-        // A section between two body sections (out of the spec's order, accepted): the
-        // body sections are joined without it.
-        let apart = [data(b"one"), application.clone(), data(b"two")].concat();
-        let message = parse_message(Bytes::from(apart)).expect("parsed");
-        assert_eq!(message.body(), &back_to_back[..]);
-        assert_eq!(message.application_properties_section(), &application[..]);
-        // More body sections than are kept inline, with one section between: all of them,
-        // in order.
-        let parts: Vec<Vec<u8>> = (0..7u8).map(|index| data(&[b'a' + index; 3])).collect();
-        let mut sections = parts[..5].to_vec();
-        sections.push(application.clone());
-        sections.extend_from_slice(&parts[5..]);
-        let message = parse_message(Bytes::from(sections.concat())).expect("parsed");
-        assert_eq!(message.body(), &parts.concat()[..]);
-    }
-
-    #[test]
-    fn the_section_of_an_assigned_id_alone_is_the_one_written_with_the_id() {
-        let id = ids::GuidText::new(&ids::unique_guid_bytes());
-        let written = sections::with_message_id(&[], &(0..0), id.as_str());
-        assert_eq!(
-            written.as_slice(),
-            &[&ASSIGNED_ID_ONLY[..], id.as_bytes()].concat()[..]
-        );
-        let decoded: Properties = serde_amqp::from_slice(written.as_slice()).expect("decodes");
-        assert_eq!(
-            decoded.message_id,
-            Some(MessageId::String(id.as_str().to_string()))
-        );
-    }
-
-    #[test]
-    fn a_message_without_a_header_has_the_amqp_defaults() {
-        // AMQP 1.0 §3.2.1: priority 4 when there is no header (it was stored as 0).
-        let body = b"\x00\x53\x77\xa1\x02hi".to_vec();
-        let message = parse_message(Bytes::from(body.clone())).expect("parsed");
-        assert_eq!(
-            message.header(),
-            HeaderFields {
-                durable: false,
-                priority: 4,
-                time_to_live: None,
-            }
-        );
-        // A header with another priority keeps it.
-        let mut with_header = vec![0x00, 0x53, 0x70, 0xc0, 0x04, 0x02, 0x41, 0x50, 0x09];
-        with_header.extend_from_slice(&body);
-        let message = parse_message(Bytes::from(with_header)).expect("parsed");
-        assert_eq!(
-            (message.header().durable, message.header().priority),
-            (true, 9)
-        );
-    }
-}
+#[path = "message_tests.rs"]
+mod tests;

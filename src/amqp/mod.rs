@@ -4,10 +4,7 @@
 
 pub mod address;
 pub mod cbs;
-pub mod codec;
-pub mod depth;
 pub mod errors;
-pub mod ids;
 pub mod link_properties;
 pub mod management;
 pub mod message;
@@ -15,4 +12,3 @@ pub mod outcome;
 pub mod request;
 pub mod rewrite;
 pub mod sas;
-pub mod sections;

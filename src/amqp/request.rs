@@ -8,8 +8,8 @@ use fe2o3_amqp_types::messaging::ApplicationProperties;
 use fe2o3_amqp_types::primitives::SimpleValue;
 use serde_amqp::Value;
 
-use super::codec::{self, Writer};
 use super::message::MessageError;
+use crate::encoding::codec::{self, Writer};
 
 /// A parsed request.
 #[derive(Debug)]
@@ -38,7 +38,7 @@ impl Request {
 /// Parses a request message from a transfer payload.
 pub fn parse(payload: &Bytes) -> Result<Request, MessageError> {
     // Before serde_amqp (which recurses) sees any of it.
-    super::depth::check_values(payload)?;
+    crate::encoding::depth::check_values(payload)?;
     let mut request = Request {
         message_id: None,
         reply_to: None,

@@ -6,11 +6,11 @@ use bytes::BytesMut;
 use fe2o3_amqp_types::messaging::{ApplicationProperties, MessageId, Properties};
 use fe2o3_amqp_types::primitives::{SimpleValue, Symbol};
 
-use super::codec::Writer;
 use crate::broker::filter::{PropertyChange, PropertyTarget, SystemProperty};
 use crate::broker::message::{Message, SystemProperties};
 use crate::broker::rules;
 use crate::broker::types::PropertyValue;
+use crate::encoding::codec::Writer;
 
 fn simple_to_property(value: &SimpleValue) -> PropertyValue {
     match value {
@@ -55,7 +55,7 @@ fn text_of(value: &PropertyValue) -> Option<String> {
     match value {
         PropertyValue::Null => None,
         PropertyValue::String(text) => Some(text.clone()),
-        PropertyValue::Uuid(bytes) => Some(super::ids::format_guid(bytes)),
+        PropertyValue::Uuid(bytes) => Some(crate::encoding::ids::format_guid(bytes)),
         PropertyValue::Long(number) => Some(number.to_string()),
         PropertyValue::Double(number) => Some(number.to_string()),
         PropertyValue::Bool(flag) => Some(flag.to_string()),
@@ -149,7 +149,7 @@ pub fn apply_rule_action(
     let mut map = writer.start_map();
     for (name, value) in &user {
         writer.string(name);
-        super::message::write_property_value(&mut writer, value);
+        crate::broker::message::write_property_value(&mut writer, value);
         map.count += 2;
     }
     writer.finish_compound(map);
@@ -159,7 +159,7 @@ pub fn apply_rule_action(
         if let Ok(encoded) = serde_amqp::to_vec(&properties) {
             copy.set_properties_section(&encoded);
         }
-        let values = super::message::system_values(&properties);
+        let values = crate::encoding::sections::system_values(&properties);
         copy.set_system(SystemProperties::new(
             values.each_ref().map(|value| value.as_deref()),
         ));

@@ -6,17 +6,24 @@
 use std::time::Duration;
 
 use super::types::Timestamp;
-use crate::amqp::message::{APPLICATION_PROPERTIES, PROPERTIES};
+use crate::encoding::codec;
+use crate::encoding::ids::{self, GuidText};
+use crate::encoding::sections::{self, APPLICATION_PROPERTIES, PROPERTIES};
 
+mod application_properties;
 mod shared;
 mod spare;
 mod system;
 
 use shared::Shared;
 
-use crate::amqp::ids::GuidText;
-
-pub use system::{LIST_INDEX, MAX_SYSTEM_TEXT, System, SystemField, SystemProperties};
+/// The header fields a message keeps are those of its encoded header section.
+pub use crate::encoding::sections::HeaderFields;
+pub use application_properties::{
+    application_properties_without, application_property_text, merged_application_properties,
+    write_changed_application_properties, write_property_value,
+};
+pub use system::{MAX_SYSTEM_TEXT, System, SystemField, SystemProperties};
 use system::{text_apart, text_apart_given, text_apart_len};
 
 /// A properties section as delivered ([`Message::delivered_properties`]).
@@ -27,7 +34,7 @@ pub enum DeliveredProperties<'a> {
     /// The stored section.
     Stored(&'a [u8]),
     /// The stored section with the assigned message-id written in.
-    Assigned(crate::amqp::sections::AssignedProperties),
+    Assigned(sections::AssignedProperties),
 }
 
 impl DeliveredProperties<'_> {
@@ -37,35 +44,6 @@ impl DeliveredProperties<'_> {
             DeliveredProperties::Stored(section) => section,
             DeliveredProperties::Assigned(section) => section.as_slice(),
         }
-    }
-}
-
-/// Sender-chosen header fields kept for redelivery (the broker sets `delivery-count`).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct HeaderFields {
-    /// `header.durable`.
-    pub durable: bool,
-    /// `header.priority` (AMQP default 4).
-    pub priority: u8,
-    /// `header.ttl`: the message's own time to live (rule TTL-1).
-    pub time_to_live: Option<Duration>,
-}
-
-impl HeaderFields {
-    /// What AMQP 1.0 gives a message without a header (§3.2.1): not durable, priority 4, no
-    /// time to live.
-    pub const AMQP_DEFAULT: HeaderFields = HeaderFields {
-        durable: false,
-        priority: 4,
-        time_to_live: None,
-    };
-}
-
-impl Default for HeaderFields {
-    /// [`HeaderFields::AMQP_DEFAULT`]: a message sent without a header is delivered with
-    /// priority 4, not 0.
-    fn default() -> Self {
-        HeaderFields::AMQP_DEFAULT
     }
 }
 
@@ -215,10 +193,10 @@ fn leading_section(bytes: &[u8], code: u64) -> usize {
             return if length <= bytes.len() { length } else { 0 };
         }
     }
-    if crate::amqp::codec::section_code(bytes, 0) != Some(code) {
+    if codec::section_code(bytes, 0) != Some(code) {
         return 0;
     }
-    crate::amqp::codec::value_length(bytes, 0).unwrap_or(0)
+    codec::value_length(bytes, 0).unwrap_or(0)
 }
 
 /// The ends of the annotations (none), properties and application properties at the start
@@ -407,7 +385,7 @@ fn ttl_millis(header: &HeaderFields) -> Option<u32> {
 /// kept as it was sent) and `id` is a GUID in the lower-case text the broker writes, so that
 /// the id written on the way out is exactly `id` (recovery, rebuilt messages).
 fn assignable_id(properties: &[u8], id: Option<&str>) -> Option<[u8; ID_LEN]> {
-    let bytes = crate::amqp::ids::parse_guid_text(id?)?;
+    let bytes = ids::parse_guid_text(id?)?;
     system::holds_no_message_id(properties).then_some(bytes)
 }
 
@@ -561,7 +539,7 @@ impl Message {
         let mut at = 0;
         let mut count = 0;
         while at < entries.len() {
-            match crate::amqp::codec::value_length(entries, at) {
+            match codec::value_length(entries, at) {
                 Ok(length) if length > 0 => {
                     at += length;
                     count += 1;
@@ -629,7 +607,7 @@ impl Message {
     ) -> DeliveredProperties<'_> {
         match assigned {
             None => DeliveredProperties::Stored(section),
-            Some(id) => DeliveredProperties::Assigned(crate::amqp::sections::with_message_id(
+            Some(id) => DeliveredProperties::Assigned(sections::with_message_id(
                 section,
                 &(0..section.len()),
                 GuidText::new(&id).as_str(),
@@ -849,10 +827,7 @@ impl Message {
                 .collect::<Vec<_>>()
                 .into()
         };
-        let section = crate::amqp::message::merged_application_properties(
-            self.application_properties_section(),
-            &all,
-        );
+        let section = merged_application_properties(self.application_properties_section(), &all);
         let header = self.annotation_entries().len() + self.properties_section().len();
         if header + section.len() > MAX_HEADER_SECTIONS {
             // Never past what the head's section ends hold: such a change is not merged
@@ -873,7 +848,7 @@ impl Message {
         if section.is_empty() {
             return;
         }
-        let kept = crate::amqp::message::application_properties_without(section, names);
+        let kept = application_properties_without(section, names);
         if kept.len() != section.len() {
             self.set_application_properties_section(&kept);
         }
@@ -917,9 +892,22 @@ impl Message {
 
     /// Bytes of system-property text held apart from the properties section.
     #[cfg(test)]
-    fn system_text_len(&self) -> usize {
+    pub(crate) fn system_text_len(&self) -> usize {
         let tail = self.tail();
         tail.text_end - tail.body_end
+    }
+
+    /// Every byte the message holds (tests of how ingress builds it).
+    #[cfg(test)]
+    pub(crate) fn held_bytes(&self) -> &[u8] {
+        self.bytes()
+    }
+
+    /// Whether the message keeps its section ends (its sections do not delimit
+    /// themselves).
+    #[cfg(test)]
+    pub(crate) fn keeps_section_ends(&self) -> bool {
+        self.head().trailers & ENDS_KEPT != 0
     }
 }
 

@@ -14,7 +14,7 @@ fn encoded(properties: &Properties) -> Vec<u8> {
 
 fn with_properties(properties: &Properties) -> Message {
     let section = encoded(properties);
-    let values = crate::amqp::message::system_values(properties);
+    let values = crate::encoding::sections::system_values(properties);
     Message::from_parts(
         [b"", &section, b"", b"\x00\x53\x75\xa0\x02hi"],
         values.each_ref().map(|value| value.as_deref()),
@@ -60,7 +60,7 @@ fn identifiers_that_are_not_strings_keep_their_text_beside_the_section() {
         ..Properties::default()
     };
     let message = with_properties(&properties);
-    let expected = crate::amqp::message::system_values(&properties);
+    let expected = crate::encoding::sections::system_values(&properties);
     assert_eq!(message.system().message_id(), expected[0].as_deref());
     assert_eq!(message.system().message_id(), Some("42"));
     assert_eq!(message.system().correlation_id(), expected[1].as_deref());
@@ -83,7 +83,7 @@ fn a_binary_message_id_and_values_the_section_does_not_hold_are_kept_as_text() {
         ..Properties::default()
     };
     let mut message = with_properties(&properties);
-    let id = crate::amqp::message::system_values(&properties)[0]
+    let id = crate::encoding::sections::system_values(&properties)[0]
         .clone()
         .map(|text| text.into_owned());
     assert_eq!(message.system().message_id(), id.as_deref());
@@ -135,7 +135,7 @@ fn sections_back_to_back_build_the_same_message_as_sections_apart() {
     let body = b"\x00\x53\x75\xa0\x03abc";
     let joined = [&section[..], application, body].concat();
     let properties = full_properties();
-    let values = crate::amqp::message::system_values(&properties);
+    let values = crate::encoding::sections::system_values(&properties);
     let values = values.each_ref().map(|value| value.as_deref());
     let apart = Message::from_parts([b"", &section, application, body], values);
     let together = Message::from_joined(
@@ -283,7 +283,7 @@ fn sections_found_by_their_descriptors_keep_no_ends() {
     // are whole sections holds its bytes and nothing else (no ends, no time to live).
     let (properties, application, body) = sdk_sections();
     let all = full_properties();
-    let values = crate::amqp::message::system_values(&all);
+    let values = crate::encoding::sections::system_values(&all);
     let values = values.each_ref().map(|value| value.as_deref());
     for sections in [
         [&[][..], &properties, &application, &body],
@@ -304,18 +304,6 @@ fn sections_found_by_their_descriptors_keep_no_ends() {
         assert_eq!(message.application_properties_section(), sections[2]);
         assert_eq!(message.body(), sections[3]);
     }
-    // The same as a transfer carries them, through the ingress parser.
-    let transfer = [&properties[..], &application, &body].concat();
-    let parsed =
-        crate::amqp::message::parse_message(bytes::Bytes::from(transfer.clone())).expect("parses");
-    assert_eq!(parsed.head().trailers & ENDS_KEPT, 0);
-    assert_eq!(
-        parsed.bytes(),
-        &transfer[..],
-        "the transfer's bytes, no more"
-    );
-    assert_eq!(parsed.body(), &body[..]);
-    assert_eq!(parsed.system().message_id(), Some("id-1"));
 }
 
 #[test]
@@ -483,76 +471,8 @@ fn the_annotation_element_count_is_counted_from_the_entries() {
 }
 
 #[test]
-fn ingress_refuses_header_sections_past_the_limit_naming_their_size() {
-    let properties = encoded(&Properties {
-        message_id: Some(MessageId::String("m".into())),
-        ..Properties::default()
-    });
-    let mut encoded = properties.clone();
-    encoded.extend_from_slice(&[0x00, 0x53, 0x74, 0xd1]);
-    // An application-properties map of one string key and a binary value past the limit.
-    let value = vec![1u8; MAX_HEADER_SECTIONS];
-    let inner = 4 + 3 + 5 + value.len();
-    encoded.extend_from_slice(&(inner as u32).to_be_bytes());
-    encoded.extend_from_slice(&2u32.to_be_bytes());
-    encoded.extend_from_slice(&[0xa1, 0x01, b'k', 0xb0]);
-    encoded.extend_from_slice(&(value.len() as u32).to_be_bytes());
-    encoded.extend_from_slice(&value);
-    encoded.extend_from_slice(b"\x00\x53\x75\xa0\x02hi");
-    let error =
-        crate::amqp::message::parse_message(bytes::Bytes::from(encoded)).expect_err("refused");
-    let text = error.to_string();
-    assert!(
-        text.contains(&format!(
-            "take {} bytes; at most {MAX_HEADER_SECTIONS}",
-            properties.len() + MAX_HEADER_SECTIONS + 20
-        )),
-        "{text}"
-    );
-}
-
-#[test]
-fn ingress_keeps_apart_only_the_identifiers_that_are_not_strings() {
-    for (properties, apart) in [
-        (full_properties(), 0),
-        (
-            Properties {
-                message_id: Some(MessageId::Ulong(42)),
-                correlation_id: Some(MessageId::Uuid(Uuid::from([7u8; 16]))),
-                subject: Some("label".into()),
-                group_id: Some("s".into()),
-                ..Properties::default()
-            },
-            2,
-        ),
-    ] {
-        let mut encoded = encoded(&properties);
-        encoded.extend_from_slice(b"\x00\x53\x75\xa0\x02hi");
-        let message =
-            crate::amqp::message::parse_message(bytes::Bytes::from(encoded)).expect("parses");
-        let expected = crate::amqp::message::system_values(&properties);
-        assert_eq!(
-            message.system().values(),
-            expected.each_ref().map(|value| value.as_deref())
-        );
-        let text: usize = expected
-            .iter()
-            .filter_map(|value| match value {
-                Some(std::borrow::Cow::Owned(text)) => Some(text.len() + 2),
-                _ => None,
-            })
-            .sum();
-        assert_eq!(
-            message.system_text_len(),
-            text + if apart > 0 { 4 } else { 0 }
-        );
-        assert_eq!(message.body(), b"\x00\x53\x75\xa0\x02hi");
-    }
-}
-
-#[test]
 fn broker_properties_merge_into_the_section_after_those_carried_from_a_source() {
-    use crate::amqp::message::application_property_text;
+    use crate::broker::message::application_property_text;
     use crate::broker::types::PropertyValue;
     let mut message = with_properties(&full_properties());
     // Carried from a forwarding source's dead-letter queue, merged on delivery.
@@ -594,7 +514,7 @@ fn broker_properties_merge_into_the_section_after_those_carried_from_a_source() 
 
 #[test]
 fn named_application_properties_come_out_and_the_rest_stay() {
-    use crate::amqp::message::application_property_text;
+    use crate::broker::message::application_property_text;
     use crate::broker::types::PropertyValue;
     let mut message = with_properties(&full_properties());
     message.merge_application_properties(&[
@@ -631,7 +551,7 @@ fn named_application_properties_come_out_and_the_rest_stay() {
 
 #[test]
 fn merged_properties_never_take_the_header_sections_past_their_limit() {
-    use crate::amqp::message::application_property_text;
+    use crate::broker::message::application_property_text;
     use crate::broker::types::PropertyValue;
     let mut message = with_properties(&full_properties());
     let big = |name: &str| {
@@ -655,7 +575,7 @@ fn merged_properties_never_take_the_header_sections_past_their_limit() {
 
 #[test]
 fn a_leading_section_is_measured_as_the_codec_measures_it() {
-    use crate::amqp::codec::value_length;
+    use crate::encoding::codec::value_length;
     let map32 = b"\x00\x53\x74\xd1\x00\x00\x00\x08\x00\x00\x00\x02\xa1\x01k\x41\x40";
     for (bytes, code) in [
         (&b"\x00\x53\x73\x45"[..], PROPERTIES),
@@ -685,52 +605,19 @@ fn delivered(message: &Message) -> Properties {
         .expect("a properties section")
 }
 
-fn assigned_text(message: &Message) -> String {
-    crate::amqp::ids::GuidText::new(&message.assigned_id().expect("an assigned id"))
-        .as_str()
-        .to_string()
-}
-
-#[test]
-fn an_id_the_broker_assigns_is_kept_as_16_bytes_and_written_into_the_section_on_the_way_out() {
-    let body = b"\x00\x53\x75\xa0\x02hi";
-    let sent_fields = Properties {
-        subject: Some("created".into()),
-        correlation_id: Some(MessageId::String("c-1".into())),
-        content_type: Some(Symbol::from("text/plain")),
-        ..Properties::default()
-    };
-    for properties in [None, Some(Properties::default()), Some(sent_fields)] {
-        let mut sent = properties.as_ref().map(encoded).unwrap_or_default();
-        let section_length = sent.len();
-        sent.extend_from_slice(body);
-        let message =
-            crate::amqp::message::parse_message(bytes::Bytes::from(sent)).expect("parses");
-        let id = assigned_text(&message);
-        assert_eq!(message.system().message_id(), Some(id.as_str()));
-        assert_eq!(
-            message.properties_section().len(),
-            section_length,
-            "the section as sent"
-        );
-        assert_eq!(message.body(), body);
-        assert_eq!(message.system_text_len(), 0, "no text kept for the id");
-        // The sections, the id's 16 bytes and nothing else.
-        assert_eq!(message.bytes().len(), section_length + body.len() + ID_LEN);
-        let out = delivered(&message);
-        assert_eq!(out.message_id, Some(MessageId::String(id.clone())));
-        let mut expected = properties.unwrap_or_default();
-        expected.message_id = Some(MessageId::String(id));
-        assert_eq!(out, expected, "the sent fields after the id");
-    }
-}
-
 #[test]
 fn an_assigned_id_stays_the_same_through_every_change_to_the_message() {
     // A properties section holding a null message-id.
     let mut sent = b"\x00\x53\x73\xc0\x02\x01\x40".to_vec();
     sent.extend_from_slice(b"\x00\x53\x75\xa0\x02hi");
-    let original = crate::amqp::message::parse_message(bytes::Bytes::from(sent)).expect("parses");
+    // As ingress builds it: the id the broker assigned kept beside the sections.
+    let original = Message::from_joined(
+        HeaderFields::default(),
+        &sent,
+        [0, 7, 0, sent.len() - 7],
+        [None; 8],
+        Some(crate::encoding::ids::unique_guid_bytes()),
+    );
     let id = original.assigned_id();
     assert!(id.is_some());
     let mut message = original.clone();
@@ -755,7 +642,7 @@ fn an_assigned_id_stays_the_same_through_every_change_to_the_message() {
     assert_eq!(message.assigned_id(), id);
     assert_eq!(message.header(), ttl, "the time to live beside the id");
     assert_eq!(message.body(), b"\x00\x53\x75\xa0\x02hi");
-    let text = crate::amqp::ids::GuidText::new(&id.unwrap());
+    let text = crate::encoding::ids::GuidText::new(&id.unwrap());
     assert_eq!(
         delivered(&message).message_id,
         Some(MessageId::String(text.as_str().to_string()))
@@ -778,7 +665,7 @@ fn an_id_the_section_holds_is_never_taken_for_an_assigned_one() {
     let guid = "0f203142-5364-4586-97a8-b9cadbecfd0e";
     let uuid = Properties {
         message_id: Some(MessageId::Uuid(Uuid::from(
-            crate::amqp::ids::parse_guid_text(guid).unwrap(),
+            crate::encoding::ids::parse_guid_text(guid).unwrap(),
         ))),
         ..Properties::default()
     };

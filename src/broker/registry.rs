@@ -203,7 +203,7 @@ fn spawn_entity(
     let handle = actor::spawn(
         settings,
         spawner.clock,
-        crate::amqp::ids::unique_u64(),
+        crate::encoding::ids::unique_u64(),
         spawner.on_idle.clone(),
         Some(forward_sender),
         registry.budget.clone(),

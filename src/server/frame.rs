@@ -86,7 +86,7 @@ pub fn take_frame(input: &mut BytesMut, max_size: u32) -> Result<Option<RawFrame
 /// is normalised and decoded again.
 pub fn decode_performative(body: &Bytes) -> Result<(Performative, Bytes), FrameError> {
     // Before serde_amqp (which recurses) sees it: bounded nesting, lengths within bounds.
-    crate::amqp::depth::check_described(body)
+    crate::encoding::depth::check_described(body)
         .map_err(|error| FrameError::Decode(format!("the performative is malformed: {error}")))?;
     match decode_performative_strict(body) {
         Err(error) => match normalize_outcome_keys(body) {
@@ -102,7 +102,7 @@ pub fn decode_performative(body: &Bytes) -> Result<(Performative, Bytes), FrameE
 /// Java SDK's dead-letter and abandon/defer with properties to modify, in a transaction or
 /// not). Same length, so in place on a copy. `None` if the body is not such a disposition.
 fn normalize_outcome_keys(body: &Bytes) -> Option<Bytes> {
-    use crate::amqp::codec::{compound_elements, section_code};
+    use crate::encoding::codec::{compound_elements, section_code};
     if section_code(body, 0)? != 0x15 {
         return None;
     }
@@ -243,7 +243,7 @@ fn read_bool(bytes: &[u8]) -> Option<Option<bool>> {
 /// transfer or uses an encoding this reader does not handle — then the general decoder
 /// runs. Returns the transfer and its payload.
 pub fn decode_transfer(body: &Bytes) -> Option<(IncomingTransfer, Bytes)> {
-    use crate::amqp::codec::{compound_elements_into, section_code, value_length};
+    use crate::encoding::codec::{compound_elements_into, section_code, value_length};
     if section_code(body, 0)? != 0x14 || body.get(1) != Some(&0x53) {
         return None;
     }
@@ -323,8 +323,8 @@ pub(super) fn write_transfer_performative(
 ) {
     // Gathered on the stack and copied at once (issue 16: a dozen small writes per
     // delivery); a transfer's fields never pass 64 bytes but for the tag (at most 32).
-    let mut front = crate::amqp::codec::StackBuffer::<128>::new();
-    let mut writer = crate::amqp::codec::Writer::new(&mut front);
+    let mut front = crate::encoding::codec::StackBuffer::<128>::new();
+    let mut writer = crate::encoding::codec::Writer::new(&mut front);
     writer.descriptor(0x14);
     let mut list = writer.start_list();
     writer.uint(header.handle);

@@ -9,10 +9,10 @@ use super::connection::{Connection, ConnectionError};
 use super::frame;
 use super::links::LinkKind;
 use super::session::Unsettled;
-use crate::amqp::ids;
 use crate::amqp::message::{self, DeliveryView};
 use crate::broker::entity::{Command, Delivery};
 use crate::broker::types::ReceiverId;
+use crate::encoding::ids;
 
 /// Output bytes waiting for the socket above which deliveries are held back at their
 /// entity instead of piling up here (the peer is not reading fast enough).

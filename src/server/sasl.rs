@@ -31,7 +31,7 @@ pub fn write_mechanisms(output: &mut BytesMut) -> Result<(), frame::FrameError> 
 
 /// Decodes a `sasl-init` frame body.
 pub fn decode_init(body: &[u8]) -> Result<SaslInit, frame::FrameError> {
-    crate::amqp::depth::check_described(body)
+    crate::encoding::depth::check_described(body)
         .map_err(|error| frame::FrameError::Decode(format!("sasl-init is malformed: {error}")))?;
     serde_amqp::from_slice(body).map_err(|error| frame::FrameError::Decode(error.to_string()))
 }

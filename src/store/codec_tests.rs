@@ -165,7 +165,7 @@ fn a_record_written_with_its_property_changes_beside_the_message_reads_them_into
     }
     .record()
     .expect("decodes");
-    let text = |name| crate::amqp::message::application_property_text(&decoded.message, name);
+    let text = |name| crate::broker::message::application_property_text(&decoded.message, name);
     assert_eq!(text("DeadLetterReason").as_deref(), Some("old"));
     assert_eq!(text("d").as_deref(), Some("é"), "the merged ones stay");
     assert_eq!(decoded.delivery_count(), record.delivery_count());

@@ -13,7 +13,7 @@ impl TempDirectory {
         let path = std::env::temp_dir().join(format!(
             "ferrobus-log-{label}-{}-{}",
             std::process::id(),
-            crate::amqp::ids::unique_u64()
+            crate::encoding::ids::unique_u64()
         ));
         std::fs::create_dir_all(&path).expect("temp dir");
         TempDirectory(path)

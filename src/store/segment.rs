@@ -136,7 +136,7 @@ mod tests {
         let directory = std::env::temp_dir().join(format!(
             "ferrobus-segment-{}-{}",
             std::process::id(),
-            crate::amqp::ids::unique_u64()
+            crate::encoding::ids::unique_u64()
         ));
         std::fs::create_dir_all(&directory).expect("temp dir");
         let path = directory.join(file_name(1));
@@ -184,7 +184,7 @@ mod tests {
     fn a_file_that_is_not_a_segment_is_an_error() {
         let directory = std::env::temp_dir().join(format!(
             "ferrobus-segment-foreign-{}",
-            crate::amqp::ids::unique_u64()
+            crate::encoding::ids::unique_u64()
         ));
         std::fs::create_dir_all(&directory).expect("temp dir");
         let path = directory.join(file_name(1));

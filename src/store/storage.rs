@@ -569,7 +569,7 @@ mod tests {
         let directory = std::env::temp_dir().join(format!(
             "ferrobus-storage-{name}-{}-{}",
             std::process::id(),
-            crate::amqp::ids::unique_u64()
+            crate::encoding::ids::unique_u64()
         ));
         let _ = std::fs::remove_dir_all(&directory);
         directory

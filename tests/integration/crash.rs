@@ -270,7 +270,7 @@ pub(crate) async fn connect_to(
 ) -> Option<(ConnectionHandle<()>, SessionHandle<()>)> {
     let url = format!("amqp://{address}");
     let mut connection = Connection::builder()
-        .container_id(format!("crash-{}", ferrobus::amqp::ids::unique_u64()))
+        .container_id(format!("crash-{}", ferrobus::encoding::ids::unique_u64()))
         .sasl_profile(fe2o3_amqp::sasl_profile::SaslProfile::Anonymous)
         .open(url.as_str())
         .await
@@ -320,12 +320,12 @@ async fn acknowledged_messages_survive_kill_9_under_load() {
     let seed = std::env::var("FERROBUS_CRASH_SEED")
         .ok()
         .and_then(|text| text.parse().ok())
-        .unwrap_or_else(|| ferrobus::amqp::ids::unique_u64() | 1);
+        .unwrap_or_else(|| ferrobus::encoding::ids::unique_u64() | 1);
     let mut random = Random(seed);
     let data = std::env::temp_dir().join(format!(
         "ferrobus-crash-{}-{}",
         std::process::id(),
-        ferrobus::amqp::ids::unique_u64()
+        ferrobus::encoding::ids::unique_u64()
     ));
     let data_argument = data.display().to_string();
     let ledger = Arc::new(Mutex::new(Ledger::default()));

@@ -20,7 +20,7 @@ fn scratch(name: &str) -> std::path::PathBuf {
     let directory = std::env::temp_dir().join(format!(
         "ferrobus-{name}-{}-{}",
         std::process::id(),
-        ferrobus::amqp::ids::unique_u64()
+        ferrobus::encoding::ids::unique_u64()
     ));
     std::fs::create_dir_all(&directory).expect("scratch directory");
     directory
@@ -30,7 +30,10 @@ fn scratch(name: &str) -> std::path::PathBuf {
 async fn connect(broker: &BrokerProcess) -> (ConnectionHandle<()>, SessionHandle<()>) {
     let url = format!("amqp://{}", broker.address);
     let mut connection = fe2o3_amqp::Connection::builder()
-        .container_id(format!("durability-{}", ferrobus::amqp::ids::unique_u64()))
+        .container_id(format!(
+            "durability-{}",
+            ferrobus::encoding::ids::unique_u64()
+        ))
         .sasl_profile(fe2o3_amqp::sasl_profile::SaslProfile::Anonymous)
         .open(url.as_str())
         .await
@@ -393,7 +396,7 @@ name = "q"
     assert_ne!(first[0].1, first[1].1, "each message its own id");
     for (_, id) in &first {
         assert!(
-            ferrobus::amqp::ids::parse_guid_text(id).is_some(),
+            ferrobus::encoding::ids::parse_guid_text(id).is_some(),
             "a GUID's text: {id}"
         );
     }

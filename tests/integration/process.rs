@@ -28,7 +28,7 @@ impl BrokerProcess {
         let directory = std::env::temp_dir().join(format!(
             "ferrobus-process-{}-{}",
             std::process::id(),
-            ferrobus::amqp::ids::unique_u64()
+            ferrobus::encoding::ids::unique_u64()
         ));
         std::fs::create_dir_all(&directory).expect("scratch dir");
         let config_path = directory.join("broker.toml");

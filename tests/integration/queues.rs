@@ -327,7 +327,7 @@ async fn a_message_without_an_id_gets_one_and_keeps_its_other_properties() {
         let properties = delivery.message().properties.clone().expect("properties");
         let id = crate::harness::string_message_id(&delivery);
         assert!(
-            ferrobus::amqp::ids::parse_guid_text(&id).is_some(),
+            ferrobus::encoding::ids::parse_guid_text(&id).is_some(),
             "a GUID's text: {id}"
         );
         if matches!(delivery.body(), Body::Value(value) if value.0 == Value::String("with fields".into()))

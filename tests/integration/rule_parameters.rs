@@ -408,7 +408,7 @@ fn scratch(name: &str) -> std::path::PathBuf {
     let directory = std::env::temp_dir().join(format!(
         "ferrobus-{name}-{}-{}",
         std::process::id(),
-        ferrobus::amqp::ids::unique_u64()
+        ferrobus::encoding::ids::unique_u64()
     ));
     std::fs::create_dir_all(&directory).expect("scratch directory");
     directory
@@ -421,7 +421,10 @@ async fn connect(
     fe2o3_amqp::session::SessionHandle<()>,
 ) {
     let mut connection = fe2o3_amqp::Connection::builder()
-        .container_id(format!("parameters-{}", ferrobus::amqp::ids::unique_u64()))
+        .container_id(format!(
+            "parameters-{}",
+            ferrobus::encoding::ids::unique_u64()
+        ))
         .sasl_profile(fe2o3_amqp::sasl_profile::SaslProfile::Anonymous)
         .open(format!("amqp://{}", broker.address).as_str())
         .await

@@ -312,7 +312,7 @@ async fn every_copy_of_a_publish_without_an_id_carries_the_one_id_assigned_to_it
         receiver.close().await.expect("detached");
     }
     assert!(
-        ferrobus::amqp::ids::parse_guid_text(&seen[0]).is_some(),
+        ferrobus::encoding::ids::parse_guid_text(&seen[0]).is_some(),
         "a GUID: {}",
         seen[0]
     );

@@ -400,7 +400,7 @@ async fn a_committed_transaction_survives_kill_9_whole_and_an_open_one_vanishes(
     let data = std::env::temp_dir().join(format!(
         "ferrobus-txn-{}-{}",
         std::process::id(),
-        ferrobus::amqp::ids::unique_u64()
+        ferrobus::encoding::ids::unique_u64()
     ));
     let data_argument = data.display().to_string();
     let broker = BrokerProcess::start(CONFIG, &["--data-dir", &data_argument]);

@@ -4,13 +4,13 @@
 use bytes::{Bytes, BytesMut};
 use serde_json::{Value as Json, json};
 
-use crate::amqp::codec::{self, Writer};
 use crate::amqp::message::{self as amqp_message, DeliveryView};
 use crate::broker::entity::Delivery;
 use crate::broker::message::Message;
 use crate::broker::namespace::Runtime;
 use crate::broker::registry::{Description, Slot};
 use crate::broker::types::{MessageState, PropertyValue, Timestamp};
+use crate::encoding::codec::{self, Writer};
 
 use super::{Failure, MAX_SHOWN_BODY, requires_session, state_name, timestamp_text};
 
@@ -116,12 +116,12 @@ pub(super) fn property_json(value: &PropertyValue) -> Json {
         PropertyValue::Double(number) => json!(number),
         PropertyValue::String(text) => Json::String(text.clone()),
         PropertyValue::Timestamp(millis) => Json::String(timestamp_text(Timestamp(*millis))),
-        PropertyValue::Uuid(bytes) => Json::String(crate::amqp::ids::format_guid(bytes)),
+        PropertyValue::Uuid(bytes) => Json::String(crate::encoding::ids::format_guid(bytes)),
         PropertyValue::Binary(bytes) => Json::String(hex(bytes)),
     }
 }
 
-pub(super) use crate::amqp::ids::hex;
+pub(super) use crate::encoding::ids::hex;
 
 /// A property the broker sets on a record (dead-letter reason and description), as a
 /// receiver gets it: carried from a forwarding source, else in the application properties.
@@ -137,7 +137,7 @@ pub(super) fn broker_property(delivery: &Delivery, name: &str) -> Option<String>
         Some((_, PropertyValue::String(text))) => Some(text.clone()),
         Some((_, PropertyValue::Null)) => None,
         Some((_, other)) => Some(property_json(other).to_string()),
-        None => amqp_message::application_property_text(&delivery.message, name),
+        None => crate::broker::message::application_property_text(&delivery.message, name),
     }
 }
 
@@ -317,7 +317,7 @@ pub(super) fn amqp_json(value: &serde_amqp::Value) -> Json {
         Value::Double(number) => json!(number.into_inner()),
         Value::Char(character) => Json::String(character.to_string()),
         Value::Timestamp(at) => Json::String(timestamp_text(Timestamp(at.milliseconds()))),
-        Value::Uuid(uuid) => Json::String(crate::amqp::ids::format_guid(uuid.as_inner())),
+        Value::Uuid(uuid) => Json::String(crate::encoding::ids::format_guid(uuid.as_inner())),
         Value::Binary(bytes) => Json::String(hex(bytes)),
         Value::String(text) => Json::String(text.clone()),
         Value::Symbol(symbol) => Json::String(symbol.as_str().to_string()),
@@ -595,7 +595,7 @@ pub(super) fn build_message(request: &Json) -> Result<Bytes, Failure> {
         let mut map = writer.start_map();
         for (name, value) in &properties {
             writer.string(name);
-            amqp_message::write_property_value(&mut writer, value);
+            crate::broker::message::write_property_value(&mut writer, value);
             map.count += 2;
         }
         writer.finish_compound(map);

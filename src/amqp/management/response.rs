@@ -5,12 +5,12 @@ use bytes::{Bytes, BytesMut};
 
 use super::rules::write_rule;
 use super::{PendingResponse, ResponseKind};
-use crate::amqp::codec::Writer;
 use crate::amqp::errors::{self, Failure};
 use crate::amqp::message::{self as amqp_message, DeliveryView};
 use crate::amqp::request::{self, StatusKeys};
 use crate::broker::entity::{Delivery, Reply};
 use crate::broker::types::EntityError;
+use crate::encoding::codec::Writer;
 
 /// Writes an array32 of 8-byte values with the element constructor `code` (`0x81` long,
 /// `0x83` timestamp).

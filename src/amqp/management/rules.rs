@@ -12,12 +12,12 @@ use serde_amqp::Value;
 use serde_amqp::descriptor::Descriptor;
 
 use super::{argument, body_entry, body_text, property_changes};
-use crate::amqp::codec::Writer;
 use crate::amqp::errors::Failure;
 use crate::broker::filter::Filter;
 use crate::broker::rules::{FilterDefinition, Rule, RuleDefinition};
 use crate::config::ParameterValue;
 use crate::config::parameters::{TICKS_PER_MILLISECOND, check_parameters};
+use crate::encoding::codec::Writer;
 
 /// The described type .NET writes a `TimeSpan` as: its ticks, a long.
 const TIMESPAN: &str = "com.microsoft:timespan";
@@ -253,7 +253,7 @@ pub(super) fn write_rule(writer: &mut Writer<'_>, rule: &Rule) {
             for (name, value) in &filter.properties {
                 writer.string(name);
                 let value = crate::broker::rules::property_value(value);
-                crate::amqp::message::write_property_value(writer, &value);
+                crate::broker::message::write_property_value(writer, &value);
                 properties.count += 2;
             }
             writer.finish_compound(properties);

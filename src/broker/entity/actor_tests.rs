@@ -330,7 +330,7 @@ async fn an_expired_message_moves_to_the_dead_letter_queue_at_its_expiry_with_no
     assert_eq!(dead.sequence_number, SequenceNumber(1));
     assert_eq!(dead.expires_at(), None);
     assert_eq!(
-        crate::amqp::message::application_property_text(&dead.message, "DeadLetterReason")
+        crate::broker::message::application_property_text(&dead.message, "DeadLetterReason")
             .as_deref(),
         Some(TTL_EXPIRED)
     );

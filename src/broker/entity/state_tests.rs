@@ -315,7 +315,7 @@ fn abandon_at_max_delivery_count_dead_letters() {
         .record(SubQueue::DeadLetter, SequenceNumber(1))
         .expect("dead-lettered");
     assert_eq!(
-        crate::amqp::message::application_property_text(&dead.message, "DeadLetterReason")
+        crate::broker::message::application_property_text(&dead.message, "DeadLetterReason")
             .as_deref(),
         Some(MAX_DELIVERY_COUNT_EXCEEDED)
     );
@@ -411,7 +411,7 @@ fn expired_messages_are_dead_lettered_by_the_timer() {
         .record(SubQueue::DeadLetter, SequenceNumber(1))
         .expect("dead-lettered");
     assert_eq!(
-        crate::amqp::message::application_property_text(&dead.message, "DeadLetterReason")
+        crate::broker::message::application_property_text(&dead.message, "DeadLetterReason")
             .as_deref(),
         Some(TTL_EXPIRED)
     );
@@ -1062,7 +1062,7 @@ fn properties_the_broker_merges_are_counted_while_stored_and_released_with_the_r
     );
     let again = receive_one(&mut state, START, &mut credit).expect("redelivered");
     assert_eq!(
-        crate::amqp::message::application_property_text(&again.message, "note").as_deref(),
+        crate::broker::message::application_property_text(&again.message, "note").as_deref(),
         Some("x".repeat(100).as_str())
     );
     state
@@ -1079,7 +1079,7 @@ fn properties_the_broker_merges_are_counted_while_stored_and_released_with_the_r
         .pop()
         .expect("delivered from the dead-letter queue");
     assert_eq!(
-        crate::amqp::message::application_property_text(&dead.message, "DeadLetterReason")
+        crate::broker::message::application_property_text(&dead.message, "DeadLetterReason")
             .as_deref(),
         Some("why")
     );

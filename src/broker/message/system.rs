@@ -3,7 +3,9 @@
 //! properties section when asked for where it holds them as strings or symbols, kept as
 //! text after the body otherwise (issue 16).
 
-use crate::amqp::ids::GuidText;
+use crate::encoding::codec::{read_u32, value_length};
+use crate::encoding::ids::GuidText;
+use crate::encoding::sections::LIST_INDEX;
 
 /// The system properties the broker reads (filters, sessions, duplicate detection).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,13 +50,9 @@ pub const MAX_SYSTEM_TEXT: usize = u16::MAX as usize;
 /// that the message no longer has).
 const ABSENT_TEXT: u16 = u16::MAX;
 
-/// Each system field's position in the AMQP properties list ([`SystemField::ALL`] order).
-pub const LIST_INDEX: [usize; 8] = [0, 5, 2, 4, 3, 10, 12, 6];
-
 /// The offsets of the first `take` (at most 13) elements of an encoded properties section
 /// (descriptor included), `None` where the list is shorter or the encoding is not one.
 fn property_elements(section: &[u8], take: usize) -> [Option<usize>; 13] {
-    use crate::amqp::codec::value_length;
     let mut elements = [None; 13];
     if section.first() != Some(&0x00) {
         return elements;
@@ -68,7 +66,7 @@ fn property_elements(section: &[u8], take: usize) -> [Option<usize>; 13] {
             Some(count) => (*count as usize, list + 3),
             None => return elements,
         },
-        Some(0xd0) => match crate::amqp::codec::read_u32(section, list + 5) {
+        Some(0xd0) => match read_u32(section, list + 5) {
             Ok(count) => (count, list + 9),
             Err(_) => return elements,
         },
@@ -99,7 +97,6 @@ pub(super) fn holds_no_message_id(properties: &[u8]) -> bool {
 
 /// Whether an encoded properties section is an empty list.
 fn properties_list_is_empty(properties: &[u8]) -> bool {
-    use crate::amqp::codec::value_length;
     let Ok(descriptor) = value_length(properties, 1) else {
         return false;
     };
@@ -107,7 +104,7 @@ fn properties_list_is_empty(properties: &[u8]) -> bool {
     match properties.get(list) {
         Some(0x45) => true,
         Some(0xc0) => properties.get(list + 2) == Some(&0),
-        Some(0xd0) => crate::amqp::codec::read_u32(properties, list + 5) == Ok(0),
+        Some(0xd0) => read_u32(properties, list + 5) == Ok(0),
         _ => false,
     }
 }
@@ -116,7 +113,7 @@ fn properties_list_is_empty(properties: &[u8]) -> bool {
 fn encoded_text(bytes: &[u8], at: usize) -> Option<&str> {
     let (start, length) = match *bytes.get(at)? {
         0xa1 | 0xa3 => (at + 2, *bytes.get(at + 1)? as usize),
-        0xb1 | 0xb3 => (at + 5, crate::amqp::codec::read_u32(bytes, at + 1).ok()?),
+        0xb1 | 0xb3 => (at + 5, read_u32(bytes, at + 1).ok()?),
         _ => return None,
     };
     std::str::from_utf8(bytes.get(start..start.checked_add(length)?)?).ok()

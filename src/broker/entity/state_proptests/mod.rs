@@ -363,7 +363,8 @@ fn test_message(body: u64) -> Message {
 }
 
 fn has_reason(record: &Record, reason: &str) -> bool {
-    crate::amqp::message::application_property_text(&record.message, "DeadLetterReason").as_deref()
+    crate::broker::message::application_property_text(&record.message, "DeadLetterReason")
+        .as_deref()
         == Some(reason)
 }
 

@@ -1,8 +1,8 @@
 use fe2o3_amqp_types::messaging::{Header, MessageId, Properties};
 use fe2o3_amqp_types::primitives::{Binary, Symbol, Timestamp, Uuid};
 
+use super::system_values;
 use super::*;
-use crate::amqp::message::system_values;
 
 fn whole(bytes: &[u8]) -> Range<usize> {
     0..bytes.len()

@@ -1,16 +1,85 @@
-//! The header and properties sections read where they lie, without decoding them into owned
-//! values (issue 16: ingress decoded both with serde for every message, allocating each
-//! string it then only looked at), and a properties section written with an assigned
-//! message-id. Each field is checked against the types AMQP 1.0 §3.2.1 and §3.2.4 allow,
-//! so a malformed section is refused as before, naming the field.
+//! The sections of an encoded message (AMQP 1.0 §3.2): their descriptor codes, the header
+//! and properties sections read where they lie, without decoding them into owned values
+//! (issue 16: ingress decoded both with serde for every message, allocating each string it
+//! then only looked at), and a properties section written with an assigned message-id. Each
+//! field is checked against the types AMQP 1.0 §3.2.1 and §3.2.4 allow, so a malformed
+//! section is refused, naming the field.
 
 use std::borrow::Cow;
 use std::ops::Range;
+use std::time::Duration;
 
-use super::codec::{self, Sink};
+use fe2o3_amqp_types::messaging::{MessageId, Properties};
+
+use super::codec::{self, CodecError, Sink};
 use super::ids;
-use super::message::MessageError;
-use crate::broker::message::{HeaderFields, LIST_INDEX};
+
+/// The header section's descriptor code.
+pub const HEADER: u64 = 0x70;
+/// The delivery-annotations section's descriptor code.
+pub const DELIVERY_ANNOTATIONS: u64 = 0x71;
+/// The message-annotations section's descriptor code.
+pub const MESSAGE_ANNOTATIONS: u64 = 0x72;
+/// The properties section's descriptor code.
+pub const PROPERTIES: u64 = 0x73;
+/// The application-properties section's descriptor code.
+pub const APPLICATION_PROPERTIES: u64 = 0x74;
+/// The first body section code (data 0x75, amqp-sequence 0x76, amqp-value 0x77).
+pub const DATA: u64 = 0x75;
+/// The last body section code (data 0x75, amqp-sequence 0x76, amqp-value 0x77).
+pub const AMQP_VALUE: u64 = 0x77;
+/// The footer section's descriptor code.
+pub const FOOTER: u64 = 0x78;
+
+/// Why a section is not what AMQP 1.0 allows in it.
+#[derive(Debug, thiserror::Error)]
+pub enum SectionError {
+    /// The bytes are not AMQP.
+    #[error("malformed message: {0}")]
+    Codec(#[from] CodecError),
+    /// A field of the section has a type or value the section does not allow.
+    #[error("malformed message {section}: {reason}")]
+    Section {
+        /// Which section.
+        section: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+/// Sender-chosen header fields kept for redelivery (the broker sets `delivery-count`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HeaderFields {
+    /// `header.durable`.
+    pub durable: bool,
+    /// `header.priority` (AMQP default 4).
+    pub priority: u8,
+    /// `header.ttl`: the message's own time to live (rule TTL-1).
+    pub time_to_live: Option<Duration>,
+}
+
+impl HeaderFields {
+    /// What AMQP 1.0 gives a message without a header (§3.2.1): not durable, priority 4, no
+    /// time to live.
+    pub const AMQP_DEFAULT: HeaderFields = HeaderFields {
+        durable: false,
+        priority: 4,
+        time_to_live: None,
+    };
+}
+
+impl Default for HeaderFields {
+    /// [`HeaderFields::AMQP_DEFAULT`]: a message sent without a header is delivered with
+    /// priority 4, not 0.
+    fn default() -> Self {
+        HeaderFields::AMQP_DEFAULT
+    }
+}
+
+/// The system properties' positions in the AMQP properties list, in the order
+/// [`read_properties`] returns them: message-id, correlation-id, to, reply-to, subject,
+/// group-id (session id), reply-to-group-id, content-type.
+pub const LIST_INDEX: [usize; 8] = [0, 5, 2, 4, 3, 10, 12, 6];
 
 /// The properties list's fields, in order (AMQP 1.0 §3.2.4).
 const PROPERTY_NAMES: [&str; 13] = [
@@ -35,11 +104,17 @@ const UINTS: [u8; 3] = [0x70, 0x52, 0x43];
 const BOOLEANS: [u8; 3] = [0x41, 0x42, 0x56];
 const IDS: [u8; 8] = [0x80, 0x53, 0x44, 0x98, 0xa0, 0xb0, 0xa1, 0xb1];
 
-fn refuse(section: &'static str, reason: impl Into<String>) -> MessageError {
-    MessageError::Section {
+fn refuse(section: &'static str, reason: impl Into<String>) -> SectionError {
+    SectionError::Section {
         section,
         reason: reason.into(),
     }
+}
+
+/// The length of the descriptor of the section at `section_at` (its leading `0x00`
+/// included): where the section's value starts.
+pub fn descriptor_length(bytes: &[u8], section_at: usize) -> Result<usize, CodecError> {
+    Ok(1 + codec::value_length(bytes, section_at + 1)?)
 }
 
 /// Where the list of the described section at `section` starts (past its descriptor).
@@ -61,7 +136,7 @@ fn list_elements(
     section: &Range<usize>,
     name: &'static str,
     elements: &mut [Range<usize>],
-) -> Result<usize, MessageError> {
+) -> Result<usize, SectionError> {
     let bytes = &bytes[..section.end];
     let list = list_start(bytes, section)?;
     let count = match codec::read_u8(bytes, list)? {
@@ -84,7 +159,7 @@ fn field_code(
     allowed: &[u8],
     section: &'static str,
     field: &str,
-) -> Result<u8, MessageError> {
+) -> Result<u8, SectionError> {
     match bytes.get(range.clone()).and_then(<[u8]>::first) {
         None => Ok(NULL),
         Some(&NULL) => Ok(NULL),
@@ -97,7 +172,7 @@ fn field_code(
 }
 
 /// A boolean field's value (`None`: null or absent).
-fn boolean(bytes: &[u8], range: &Range<usize>, field: &str) -> Result<Option<bool>, MessageError> {
+fn boolean(bytes: &[u8], range: &Range<usize>, field: &str) -> Result<Option<bool>, SectionError> {
     match field_code(bytes, range, &BOOLEANS, "header", field)? {
         0x41 => Ok(Some(true)),
         0x42 => Ok(Some(false)),
@@ -119,7 +194,7 @@ fn uint(
     range: &Range<usize>,
     section: &'static str,
     field: &str,
-) -> Result<Option<u32>, MessageError> {
+) -> Result<Option<u32>, SectionError> {
     Ok(match field_code(bytes, range, &UINTS, section, field)? {
         0x43 => Some(0),
         0x52 => Some(bytes[range.start + 1] as u32),
@@ -133,7 +208,7 @@ fn uint(
 }
 
 /// The header section at `section` (descriptor included): the fields the broker keeps.
-pub fn read_header(bytes: &[u8], section: &Range<usize>) -> Result<HeaderFields, MessageError> {
+pub fn read_header(bytes: &[u8], section: &Range<usize>) -> Result<HeaderFields, SectionError> {
     // An empty list (as Proton and others send): every field takes its default.
     if is_list0(bytes, section) {
         return Ok(HeaderFields::AMQP_DEFAULT);
@@ -151,18 +226,18 @@ pub fn read_header(bytes: &[u8], section: &Range<usize>) -> Result<HeaderFields,
     Ok(HeaderFields {
         durable,
         priority,
-        time_to_live: ttl.map(|ttl| std::time::Duration::from_millis(ttl as u64)),
+        time_to_live: ttl.map(|ttl| Duration::from_millis(ttl as u64)),
     })
 }
 
 /// The system properties of the properties section at `section` (descriptor included) as
-/// text, in [`crate::broker::message::SystemField::ALL`] order: borrowed where the section
+/// text, in [`LIST_INDEX`] order: borrowed where the section
 /// holds them as text, identifiers that are not strings as the service shows them.
 /// Whether the section holds a message-id is `values[0].is_some()`.
 pub fn read_properties<'a>(
     bytes: &'a [u8],
     section: &Range<usize>,
-) -> Result<[Option<Cow<'a, str>>; 8], MessageError> {
+) -> Result<[Option<Cow<'a, str>>; 8], SectionError> {
     if is_list0(bytes, section) {
         return Ok(Default::default());
     }
@@ -257,6 +332,43 @@ pub fn with_message_id(bytes: &[u8], section: &Range<usize>, id: &str) -> Assign
     out.put(id.as_bytes());
     out.put(rest);
     out
+}
+
+/// The text of a message-id or correlation-id as the service shows it.
+pub fn message_id_text(id: &MessageId) -> String {
+    match id {
+        MessageId::String(text) => text.clone(),
+        MessageId::Ulong(number) => number.to_string(),
+        MessageId::Uuid(uuid) => ids::format_guid(uuid.as_inner()),
+        MessageId::Binary(bytes) => ids::hex(bytes),
+    }
+}
+
+/// The system properties of a decoded properties section as text, in [`LIST_INDEX`]
+/// order (identifiers that are not strings as the service shows them).
+pub fn system_values(properties: &Properties) -> [Option<Cow<'_, str>>; 8] {
+    fn id(id: &Option<MessageId>) -> Option<Cow<'_, str>> {
+        match id.as_ref()? {
+            MessageId::String(text) => Some(Cow::Borrowed(text.as_str())),
+            other => Some(Cow::Owned(message_id_text(other))),
+        }
+    }
+    fn text(value: &Option<String>) -> Option<Cow<'_, str>> {
+        value.as_deref().map(Cow::Borrowed)
+    }
+    [
+        id(&properties.message_id),
+        id(&properties.correlation_id),
+        text(&properties.to),
+        text(&properties.reply_to),
+        text(&properties.subject),
+        text(&properties.group_id),
+        text(&properties.reply_to_group_id),
+        properties
+            .content_type
+            .as_ref()
+            .map(|symbol| Cow::Borrowed(symbol.0.as_str())),
+    ]
 }
 
 #[cfg(test)]
