@@ -4,16 +4,22 @@
 //! - [`config`]: the TOML configuration, read raw and validated into typed settings.
 //! - [`cli`]: command-line flags.
 //! - [`clock`]: the wall clock injected into the core.
-//! - [`server`]: the network front end (framing, SASL, connections, sessions, links).
+//! - [`listener`]: accepts sockets and tells AMQP, HTTP and TLS apart by their first bytes,
+//!   handing each connection to `server` or to the admin plane's HTTP front.
+//! - [`server`]: the AMQP front end (framing, SASL, connections, sessions, links).
+//! - [`admin`]: the HTTP front (administration API, explorer, `/health`, `/metrics`).
 //! - [`amqp`]: protocol adapters (transfer ⇄ core message, addresses, `$cbs`,
 //!   `$management`, the error-condition table).
 //! - [`broker`]: the core: entity actors around a pure state machine, topics, registry.
 //! - [`encoding`]: the ground floor of a message: AMQP's byte-level codec, the depth guard,
 //!   the message's sections, invented ids.
+//! - [`metrics`]: the broker's Prometheus metrics, which the fronts and the storage record
+//!   into.
 //!
 //! Dependency rule: `server → broker`, `server → amqp`, `amqp → broker`; `broker` and
 //! `amqp` both build on `encoding`, which imports none of them; `broker` never imports
-//! `server`, `amqp` or AMQP frame types.
+//! `server`, `amqp` or AMQP frame types; `listener → server`, `listener → admin`, and
+//! `server` and `admin` never import each other.
 
 pub mod admin;
 pub mod amqp;
@@ -22,6 +28,8 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod encoding;
+pub mod listener;
+pub mod metrics;
 pub mod server;
 pub mod store;
 
@@ -243,7 +251,7 @@ async fn serve(
         })
         .collect();
     let admin_keys = keys.clone();
-    let metrics = admin::metrics::Metrics::new();
+    let metrics = crate::metrics::Metrics::new();
     if let Some(store) = &wal {
         let _ = store
             .log()
@@ -251,6 +259,21 @@ async fn serve(
             .sync_seconds
             .set(metrics.storage_sync.clone());
     }
+    let http = Arc::new(admin::http::Front::new(
+        Arc::new(admin::http::Admin {
+            registry: registry.clone(),
+            keys: admin_keys,
+            hosts: admin::guard::HostAllowList::new(
+                &config.http.allowed_hosts,
+                admin::tls::host_name().as_deref(),
+            ),
+            serving: std::sync::atomic::AtomicBool::new(false),
+            metrics: metrics.clone(),
+            started: std::time::SystemTime::now(),
+            amqp: std::sync::OnceLock::new(),
+        }),
+        tls_identity(config),
+    ));
     let context = Arc::new(Context {
         settings: ServerSettings {
             idle_timeout: config.server.idle_timeout,
@@ -266,21 +289,7 @@ async fn serve(
         clock,
         next_receiver_id: AtomicU64::new(1),
         connection_permits: Arc::new(tokio::sync::Semaphore::new(config.server.max_connections)),
-        http: admin::http::Front::new(
-            Arc::new(admin::http::Admin {
-                registry,
-                keys: admin_keys,
-                hosts: admin::guard::HostAllowList::new(
-                    &config.http.allowed_hosts,
-                    admin::tls::host_name().as_deref(),
-                ),
-                serving: std::sync::atomic::AtomicBool::new(false),
-                metrics,
-                started: std::time::SystemTime::now(),
-                amqp: std::sync::OnceLock::new(),
-            }),
-            tls_identity(config),
-        ),
+        metrics,
     });
     let registry = context.registry.clone();
     let mut http_tasks = tokio::task::JoinSet::new();
@@ -299,7 +308,7 @@ async fn serve(
             })
         }))
     };
-    let _ = context.http.admin.amqp.set(websocket_entry);
+    let _ = http.admin.amqp.set(websocket_entry);
     let plain_http = match listeners.http {
         Some(_) if config.tls.required => {
             tracing::info!("no plain HTTP listener: [tls] required = true");
@@ -313,17 +322,17 @@ async fn serve(
     if let Some(listener) = plain_http {
         http_tasks.spawn(admin::http::serve_listener(
             listener,
-            context.http.router.clone(),
+            http.router.clone(),
             None,
             http_permits.clone(),
             shutdown.clone(),
         ));
     }
     if let Some(listener) = listeners.https {
-        let acceptor = context.http.tls()?;
+        let acceptor = http.tls()?;
         http_tasks.spawn(admin::http::serve_listener(
             listener,
-            context.http.router.clone(),
+            http.router.clone(),
             Some(acceptor),
             http_permits,
             shutdown.clone(),
@@ -337,17 +346,15 @@ async fn serve(
         )
     {
         // Make the development CA now, so that clients can trust it before they connect.
-        if let Err(error) = context.http.tls() {
+        if let Err(error) = http.tls() {
             tracing::warn!(%error, "no development certificate: TLS connections will be refused");
         }
     }
-    context
-        .http
-        .admin
+    http.admin
         .serving
         .store(true, std::sync::atomic::Ordering::Release);
     ready();
-    server::serve(listener, listeners.more, context, shutdown).await;
+    crate::listener::serve(listener, listeners.more, context, http, shutdown).await;
     http_tasks.shutdown().await;
     // Every connection is closed: now the entities, topics and forwarders stop.
     registry.shut_down().await;

@@ -36,10 +36,10 @@ mod websocket;
 
 use super::atom::{self, Kind};
 use super::describe;
-use super::metrics::Metrics;
 use crate::amqp::sas::{self, AccessKey};
 use crate::broker::namespace::{NamespaceError, Runtime};
 use crate::broker::registry::{Description, Registry, Slot};
+use crate::metrics::Metrics;
 
 /// How long a request head may take to arrive.
 const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
@@ -380,7 +380,7 @@ async fn metrics(admin: &Admin, headers: &HeaderMap) -> Response {
             return response;
         }
     }
-    admin.metrics.render(&admin.registry).await
+    super::scrape::render(&admin.metrics, &admin.registry).await
 }
 
 async fn route(admin: Arc<Admin>, request: Request) -> Response {

@@ -8,8 +8,7 @@
 //!   and JSON-only rules, protective headers, Basic credentials).
 //! - [`http`]: the routes (admin API, `/health`, `/metrics`) and the HTTP serving loops; the
 //!   AMQP WebSocket bridge in `http/websocket.rs`.
-//! - [`metrics`]: Prometheus metrics.
-//! - [`sniff`]: one port for everything — AMQP, HTTP and TLS told apart by their first bytes.
+//! - [`scrape`]: `GET /metrics`: the entities' figures read into the broker's metrics.
 //! - [`tls`]: certificates: configured, or a development CA in the data directory.
 
 pub mod atom;
@@ -17,6 +16,5 @@ pub mod describe;
 pub mod explorer;
 pub mod guard;
 pub mod http;
-pub mod metrics;
-pub mod sniff;
+pub mod scrape;
 pub mod tls;

@@ -376,7 +376,7 @@ pub enum Admission {
 /// answer to a connection taken while the process is out of file descriptors. It is
 /// written at once, without waiting for the peer's header, so the connection's descriptor
 /// (the spare's) is free again at once.
-pub(super) fn out_of_descriptors_refusal(context: &Context) -> Vec<u8> {
+pub fn out_of_descriptors_refusal(context: &Context) -> Vec<u8> {
     let mut output = BytesMut::new();
     output.extend_from_slice(&frame::AMQP_HEADER);
     let close = Close {

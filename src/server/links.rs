@@ -162,7 +162,7 @@ pub struct LinkMetrics {
 }
 
 impl LinkMetrics {
-    fn new(metrics: &crate::admin::metrics::Metrics, kind: &LinkKind) -> LinkMetrics {
+    fn new(metrics: &crate::metrics::Metrics, kind: &LinkKind) -> LinkMetrics {
         let label = match kind {
             LinkKind::EntitySender { .. } => "sender",
             LinkKind::EntityReceiver { .. } => "receiver",
@@ -342,7 +342,7 @@ impl Connection {
             }
             None => self.write(channel, Performative::Attach(reply))?,
         }
-        let metrics = LinkMetrics::new(&self.context.http.admin.metrics, &kind);
+        let metrics = LinkMetrics::new(&self.context.metrics, &kind);
         let link = Link {
             name: attach.name.clone(),
             metrics,

@@ -1,19 +1,20 @@
-//! `GET /metrics`: Prometheus text exposition, with the `prometheus` crate (one registry per
-//! broker, so brokers in one process — the tests — do not share counters).
+//! The broker's Prometheus metrics, with the `prometheus` crate (one registry per broker, so
+//! brokers in one process — the tests — do not share counters): a ground-floor service that
+//! the network front end, the admin plane and the storage record into. It imports nothing
+//! of the broker; the admin plane's `GET /metrics` fills the per-entity gauges at scrape
+//! time and serves [`Metrics::encode`].
 //!
-//! Connection counters are kept as they happen; per-entity figures are read from the
-//! entities at scrape time (each actor answers with its counts and cumulative totals).
+//! Connection, link, latency and storage figures are kept as they happen; per-entity
+//! figures are read from the entities at scrape time (each actor answers with its counts
+//! and cumulative totals).
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
-use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, TextEncoder,
 };
-
-use crate::broker::registry::{Description, Registry};
 
 /// The broker's metrics.
 pub struct Metrics {
@@ -24,11 +25,16 @@ pub struct Metrics {
     pub connections_total: IntCounter,
     /// HTTP requests served, by kind of connection.
     pub http_requests: IntCounterVec,
-    messages: IntGaugeVec,
-    size: IntGaugeVec,
-    subscriptions: IntGaugeVec,
-    totals: IntGaugeVec,
-    dead_lettered: IntGaugeVec,
+    /// Messages by entity and state (set at scrape time).
+    pub messages: IntGaugeVec,
+    /// Bytes held by entity (set at scrape time).
+    pub size: IntGaugeVec,
+    /// Subscriptions by topic (set at scrape time).
+    pub subscriptions: IntGaugeVec,
+    /// Cumulative totals by entity and event (set at scrape time).
+    pub totals: IntGaugeVec,
+    /// Messages dead-lettered by entity and reason (set at scrape time).
+    pub dead_lettered: IntGaugeVec,
     /// Open links by kind (sender, receiver, management, cbs).
     pub links: IntGaugeVec,
     /// Time from a message's enqueued time to its delivery being written to a receiver.
@@ -168,12 +174,15 @@ impl Metrics {
         })
     }
 
-    /// Drops the latency series of entities that no longer exist (the other per-entity
-    /// metrics are rebuilt on every scrape).
-    fn forget_deleted(&self, slots: &[crate::broker::registry::Slot]) {
+    /// Clears the per-entity gauges before a scrape sets them again, and drops the latency
+    /// series of entities not in `current` (paths of the entities that exist).
+    pub fn start_scrape(&self, current: &HashSet<String>) {
         use prometheus::core::Collector;
-        let current: std::collections::HashSet<String> =
-            slots.iter().map(|slot| slot.description.path()).collect();
+        self.messages.reset();
+        self.size.reset();
+        self.subscriptions.reset();
+        self.totals.reset();
+        self.dead_lettered.reset();
         let mut gone = Vec::new();
         for family in self.delivery_latency.collect() {
             for metric in family.get_metric() {
@@ -189,69 +198,10 @@ impl Metrics {
         }
     }
 
-    /// Reads every entity's figures and renders the exposition.
-    pub async fn render(&self, namespace: &Registry) -> Response {
-        self.messages.reset();
-        self.size.reset();
-        self.subscriptions.reset();
-        self.totals.reset();
-        self.dead_lettered.reset();
-        let slots = namespace.slots();
-        self.forget_deleted(&slots);
-        for slot in slots {
-            let path = slot.description.path();
-            let Ok(runtime) = namespace.runtime(&path).await else {
-                continue;
-            };
-            let counts = runtime.counts;
-            if let Description::Topic(_) = slot.description {
-                self.subscriptions
-                    .with_label_values(&[&path])
-                    .set(runtime.subscription_count as i64);
-                self.messages
-                    .with_label_values(&[&path, "scheduled"])
-                    .set(counts.scheduled as i64);
-                continue;
-            }
-            for (state, value) in [
-                ("active", counts.active),
-                ("deferred", counts.deferred),
-                ("scheduled", counts.scheduled),
-                ("dead_letter", counts.dead_letter),
-                ("transfer", counts.transfer),
-                ("transfer_dead_letter", counts.transfer_dead_letter),
-            ] {
-                self.messages
-                    .with_label_values(&[&path, state])
-                    .set(value as i64);
-            }
-            self.size
-                .with_label_values(&[&path])
-                .set(counts.size_in_bytes as i64);
-            for (event, value) in counts.totals.labelled() {
-                self.totals
-                    .with_label_values(&[&path, event])
-                    .set(value as i64);
-            }
-            for (reason, value) in counts.totals.dead_lettered_by_reason.labelled() {
-                self.dead_lettered
-                    .with_label_values(&[&path, reason])
-                    .set(value as i64);
-            }
-        }
+    /// The text exposition of every metric.
+    pub fn encode(&self) -> Result<Vec<u8>, prometheus::Error> {
         let mut buffer = Vec::new();
-        if let Err(error) = TextEncoder::new().encode(&self.registry.gather(), &mut buffer) {
-            return (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("cannot encode metrics: {error}"),
-            )
-                .into_response();
-        }
-        let mut response = (StatusCode::OK, buffer).into_response();
-        response.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
-        );
-        response
+        TextEncoder::new().encode(&self.registry.gather(), &mut buffer)?;
+        Ok(buffer)
     }
 }
