@@ -206,7 +206,12 @@ async fn serve(
     ready: impl FnOnce(),
 ) -> Result<(), String> {
     let listener = listeners.amqp;
-    let clock = Clock::system();
+    // Enqueued times never run backwards, even when the system clock was stepped back
+    // while the broker was down (docs/scale-out.md §6.6).
+    let latest = storage
+        .as_ref()
+        .and_then(|(_, recovered)| recovered.latest_time());
+    let clock = Clock::system().not_before(latest);
     let codec = broker::topic::TopicCodec {
         rewrite: Arc::new(amqp::rewrite::apply_rule_action),
         decode_properties: Arc::new(amqp::rewrite::decode_user_properties),

@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
 use super::entity::state::Change;
+use super::types::Timestamp;
 
 /// Why a write did not become durable; nothing of it was kept.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -67,6 +68,18 @@ pub struct Recovered {
     pub entities: HashMap<String, Vec<Change>>,
     /// The namespace's run-time changes as last stored.
     pub namespace: Option<String>,
+}
+
+impl Recovered {
+    /// The latest broker time any recovered change recorded: the clock starts no earlier
+    /// (`Clock::not_before`), so enqueued times never run backwards across a restart.
+    pub fn latest_time(&self) -> Option<Timestamp> {
+        self.entities
+            .values()
+            .flatten()
+            .filter_map(Change::recorded_time)
+            .max()
+    }
 }
 
 /// The core's handle on its durable log. Cheap to clone.

@@ -2,23 +2,8 @@
 //! lock tokens, wall-clock timestamps, settlement outcomes and the errors an entity
 //! reports. Nothing here knows about AMQP frames or sockets.
 
-use std::time::Duration;
-
-/// Wall-clock time as milliseconds since the Unix epoch (what clients see as timestamps).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct Timestamp(pub i64);
-
-impl Timestamp {
-    /// The timestamp `duration` later, saturating at the far future.
-    pub fn plus(self, duration: Duration) -> Timestamp {
-        let millis = i64::try_from(duration.as_millis()).unwrap_or(i64::MAX);
-        Timestamp(self.0.saturating_add(millis))
-    }
-    /// Milliseconds from `self` until `later` (zero if `later` is not later).
-    pub fn until(self, later: Timestamp) -> Duration {
-        Duration::from_millis(later.0.saturating_sub(self.0).max(0) as u64)
-    }
-}
+/// Wall-clock time, owned by the clock that produces it.
+pub use crate::clock::Timestamp;
 
 /// A broker-assigned message sequence number: unique per entity, gapless, from 1 (rule SEQ-1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

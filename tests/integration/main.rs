@@ -5,6 +5,7 @@ mod admin_http;
 mod auth;
 mod batched_sends;
 mod cli;
+mod clock_restart;
 mod crash;
 mod durability;
 mod emulator_config;

@@ -121,6 +121,22 @@ pub enum Change {
     },
 }
 
+impl Change {
+    /// The broker time this change recorded as "now" (an enqueued time, the time a message
+    /// id was remembered), if it records one. Times clients chose (scheduled enqueue time)
+    /// and deadlines (expiry) are not: they may lie ahead of the clock.
+    pub fn recorded_time(&self) -> Option<Timestamp> {
+        match self {
+            Change::Put { record, .. } | Change::Outbox { record, .. } => {
+                Some(record.enqueued_time)
+            }
+            Change::Update { enqueued_time, .. } => Some(*enqueued_time),
+            Change::Remembered { at, .. } => Some(*at),
+            _ => None,
+        }
+    }
+}
+
 pub use super::available::{Available, delivery_order};
 
 /// Messages of one sub-queue.
