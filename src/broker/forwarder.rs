@@ -13,6 +13,7 @@ use std::sync::Weak;
 
 use tokio::sync::mpsc;
 
+use super::entity::state::ForwardKey;
 use super::entity::{Command, EntityHandle, Notification, ReplyTo, RequestId};
 use super::message::Message;
 use super::registry::{Entity, Registry};
@@ -26,6 +27,13 @@ pub struct Forward {
     pub message: Message,
     /// Its number in the source's outbox.
     pub sequence_number: super::types::SequenceNumber,
+    /// Its enqueued time in the source (with the number and the source's path, the key a
+    /// queue target stores it under, so that a re-send is not stored twice).
+    pub enqueued_time: super::types::Timestamp,
+    /// The lowest number in the source's outbox when it was handed over (after the turn's
+    /// commit): every entry below it is committed as forwarded, so the target may forget
+    /// their keys.
+    pub floor: super::types::SequenceNumber,
     /// Where it goes.
     pub target: super::types::OutboxTarget,
 }
@@ -51,6 +59,7 @@ pub fn spawn(
     lifecycle: &crate::broker::lifecycle::Lifecycle,
 ) {
     let mut stopping = lifecycle.stopping();
+    let source_key = super::registry::key(&source.path);
     lifecycle.spawn(async move {
         let (sink, mut replies) = mpsc::unbounded_channel();
         let mut next_request = 0u64;
@@ -82,9 +91,15 @@ pub fn spawn(
             let sent = match entity {
                 Some(Entity::Queue(handle)) => {
                     handle
-                        .send(Command::Send {
-                            messages: smallvec::smallvec![forward.message.clone()],
-                            reply: Some(reply),
+                        .send(Command::SendForwarded {
+                            message: forward.message.clone(),
+                            key: ForwardKey {
+                                source: source_key.clone(),
+                                sequence_number: forward.sequence_number,
+                                enqueued_time: forward.enqueued_time,
+                            },
+                            floor: forward.floor,
+                            reply,
                         })
                         .await
                 }

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use crate::broker::entity::state::{Change, Record};
+use crate::broker::entity::state::{Change, ForwardKey, Record};
 use crate::broker::message::{Extras, HeaderFields, MAX_HEADER_SECTIONS, Message};
 use crate::broker::rules::{FilterDefinition, RuleDefinition};
 use crate::broker::types::{
@@ -70,6 +70,8 @@ const CHANGE_RULES_SET: u8 = 12;
 
 // A rule's filter kind. A SQL filter with `@parameters` has a kind of its own, and an action
 // with parameters a presence byte of its own (2), so that a rule without parameters is
+const CHANGE_RECEIVED: u8 = 13;
+const CHANGE_FORGET_RECEIVED: u8 = 14;
 // written byte for byte as before they existed and data written before reads unchanged.
 const FILTER_TRUE: u8 = 0;
 const FILTER_FALSE: u8 = 1;
@@ -498,6 +500,17 @@ impl Out {
             }
         }
     }
+                Change::Received { key } => {
+                    self.u8(CHANGE_RECEIVED);
+                    self.str(&key.source);
+                    self.i64(key.sequence_number.0);
+                    self.i64(key.enqueued_time.0);
+                }
+                Change::ForgetReceived { source, below } => {
+                    self.u8(CHANGE_FORGET_RECEIVED);
+                    self.str(source);
+                    self.i64(below.0);
+                }
 }
 
 struct In<'a> {
@@ -872,6 +885,17 @@ impl<'a> In<'a> {
                 kind => return Err(DecodeError(format!("unknown change kind {kind}"))),
             };
             changes.push(change);
+                CHANGE_RECEIVED => Change::Received {
+                    key: ForwardKey {
+                        source: self.string()?,
+                        sequence_number: SequenceNumber(self.i64()?),
+                        enqueued_time: Timestamp(self.i64()?),
+                    },
+                },
+                CHANGE_FORGET_RECEIVED => Change::ForgetReceived {
+                    source: self.string()?,
+                    below: SequenceNumber(self.i64()?),
+                },
         }
         Ok(changes)
     }

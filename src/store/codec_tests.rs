@@ -114,6 +114,24 @@ fn every_change() -> Vec<Change> {
         Change::Forwarded {
             sequence_number: SequenceNumber(4),
         },
+        Change::Received {
+            key: crate::broker::entity::state::ForwardKey {
+                source: "source".into(),
+                sequence_number: SequenceNumber(7),
+                enqueued_time: Timestamp(1_000),
+            },
+        },
+        Change::Received {
+            key: crate::broker::entity::state::ForwardKey {
+                source: "source".into(),
+                sequence_number: SequenceNumber(9),
+                enqueued_time: Timestamp(1_001),
+            },
+        },
+        Change::ForgetReceived {
+            source: "source".into(),
+            below: SequenceNumber(8),
+        },
     ]
 }
 
@@ -144,6 +162,13 @@ fn changes_round_trip_through_their_bytes() {
     }
     assert_eq!(original.fingerprint(), replayed.fingerprint());
     assert!(original.fingerprint().contains("DeadLetter"));
+    assert!(
+        original
+            .fingerprint()
+            .contains(r#"received {"source": {SequenceNumber(9): Timestamp(1001)}}"#),
+        "the key below the forgotten number is gone, the other kept: {}",
+        original.fingerprint()
+    );
 }
 
 #[test]

@@ -12,6 +12,7 @@ mod emulator_config;
 mod explorer;
 mod flow_control;
 mod forwarding;
+mod forwarding_windows;
 mod fuzz;
 mod harness;
 mod hostile;

@@ -22,13 +22,14 @@ use tokio::sync::watch;
 use crate::harness::{Broker, receive, string_message_id};
 
 /// Decides whether an append is the one the log crashes at.
-type CrashPoint = Box<dyn Fn(&[(String, Vec<Change>)]) -> bool + Send + Sync>;
+pub(crate) type CrashPoint = Box<dyn Fn(&[(String, Vec<Change>)]) -> bool + Send + Sync>;
 
 /// A log in memory that crashes at the first append `crash_point` picks: that append and
 /// every later write never become durable and are never answered.
 #[derive(Default)]
-struct CrashingLog {
-    kept: MemoryLog,
+pub(crate) struct CrashingLog {
+    /// What became durable.
+    pub(crate) kept: MemoryLog,
     crash_point: Mutex<Option<CrashPoint>>,
     crashed: AtomicBool,
     /// Turns true at the crash.
@@ -45,7 +46,7 @@ impl std::fmt::Debug for CrashingLog {
 
 impl CrashingLog {
     /// Crashes at the first append `point` picks; returns what turns true then.
-    fn arm(&self, point: CrashPoint) -> watch::Receiver<bool> {
+    pub(crate) fn arm(&self, point: CrashPoint) -> watch::Receiver<bool> {
         let (seen, crashed) = watch::channel(false);
         *self.crash_point.lock().expect("lock") = Some(point);
         *self.crash_seen.lock().expect("lock") = Some(seen);
@@ -115,13 +116,17 @@ impl DurableLog for CrashingLog {
 }
 
 /// Whether `batch` writes `change` for `entity`.
-fn writes(batch: &[(String, Vec<Change>)], entity: &str, change: fn(&Change) -> bool) -> bool {
+pub(crate) fn writes(
+    batch: &[(String, Vec<Change>)],
+    entity: &str,
+    change: fn(&Change) -> bool,
+) -> bool {
     batch
         .iter()
         .any(|(name, changes)| name == entity && changes.iter().any(change))
 }
 
-fn with_id(id: &str) -> Message<AmqpValue<String>> {
+pub(crate) fn with_id(id: &str) -> Message<AmqpValue<String>> {
     Message::builder()
         .properties(Properties::builder().message_id(id.to_string()).build())
         .value(id.to_string())
@@ -134,7 +139,7 @@ async fn start(config: &str, log: Arc<CrashingLog>, recovered: Recovered) -> Bro
 }
 
 /// Receives from `address` until the message `last` and returns the ids before it.
-async fn ids_until(broker: &Broker, address: &str, last: &str) -> Vec<String> {
+pub(crate) async fn ids_until(broker: &Broker, address: &str, last: &str) -> Vec<String> {
     let (_connection, mut session) = broker.connect().await;
     let mut receiver = Receiver::attach(&mut session, "count", address)
         .await
@@ -152,7 +157,7 @@ async fn ids_until(broker: &Broker, address: &str, last: &str) -> Vec<String> {
 }
 
 /// Waits for the crash (the broker stays up, its writes unanswered).
-async fn crash(mut crashed: watch::Receiver<bool>) {
+pub(crate) async fn crash(mut crashed: watch::Receiver<bool>) {
     tokio::time::timeout(
         Duration::from_secs(10),
         crashed.wait_for(|crashed| *crashed),

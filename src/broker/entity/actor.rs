@@ -16,7 +16,7 @@ use crate::broker::budget::MemoryBudget;
 use crate::broker::forwarder::{Forward, ForwardSender};
 use crate::broker::lifecycle::{Lifecycle, stopped};
 use crate::broker::storage::{Storage, StorageError};
-use crate::broker::types::{EntityError, ReceiverId, SubQueue, Timestamp};
+use crate::broker::types::{EntityError, ReceiverId, SequenceNumber, SubQueue, Timestamp};
 use crate::clock::Clock;
 use std::sync::Arc;
 
@@ -527,6 +527,23 @@ impl Actor {
                 }
             }
             Command::SendBatch { sends, sink } => self.send_batch(now, sends, sink),
+            Command::SendForwarded {
+                message,
+                key,
+                floor,
+                reply,
+            } => {
+                let result = if self.state.forwarded_already(&key, floor) {
+                    Ok(super::SequenceNumbers::new())
+                } else {
+                    let result = self.send(now, smallvec::smallvec![message], &[]);
+                    if result.is_ok() {
+                        self.state.received_forwarded(key);
+                    }
+                    result
+                };
+                self.answer(reply, result.map(Reply::SequenceNumbers));
+            }
             Command::Stage {
                 sends,
                 dead_letters,
@@ -736,6 +753,7 @@ impl Actor {
             | Command::Settle {
                 reply: Some(reply), ..
             }
+            | Command::SendForwarded { reply, .. }
             | Command::Commit { reply, .. }
             | Command::RenewLocks { reply, .. }
             | Command::Peek { reply, .. }
@@ -875,9 +893,22 @@ impl Actor {
                     target,
                 } => {
                     if let Some(forwarder) = &self.forwarder {
+                        let log = self.state.log();
+                        let enqueued_time = log
+                            .outbox()
+                            .get(&sequence_number)
+                            .map_or(Timestamp(0), |(record, _)| record.enqueued_time);
+                        // Only what is durable may be forgotten: after a failed commit the
+                        // head may be ahead of the log.
+                        let floor = match failure {
+                            None => self.state.outbox_floor().unwrap_or(sequence_number),
+                            Some(_) => SequenceNumber(i64::MIN),
+                        };
                         let _ = forwarder.send(Forward {
                             message,
                             sequence_number,
+                            enqueued_time,
+                            floor,
                             target,
                         });
                     }

@@ -14,6 +14,8 @@ pub mod duplicates;
 pub mod settings;
 pub mod state;
 #[cfg(test)]
+mod state_forwarding_tests;
+#[cfg(test)]
 mod state_proptests;
 #[cfg(test)]
 mod state_settlement_tests;
@@ -304,6 +306,18 @@ pub enum Command {
     DeadLetterOnArrival {
         /// Message, reason, description.
         messages: Vec<(Message, String, String)>,
+    },
+    /// A message from another entity's forwarding outbox (rule FWD-1): stored at most once
+    /// per outbox entry, however often the source sends it.
+    SendForwarded {
+        /// The message, stamped by the source.
+        message: Message,
+        /// Which outbox entry it is.
+        key: state::ForwardKey,
+        /// The source committed every entry below this number as forwarded.
+        floor: SequenceNumber,
+        /// Who waits for the outcome.
+        reply: ReplyTo,
     },
     /// The forwarding target stored the outbox message: it leaves the source.
     Forwarded {

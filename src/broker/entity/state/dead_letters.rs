@@ -1,6 +1,7 @@
 //! Dead-lettering and auto-forwarding: how records enter the dead-letter and transfer
 //! dead-letter sub-queues, and how messages leave for `forward_to` (rules DLQ-3/4, FWD-1..3).
 
+use super::log::ForwardKey;
 use super::{
     Effect, EntityState, MAX_TRANSFER_HOP_COUNT_EXCEEDED, MAX_TRANSFER_HOPS, MessageState, Record,
 };
@@ -78,6 +79,29 @@ impl EntityState {
         };
         self.stored_bytes -= record.message.size() as u64;
         self.enqueue_transfer_dead_lettered(now, record.message, reason, description);
+    }
+
+    /// Before a message forwarded from another entity's outbox entry `key` is stored
+    /// (`docs/scale-out.md` §8 item 6): forgets the keys of that source numbered below
+    /// `floor` (the lowest entry still in its outbox when it sent this one, so it committed
+    /// every lower one as forwarded), then says whether `key` is stored here already (a
+    /// re-send after a crash between this entity's commit and the source's), which the
+    /// caller answers "stored" without storing it again.
+    pub fn forwarded_already(&mut self, key: &ForwardKey, floor: SequenceNumber) -> bool {
+        self.log.forget_received(&key.source, floor);
+        self.log.was_received(key)
+    }
+
+    /// The message of the outbox entry `key` was stored (or recognised as a duplicate by
+    /// message id) in this turn: its key goes into the same record.
+    pub fn received_forwarded(&mut self, key: ForwardKey) {
+        self.log.note_received(key);
+    }
+
+    /// The lowest number still in the outbox (every lower entry left it): what a forward
+    /// tells its target it may forget below. `None` when the outbox is empty.
+    pub fn outbox_floor(&self) -> Option<SequenceNumber> {
+        self.log.outbox().keys().next().copied()
     }
 
     /// Re-sends what the outbox held when the broker stopped (recovery).

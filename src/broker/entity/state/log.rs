@@ -110,6 +110,21 @@ pub enum Change {
         /// Its rules, in order.
         rules: Vec<RuleDefinition>,
     },
+    /// A message forwarded from another entity's outbox was stored here (in the same record
+    /// as its `Put`): the same outbox entry sent again is answered "stored" and not stored
+    /// twice (`docs/scale-out.md` §8 item 6).
+    Received {
+        /// The key of the outbox entry.
+        key: ForwardKey,
+    },
+    /// The source of forwarded messages has committed every outbox entry numbered below
+    /// `below` as forwarded: their keys are forgotten.
+    ForgetReceived {
+        /// The source entity's path.
+        source: String,
+        /// Keys of `source` numbered below it are dropped.
+        below: SequenceNumber,
+    },
     /// Duplicate detection remembered a message id.
     Remembered {
         /// The message id.
@@ -119,6 +134,19 @@ pub enum Change {
         /// When.
         at: Timestamp,
     },
+}
+
+/// Names one entry of a forwarding source's outbox: the source's path and the entry's
+/// sequence number there, with the time the source stamped the entry (a source deleted and
+/// created again numbers from 1 again; its entries carry later times).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ForwardKey {
+    /// The source entity's path (registry key: trimmed, lower case).
+    pub source: String,
+    /// The entry's sequence number in the source.
+    pub sequence_number: SequenceNumber,
+    /// The entry's enqueued time in the source.
+    pub enqueued_time: Timestamp,
 }
 
 impl Change {
@@ -217,6 +245,11 @@ pub struct MessageLog {
     /// Messages on their way to a forwarding target, by source sequence number, with
     /// whether they are dead letters.
     outbox: BTreeMap<SequenceNumber, (Record, OutboxTarget)>,
+    /// Outbox entries of other entities stored here, by source path, then source number,
+    /// with the source's enqueued time: a re-sent entry is not stored twice. Bounded: a
+    /// source's keys below the lowest entry still in its outbox are dropped when its next
+    /// forward arrives ([`Change::ForgetReceived`]).
+    received: BTreeMap<String, BTreeMap<SequenceNumber, Timestamp>>,
     /// Changes not yet taken by the shell, when journaling is on.
     journal: Option<Vec<Change>>,
 }
@@ -237,6 +270,7 @@ impl MessageLog {
             counters: vec![1],
             session_states: BTreeMap::new(),
             outbox: BTreeMap::new(),
+            received: BTreeMap::new(),
             journal: journal.then(Vec::new),
         }
     }
@@ -504,6 +538,57 @@ impl MessageLog {
         &self.outbox
     }
 
+    /// Whether the outbox entry `key` was stored here already.
+    pub fn was_received(&self, key: &ForwardKey) -> bool {
+        self.received
+            .get(&key.source)
+            .and_then(|keys| keys.get(&key.sequence_number))
+            == Some(&key.enqueued_time)
+    }
+
+    /// Remembers that the outbox entry `key` is stored here (in the same turn as its put).
+    pub(crate) fn note_received(&mut self, key: ForwardKey) {
+        self.received
+            .entry(key.source.clone())
+            .or_default()
+            .insert(key.sequence_number, key.enqueued_time);
+        if let Some(journal) = &mut self.journal {
+            journal.push(Change::Received { key });
+        }
+    }
+
+    /// Forgets the keys of `source` numbered below `below`: the source committed them as
+    /// forwarded and never sends them again. Records a change only when one was dropped.
+    pub(crate) fn forget_received(&mut self, source: &str, below: SequenceNumber) {
+        if self.drop_received(source, below)
+            && let Some(journal) = &mut self.journal
+        {
+            journal.push(Change::ForgetReceived {
+                source: source.to_string(),
+                below,
+            });
+        }
+    }
+
+    fn drop_received(&mut self, source: &str, below: SequenceNumber) -> bool {
+        let Some(keys) = self.received.get_mut(source) else {
+            return false;
+        };
+        let kept = keys.split_off(&below);
+        let dropped = !keys.is_empty();
+        if kept.is_empty() {
+            self.received.remove(source);
+        } else {
+            *keys = kept;
+        }
+        dropped
+    }
+
+    /// How many outbox keys of other entities are remembered (tests, diagnostics).
+    pub fn received_count(&self) -> usize {
+        self.received.values().map(BTreeMap::len).sum()
+    }
+
     /// A session's state.
     pub fn session_state(&self, session_id: &str) -> Option<&Vec<u8>> {
         self.session_states.get(session_id)
@@ -596,6 +681,15 @@ impl MessageLog {
             Change::Forwarded { sequence_number } => {
                 self.outbox.remove(&sequence_number);
             }
+            Change::Received { key } => {
+                self.received
+                    .entry(key.source)
+                    .or_default()
+                    .insert(key.sequence_number, key.enqueued_time);
+            }
+            Change::ForgetReceived { source, below } => {
+                self.drop_received(&source, below);
+            }
             other @ (Change::Remembered { .. }
             | Change::RuleAdded { .. }
             | Change::RuleRemoved { .. }
@@ -621,6 +715,7 @@ impl MessageLog {
         for (record, dead_letter) in self.outbox.values() {
             text.push_str(&format!("outbox {dead_letter:?} {record:?}\n"));
         }
+        text.push_str(&format!("received {:?}\n", self.received));
         text
     }
 
@@ -696,6 +791,17 @@ impl MessageLog {
                 record: Box::new(record.clone()),
                 target: target.clone(),
             });
+        }
+        for (source, keys) in &self.received {
+            for (sequence_number, enqueued_time) in keys {
+                changes.push(Change::Received {
+                    key: ForwardKey {
+                        source: source.clone(),
+                        sequence_number: *sequence_number,
+                        enqueued_time: *enqueued_time,
+                    },
+                });
+            }
         }
         changes
     }

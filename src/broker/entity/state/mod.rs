@@ -30,7 +30,7 @@ mod sessions;
 mod transactions;
 
 use log::Store;
-pub use log::{Change, MessageLog};
+pub use log::{Change, ForwardKey, MessageLog};
 use packed::Packed;
 pub use transactions::TransactionWork;
 
