@@ -1,18 +1,17 @@
-//! Links: `attach` (resolving the address to an entity, `$cbs` or `$management`, checking
-//! rights, refusing unknown entities with a null terminus and `amqp:not-found`) and
-//! `detach`, plus link-level `flow`.
+//! Links: what a link is, and `attach` (resolving the address to an entity, `$cbs` or
+//! `$management`, checking rights, refusing unknown entities with a null terminus and
+//! `amqp:not-found`; a session receiver's attach answered once its session is locked).
+//! Detach is in `detach.rs`, link credit (`flow`) in `credit.rs`.
 
 use bytes::BytesMut;
-use fe2o3_amqp_types::definitions::{
-    Error as AmqpError, Handle, ReceiverSettleMode, Role, SenderSettleMode,
-};
+use fe2o3_amqp_types::definitions::{Handle, ReceiverSettleMode, Role, SenderSettleMode};
 use fe2o3_amqp_types::messaging::TargetArchetype;
-use fe2o3_amqp_types::performatives::{Attach, Detach, Flow, Performative};
+use fe2o3_amqp_types::performatives::{Attach, Detach, Performative};
 use std::sync::Arc;
 
 use super::connection::{Connection, ConnectionError};
 use super::log_text::LogText;
-use super::session::{HANDLE_MAX, unattached_handle};
+use super::session::HANDLE_MAX;
 use crate::amqp::address::{self, Node};
 use crate::amqp::errors::{self, Failure};
 use crate::amqp::link_properties;
@@ -702,105 +701,6 @@ impl Connection {
         Ok(())
     }
 
-    /// Detaches a link at the client's request.
-    pub(super) async fn detach(
-        &mut self,
-        channel: u16,
-        detach: Detach,
-    ) -> Result<(), ConnectionError> {
-        let handle = detach.handle.0;
-        let link = self.session(channel)?.links.remove(&handle);
-        let Some(link) = link else {
-            return Err(unattached_handle(handle));
-        };
-        let refused = matches!(link.kind, LinkKind::Refused);
-        self.release_link(link).await;
-        if !refused {
-            self.write(
-                channel,
-                Performative::Detach(Detach {
-                    handle: Handle(handle),
-                    closed: true,
-                    error: None,
-                }),
-            )?;
-        }
-        Ok(())
-    }
-
-    /// Detaches a link at the broker's initiative with an error.
-    pub(super) async fn detach_with_error(
-        &mut self,
-        channel: u16,
-        handle: u32,
-        error: AmqpError,
-    ) -> Result<(), ConnectionError> {
-        let link = self.session(channel)?.links.remove(&handle);
-        if let Some(mut link) = link {
-            link.authorization = None;
-            link.kind = match link.kind {
-                LinkKind::EntityReceiver { receiver, entity } => {
-                    self.forget_receiver(receiver, entity).await;
-                    LinkKind::Refused
-                }
-                LinkKind::Coordinator { id } => {
-                    self.coordinator_closed(id);
-                    LinkKind::Refused
-                }
-                _ => LinkKind::Refused,
-            };
-            self.session(channel)?.links.insert(handle, link);
-        }
-        self.write(
-            channel,
-            Performative::Detach(Detach {
-                handle: Handle(handle),
-                closed: true,
-                error: Some(error),
-            }),
-        )
-    }
-
-    /// Forgets a link at its entity.
-    pub(super) async fn release_link(&mut self, link: Link) {
-        if let Some(partial) = &link.partial {
-            self.partial_bytes -= partial.payload.len();
-        }
-        match link.kind {
-            LinkKind::EntityReceiver { receiver, entity } => {
-                self.forget_receiver(receiver, entity).await;
-            }
-            LinkKind::Coordinator { id } => self.coordinator_closed(id),
-            _ => {}
-        }
-    }
-
-    /// Detaches a receiver at its entity. Until the entity confirms
-    /// ([`Notification::ReceiverDetached`](crate::broker::entity::Notification)), deliveries
-    /// still on their way are returned to it untouched, so the map stays as small as the
-    /// number of detaches in flight.
-    async fn forget_receiver(&mut self, receiver: ReceiverId, entity: EntityHandle) {
-        self.receivers.remove(&receiver);
-        self.deferred_attaches.remove(&receiver);
-        if entity
-            .send(Command::DetachReceiver { receiver })
-            .await
-            .is_ok()
-        {
-            self.detached_receivers.insert(receiver, entity);
-        }
-    }
-
-    /// Detaches every receiver of the connection at its entity (connection end).
-    pub(super) async fn detach_all(&mut self) {
-        let sessions: Vec<_> = self.sessions.drain().collect();
-        for (_, session) in sessions {
-            for (_, link) in session.links {
-                self.release_link(link).await;
-            }
-        }
-    }
-
     /// Answers a session receiver's attach once its session is locked (§3.5): the session
     /// id in the source filter, the lock expiry as .NET ticks. The id comes back in the form
     /// the client's filter had: a plain string to a plain (or null) filter — rhea (JS) keeps
@@ -884,78 +784,5 @@ impl Connection {
                 error: Some(failure.to_error()),
             }),
         )
-    }
-
-    /// Gives a client sender credit (right after attach, then whenever half is used).
-    pub(super) fn grant_sender_credit(
-        &mut self,
-        channel: u16,
-        handle: u32,
-    ) -> Result<(), ConnectionError> {
-        let mut flow = self.session_flow(channel)?;
-        let session = self.session(channel)?;
-        let Some(link) = session.links.get_mut(&handle) else {
-            return Ok(());
-        };
-        link.credit = SENDER_CREDIT;
-        flow.handle = Some(Handle(handle));
-        flow.delivery_count = Some(link.delivery_count);
-        flow.link_credit = Some(SENDER_CREDIT);
-        self.write(channel, Performative::Flow(flow))
-    }
-
-    /// Handles a peer `flow`: session window, then link credit.
-    pub(super) async fn flow(&mut self, channel: u16, flow: Flow) -> Result<(), ConnectionError> {
-        self.session_flow_received(channel, &flow)?;
-        let Some(handle) = flow.handle.map(|handle| handle.0) else {
-            if flow.echo {
-                let reply = self.session_flow(channel)?;
-                self.write(channel, Performative::Flow(reply))?;
-            }
-            return Ok(());
-        };
-        let draining = self.draining;
-        let session = self.session(channel)?;
-        let Some(link) = session.links.get_mut(&handle) else {
-            return Err(unattached_handle(handle));
-        };
-        let credit = flow.link_credit.unwrap_or(0);
-        let limit = flow.delivery_count.unwrap_or(0).wrapping_add(credit);
-        match &link.kind {
-            LinkKind::EntityReceiver { receiver, entity } => {
-                // Link credit is a full uint (§2.7.4): what we sent that the client has not
-                // seen yet uses part of it; never compare in wrapping limit space.
-                let unseen = flow
-                    .delivery_count
-                    .map(|count| link.delivery_count.wrapping_sub(count))
-                    .filter(|unseen| (*unseen as i32) > 0)
-                    .unwrap_or(0);
-                link.credit = credit.saturating_sub(unseen);
-                let command = Command::Credit {
-                    receiver: *receiver,
-                    delivery_count: flow.delivery_count,
-                    // A held-back link gets its credit back when it can send again.
-                    // (nor does any link while the broker shuts down).
-                    link_credit: if link.blocked || draining { 0 } else { credit },
-                    drain: flow.drain,
-                };
-                let entity = entity.clone();
-                if let Err(error) = entity.send(command).await {
-                    let failure = errors::entity_failure(&error);
-                    return self
-                        .detach_with_error(channel, handle, failure.to_error())
-                        .await;
-                }
-            }
-            LinkKind::CbsResponse | LinkKind::ManagementResponse { .. } => {
-                link.credit = limit.wrapping_sub(link.delivery_count);
-            }
-            _ => {
-                if flow.echo {
-                    self.grant_sender_credit(channel, handle)?;
-                }
-            }
-        }
-        Ok(())
     }
 }

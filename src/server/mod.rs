@@ -5,6 +5,8 @@
 
 mod authorization;
 mod connection;
+mod credit;
+mod detach;
 mod dispositions;
 pub mod frame;
 mod incoming;
