@@ -26,6 +26,7 @@ pub mod amqp;
 pub mod broker;
 pub mod cli;
 pub mod clock;
+pub mod cluster;
 pub mod config;
 pub mod encoding;
 pub mod listener;
@@ -165,15 +166,34 @@ pub async fn run_listeners(
             recovery.elapsed.as_secs_f64() * 1000.0
         );
     }
-    // The core sees the log through its port only.
-    let storage = storage.map(|(storage, recovery)| {
-        let port: Arc<dyn broker::storage::DurableLog> = Arc::new(storage);
-        (
-            broker::storage::Storage::new(port),
-            recovery.into_recovered(),
-        )
-    });
-    serve(listeners, config, storage, store, shutdown, ready).await
+    // The core sees the log through its port only: every write goes through its placement
+    // group's Raft log (src/cluster) on the node's write-ahead log.
+    let mut groups = None;
+    let storage = match storage {
+        Some((storage, recovery)) => {
+            let raft = Arc::new(cluster::RaftLog::new(
+                storage,
+                &recovery.groups,
+                config.cluster.clone(),
+            )?);
+            groups = Some(raft.clone());
+            let port: Arc<dyn broker::storage::DurableLog> = raft;
+            Some((
+                broker::storage::Storage::new(port),
+                recovery.into_recovered(),
+            ))
+        }
+        None => None,
+    };
+    let served = serve(listeners, config, storage, store.clone(), shutdown, ready).await;
+    if let Some(groups) = groups {
+        groups.shutdown().await;
+    }
+    if let Some(store) = store {
+        // Everything acknowledged is on disk already; this releases the directory.
+        store.close();
+    }
+    served
 }
 
 /// [`run_with_storage`] on any implementation of the core's storage port, starting from
@@ -363,9 +383,7 @@ async fn serve(
     http_tasks.shutdown().await;
     // Every connection is closed: now the entities, topics and forwarders stop.
     registry.shut_down().await;
-    if let Some(store) = wal {
-        // Everything acknowledged is on disk already; this releases the directory.
-        store.close();
-    }
+    // The caller stops the groups' Raft and releases the directory (`wal`: its metrics).
+    drop(wal);
     Ok(())
 }

@@ -43,6 +43,73 @@ pub(super) fn convert(raw: RawConfig) -> Result<Config, ConfigError> {
         http: convert_http(raw.http)?,
         tls: convert_tls(raw.tls)?,
         websocket: convert_websocket(raw.websocket)?,
+        cluster: convert_cluster(raw.cluster)?,
+    })
+}
+
+fn cluster_address(context: &str, text: &str) -> Result<String, ConfigError> {
+    let text = text.trim();
+    let port = text
+        .rsplit_once(':')
+        .filter(|(host, _)| !host.is_empty())
+        .and_then(|(_, port)| port.parse::<u16>().ok());
+    match port {
+        Some(_) => Ok(text.to_string()),
+        None => Err(ConfigError::invalid(
+            context,
+            format!("address {text:?} is not host:port"),
+        )),
+    }
+}
+
+fn convert_cluster(raw: super::raw::RawCluster) -> Result<super::ClusterConfig, ConfigError> {
+    let node_id = raw.node_id.unwrap_or(1);
+    if node_id == 0 {
+        return Err(ConfigError::invalid("cluster", "node_id must be 1 or more"));
+    }
+    let address = match raw.address {
+        Some(text) => cluster_address("cluster", &text)?,
+        None => super::DEFAULT_CLUSTER_ADDRESS.to_string(),
+    };
+    let members = match raw.members {
+        None => vec![super::ClusterMember {
+            id: node_id,
+            address: address.clone(),
+        }],
+        Some(members) => {
+            let mut converted: Vec<super::ClusterMember> = Vec::with_capacity(members.len());
+            for member in members {
+                let context = format!("cluster member {}", member.id);
+                if converted.iter().any(|other| other.id == member.id) {
+                    return Err(ConfigError::invalid(&context, "is listed twice"));
+                }
+                converted.push(super::ClusterMember {
+                    id: member.id,
+                    address: cluster_address(&context, &member.address)?,
+                });
+            }
+            converted
+        }
+    };
+    if !members.iter().any(|member| member.id == node_id) {
+        return Err(ConfigError::invalid(
+            "cluster",
+            format!("members must include this node (node_id {node_id})"),
+        ));
+    }
+    if members.len() > 1 {
+        return Err(ConfigError::invalid(
+            "cluster",
+            format!(
+                "members lists {} nodes: this version runs one-node groups only (list this node alone, or leave members out)",
+                members.len()
+            ),
+        ));
+    }
+    Ok(super::ClusterConfig {
+        node_id,
+        address,
+        members,
     })
 }
 

@@ -124,6 +124,45 @@ pub struct Config {
     pub tls: TlsConfig,
     /// `[websocket]`: AMQP over WebSockets and its listener.
     pub websocket: WebSocketConfig,
+    /// `[cluster]`: this node's id and peer address, and the members of its groups.
+    pub cluster: ClusterConfig,
+}
+
+/// `[cluster]`: every durable change goes through a Raft group whose members this names.
+/// Without the table the node is node 1 and the only member of every group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterConfig {
+    /// This node's id (≥ 1), recorded in every group's log.
+    pub node_id: u64,
+    /// The address other members reach this node's Raft traffic at (`host:port`).
+    pub address: String,
+    /// The members of every group: today this node alone.
+    pub members: Vec<ClusterMember>,
+}
+
+/// A member of the cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterMember {
+    /// Its node id.
+    pub id: u64,
+    /// Its peer address.
+    pub address: String,
+}
+
+/// The default peer address of a node.
+pub const DEFAULT_CLUSTER_ADDRESS: &str = "127.0.0.1:5700";
+
+impl Default for ClusterConfig {
+    fn default() -> ClusterConfig {
+        ClusterConfig {
+            node_id: 1,
+            address: DEFAULT_CLUSTER_ADDRESS.to_string(),
+            members: vec![ClusterMember {
+                id: 1,
+                address: DEFAULT_CLUSTER_ADDRESS.to_string(),
+            }],
+        }
+    }
 }
 
 /// Default port of the AMQPS listener (AMQP over TLS), as the cloud service's.
@@ -420,6 +459,7 @@ impl Config {
             http: HttpConfig::default(),
             tls: TlsConfig::default(),
             websocket: WebSocketConfig::default(),
+            cluster: ClusterConfig::default(),
         }
     }
 

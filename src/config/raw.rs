@@ -30,6 +30,25 @@ pub(super) struct RawConfig {
     pub tls: RawTls,
     #[serde(default)]
     pub websocket: RawWebSocket,
+    #[serde(default)]
+    pub cluster: RawCluster,
+}
+
+/// `[cluster]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCluster {
+    pub node_id: Option<u64>,
+    pub address: Option<String>,
+    pub members: Option<Vec<RawMember>>,
+}
+
+/// `[[cluster.members]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawMember {
+    pub id: u64,
+    pub address: String,
 }
 
 /// `[tls]`.

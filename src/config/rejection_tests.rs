@@ -542,3 +542,44 @@ fn http_guard_keys_are_checked() {
         );
     }
 }
+
+#[test]
+fn cluster_table_names_what_is_wrong() {
+    assert_error("[cluster]\nnode_id = 0\n", &["cluster", "node_id must be 1 or more"]);
+    assert_error(
+        "[cluster]\naddress = \"nohost\"\n",
+        &["cluster", "\"nohost\" is not host:port"],
+    );
+    assert_error(
+        "[cluster]\nnode_id = 2\nmembers = [{ id = 1, address = \"a:1\" }]\n",
+        &["cluster", "must include this node (node_id 2)"],
+    );
+    assert_error(
+        "[cluster]\nmembers = [{ id = 1, address = \"a:1\" }, { id = 1, address = \"b:1\" }]\n",
+        &["cluster member 1", "listed twice"],
+    );
+    assert_error(
+        "[cluster]\nmembers = [{ id = 1, address = \"a:1\" }, { id = 2, address = \"b:1\" }]\n",
+        &["cluster", "lists 2 nodes", "one-node groups only"],
+    );
+    assert_error("[cluster]\nnode = 1\n", &["node"]);
+}
+
+#[test]
+fn cluster_table_defaults_to_node_one_alone() {
+    let config = Config::from_toml_str("", "test.toml").expect("empty file loads");
+    assert_eq!(config.cluster, ClusterConfig::default());
+    let config = Config::from_toml_str(
+        "[cluster]\nnode_id = 7\naddress = \"10.0.0.7:5700\"\n",
+        "test.toml",
+    )
+    .expect("loads");
+    assert_eq!(config.cluster.node_id, 7);
+    assert_eq!(
+        config.cluster.members,
+        vec![ClusterMember {
+            id: 7,
+            address: "10.0.0.7:5700".into()
+        }]
+    );
+}

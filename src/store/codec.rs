@@ -15,6 +15,9 @@ use crate::broker::types::{
 };
 use crate::config::ParameterValue;
 
+mod raft;
+pub use raft::*;
+
 /// One record of the log.
 #[derive(Debug, Clone)]
 pub enum LogRecord {
@@ -67,11 +70,11 @@ const CHANGE_FORWARDED: u8 = 9;
 const CHANGE_RULE_ADDED: u8 = 10;
 const CHANGE_RULE_REMOVED: u8 = 11;
 const CHANGE_RULES_SET: u8 = 12;
+const CHANGE_RECEIVED: u8 = 13;
+const CHANGE_FORGET_RECEIVED: u8 = 14;
 
 // A rule's filter kind. A SQL filter with `@parameters` has a kind of its own, and an action
 // with parameters a presence byte of its own (2), so that a rule without parameters is
-const CHANGE_RECEIVED: u8 = 13;
-const CHANGE_FORGET_RECEIVED: u8 = 14;
 // written byte for byte as before they existed and data written before reads unchanged.
 const FILTER_TRUE: u8 = 0;
 const FILTER_FALSE: u8 = 1;
@@ -497,9 +500,6 @@ impl Out {
                     self.i64(sequence_number.0);
                     self.i64(at.0);
                 }
-            }
-        }
-    }
                 Change::Received { key } => {
                     self.u8(CHANGE_RECEIVED);
                     self.str(&key.source);
@@ -511,6 +511,9 @@ impl Out {
                     self.str(source);
                     self.i64(below.0);
                 }
+            }
+        }
+    }
 }
 
 struct In<'a> {
@@ -882,9 +885,6 @@ impl<'a> In<'a> {
                     sequence_number: SequenceNumber(self.i64()?),
                     at: Timestamp(self.i64()?),
                 },
-                kind => return Err(DecodeError(format!("unknown change kind {kind}"))),
-            };
-            changes.push(change);
                 CHANGE_RECEIVED => Change::Received {
                     key: ForwardKey {
                         source: self.string()?,
@@ -896,6 +896,9 @@ impl<'a> In<'a> {
                     source: self.string()?,
                     below: SequenceNumber(self.i64()?),
                 },
+                kind => return Err(DecodeError(format!("unknown change kind {kind}"))),
+            };
+            changes.push(change);
         }
         Ok(changes)
     }

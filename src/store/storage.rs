@@ -23,6 +23,7 @@ use super::codec::{self, LogRecord};
 use super::log::{LogOptions, StoreError, WriteAheadLog};
 use crate::broker::entity::state::Change;
 use crate::broker::storage::{Durable, DurableLog, Recovered, StorageError};
+pub use groups::{GroupLog, NewEntry};
 
 /// How the storage runs.
 #[derive(Debug, Clone)]
@@ -68,7 +69,61 @@ pub struct Recovery {
     pub elapsed: Duration,
     /// The namespace's run-time changes as last stored ([`LogStorage::save_namespace`]).
     pub namespace: Option<String>,
+    /// Each placement group's Raft log state (votes, purge points, memberships).
+    pub groups: HashMap<String, GroupLog>,
 }
+
+/// Replays entity records into each entity's changes: a complete checkpoint replaces what
+/// came before it, a drop forgets the entity.
+#[derive(Default)]
+struct Replay {
+    entities: HashMap<String, Vec<Change>>,
+    /// Checkpoints in progress (first part read, last not yet).
+    pending: HashMap<String, Vec<Change>>,
+}
+
+impl Replay {
+    fn changes(&mut self, entity: String, changes: Vec<Change>) {
+        if let Some(checkpoint) = self.pending.get_mut(&entity) {
+            checkpoint.extend(changes.iter().cloned());
+        }
+        self.entities.entry(entity).or_default().extend(changes);
+    }
+
+    fn record(&mut self, record: LogRecord) {
+        match record {
+            LogRecord::Changes { entity, changes } => self.changes(entity, changes),
+            LogRecord::Batch { entries } => {
+                for (entity, changes) in entries {
+                    self.changes(entity, changes);
+                }
+            }
+            LogRecord::Checkpoint {
+                entity,
+                first,
+                last,
+                changes,
+            } => {
+                if first {
+                    self.pending.insert(entity.clone(), Vec::new());
+                }
+                if let Some(checkpoint) = self.pending.get_mut(&entity) {
+                    checkpoint.extend(changes);
+                }
+                if last && let Some(checkpoint) = self.pending.remove(&entity) {
+                    self.entities.insert(entity, checkpoint);
+                }
+            }
+            LogRecord::Dropped { entity } => {
+                self.pending.remove(&entity);
+                self.entities.remove(&entity);
+            }
+        }
+    }
+}
+
+#[path = "groups.rs"]
+mod groups;
 
 /// The file in the data directory holding the namespace's run-time changes.
 pub const NAMESPACE_FILE: &str = "namespace.toml";
@@ -101,6 +156,8 @@ struct Inner {
     compaction: Mutex<Compaction>,
     /// Checkpoint bytes written in the last complete round (the live data).
     live_bytes: AtomicU64,
+    /// Each placement group's log state; locked while a group's entries are submitted.
+    groups: Mutex<HashMap<String, GroupLog>>,
 }
 
 #[derive(Default)]
@@ -113,11 +170,19 @@ struct Compaction {
     completed: u64,
 }
 
+/// A finished round's last steps: the groups' states, then the deletion.
+pub(super) struct Finish {
+    states: Vec<Vec<u8>>,
+    first_segment: u64,
+}
+
 struct Round {
     epoch: u64,
     first_segment: u64,
     pending: HashSet<String>,
     bytes: u64,
+    /// Every group's state as of the round's start: written before older segments go.
+    states: Vec<Vec<u8>>,
 }
 
 /// Free bytes of the file system holding `path`.
@@ -142,51 +207,26 @@ impl LogStorage {
             truncated_bytes: recovered.truncated_bytes,
             ..Recovery::default()
         };
-        let mut pending: HashMap<String, Vec<Change>> = HashMap::new();
+        let mut replay = Replay::default();
+        let mut groups = groups::Replaying::default();
         for (index, bytes) in recovered.records.iter().enumerate() {
             recovery.records += 1;
-            let record = codec::decode(bytes).map_err(|error| {
+            let unreadable = |error: codec::DecodeError| {
                 StoreError::Recovery(format!(
                     "record {index} of the log in {} cannot be read: {error}",
                     options.directory.display()
                 ))
-            })?;
-            // An entity's changes go to its records and to a checkpoint in progress.
-            let mut recover_changes = |entity: String, changes: Vec<Change>| {
-                if let Some(checkpoint) = pending.get_mut(&entity) {
-                    checkpoint.extend(changes.iter().cloned());
-                }
-                recovery.entities.entry(entity).or_default().extend(changes);
             };
-            match record {
-                LogRecord::Changes { entity, changes } => recover_changes(entity, changes),
-                LogRecord::Batch { entries } => {
-                    for (entity, changes) in entries {
-                        recover_changes(entity, changes);
-                    }
-                }
-                LogRecord::Checkpoint {
-                    entity,
-                    first,
-                    last,
-                    changes,
-                } => {
-                    if first {
-                        pending.insert(entity.clone(), Vec::new());
-                    }
-                    if let Some(checkpoint) = pending.get_mut(&entity) {
-                        checkpoint.extend(changes);
-                    }
-                    if last && let Some(checkpoint) = pending.remove(&entity) {
-                        recovery.entities.insert(entity, checkpoint);
-                    }
-                }
-                LogRecord::Dropped { entity } => {
-                    pending.remove(&entity);
-                    recovery.entities.remove(&entity);
-                }
+            if codec::is_raft(bytes) {
+                groups.record(codec::decode_raft(bytes).map_err(unreadable)?);
+            } else {
+                replay.record(codec::decode(bytes).map_err(unreadable)?);
             }
         }
+        // Entity records without a group came first (a log written before groups); each
+        // group's entries follow in index order.
+        recovery.groups = groups.finish(&mut replay);
+        recovery.entities = replay.entities;
         let namespace_path = options.directory.join(NAMESPACE_FILE);
         recovery.namespace = match std::fs::read_to_string(&namespace_path) {
             Ok(text) => Some(text),
@@ -209,6 +249,7 @@ impl LogStorage {
                 epoch: watch::channel(0).0,
                 compaction: Mutex::new(Compaction::default()),
                 live_bytes: AtomicU64::new(live_bytes / 2),
+                groups: Mutex::new(recovery.groups.clone()),
             }),
         };
         Ok((storage, recovery))
@@ -328,7 +369,9 @@ impl LogStorage {
         if let Some(round) = &mut compaction.round {
             round.pending.remove(entity);
         }
-        self.finish_round_if_done(&mut compaction);
+        let finish = self.finish_round_if_done(&mut compaction);
+        drop(compaction);
+        self.finish_in_background(finish);
     }
 
     /// Where entities learn that a compaction round wants their checkpoint.
@@ -373,7 +416,9 @@ impl LogStorage {
             round.pending.remove(entity);
             round.bytes += bytes;
         }
-        self.finish_round_if_done(&mut compaction);
+        let finish = self.finish_round_if_done(&mut compaction);
+        drop(compaction);
+        self.finish_in_background(finish);
         Ok(())
     }
 
@@ -395,12 +440,13 @@ impl LogStorage {
                 return Ok(());
             }
         }
-        let first_segment = self
-            .inner
-            .log
-            .rotate()
-            .await
-            .unwrap_or(Err(StoreError::Closed))?;
+        // The groups' purge points are their last entries before the new segment: taken
+        // while no group can submit entries, with the rotation submitted in the same hold.
+        let (rotated, states) = {
+            let groups = self.inner.groups.lock().expect("groups lock");
+            (self.inner.log.rotate(), LogStorage::group_states(&groups))
+        };
+        let first_segment = rotated.await.unwrap_or(Err(StoreError::Closed))?;
         let mut compaction = self.inner.compaction.lock().expect("compaction lock");
         if compaction.round.is_some() {
             return Ok(());
@@ -411,9 +457,12 @@ impl LogStorage {
             first_segment,
             pending: compaction.live.clone(),
             bytes: 0,
+            states,
         });
         self.inner.epoch.send_replace(epoch);
-        self.finish_round_if_done(&mut compaction);
+        let finish = self.finish_round_if_done(&mut compaction);
+        drop(compaction);
+        self.finish_in_background(finish);
         Ok(())
     }
 
@@ -451,18 +500,18 @@ impl LogStorage {
         });
     }
 
-    fn finish_round_if_done(&self, compaction: &mut Compaction) {
+    /// Ends the round if every entity has checkpointed; what is left to do when the groups'
+    /// states must be written first.
+    #[must_use]
+    fn finish_round_if_done(&self, compaction: &mut Compaction) -> Option<Finish> {
         let done = compaction
             .round
             .as_ref()
             .is_some_and(|round| round.pending.is_empty());
         if !done {
-            return;
+            return None;
         }
-        let Some(round) = compaction.round.take() else {
-            return;
-        };
-        compaction.completed += 1;
+        let round = compaction.round.take()?;
         self.inner.live_bytes.store(round.bytes, Ordering::Relaxed);
         tracing::debug!(
             epoch = round.epoch,
@@ -470,7 +519,55 @@ impl LogStorage {
             "log compaction: segments before {} superseded",
             round.first_segment
         );
-        self.inner.log.delete_before(round.first_segment);
+        if round.states.is_empty() {
+            compaction.completed += 1;
+            self.inner.log.delete_before(round.first_segment);
+            return None;
+        }
+        Some(Finish {
+            states: round.states,
+            first_segment: round.first_segment,
+        })
+    }
+
+    /// Ends a finished round whose groups' states must be durable before older segments
+    /// go: writes them, then deletes the segments (a later write is ordered after it).
+    pub(super) async fn finish(&self, finish: Finish) {
+        let written = self.inner.log.append(finish.states).await;
+        self.delete_after(
+            written.unwrap_or(Err(StoreError::Closed)),
+            finish.first_segment,
+        );
+    }
+
+    fn delete_after(&self, written: Result<(), StoreError>, first_segment: u64) {
+        match written {
+            Ok(()) => self.inner.log.delete_before(first_segment),
+            Err(error) => {
+                tracing::warn!(%error, "cannot write the groups' states: old log segments are kept");
+            }
+        }
+        self.inner
+            .compaction
+            .lock()
+            .expect("compaction lock")
+            .completed += 1;
+    }
+
+    /// [`LogStorage::finish`] where the caller cannot wait (an entity stopped).
+    fn finish_in_background(&self, finish: Option<Finish>) {
+        let Some(finish) = finish else { return };
+        let written = self.inner.log.append(finish.states);
+        let storage = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("ferrobus-compaction".to_string())
+            .spawn(move || {
+                let written = written.blocking_recv().unwrap_or(Err(StoreError::Closed));
+                storage.delete_after(written, finish.first_segment);
+            });
+        if let Err(error) = spawned {
+            tracing::warn!(%error, "cannot finish a log compaction: old log segments are kept");
+        }
     }
 
     /// Stops the writer after what was submitted, and releases the directory; logs what

@@ -1,0 +1,326 @@
+//! Replication: every durable change goes through a Raft group (openraft), one group per
+//! placement group (`docs/scale-out.md` §3–4). A queue with its sub-queues is a group, a
+//! topic with all its subscriptions is a group; the group's log is the node's write-ahead
+//! log, tagged by group, so all groups on a node share its group commit.
+//!
+//! [`RaftLog`] implements the core's storage port: an entity's turn (or a topic's publish
+//! with every subscription's copies) becomes one entry of its group's log, and the append
+//! resolves once openraft reports the entry committed and applied, so the actor's turn
+//! stays the commit point. Today every group has one member, this node: the same path a
+//! multi-node cluster takes, with nobody else to wait for.
+//!
+//! Only this module names openraft (pinned in `Cargo.toml`), so an upgrade stays local. It
+//! leans on the core's port and the store, never the other way.
+
+mod convert;
+mod log_store;
+mod network;
+mod state_machine;
+mod types;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use openraft::error::{ClientWriteError, InitializeError, RaftError};
+use openraft::{BasicNode, SnapshotPolicy};
+use tokio::sync::{OnceCell, watch};
+
+use crate::broker::entity::state::Change;
+use crate::broker::storage::{Durable, DurableLog, StorageError};
+use crate::config::ClusterConfig;
+use crate::store::codec::LogRecord;
+use crate::store::log::StoreError;
+use crate::store::storage::{GroupLog, LogStorage};
+use log_store::{GroupStore, Pending};
+use state_machine::GroupMachine;
+use types::GroupRaft;
+
+/// The placement group of an entity's log key: a subscription belongs to its topic's
+/// group; a queue or a topic is a group of its own.
+pub fn group_of(entity: &str) -> &str {
+    match entity.find("/subscriptions/") {
+        Some(at) => &entity[..at],
+        None => entity,
+    }
+}
+
+/// A group's Raft and what its log store shares with its state machine.
+#[derive(Clone)]
+struct Group {
+    raft: GroupRaft,
+    pending: Arc<Mutex<Pending>>,
+}
+
+/// The core's storage port on Raft groups over the node's write-ahead log.
+pub struct RaftLog {
+    settings: ClusterConfig,
+    storage: LogStorage,
+    config: Arc<openraft::Config>,
+    groups: Mutex<HashMap<String, Arc<OnceCell<Group>>>>,
+}
+
+impl std::fmt::Debug for RaftLog {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("RaftLog")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Checkpoints are written in parts of this many changes (one entry holds them all).
+const CHECKPOINT_PART: usize = 1024;
+
+/// How long a group may take to elect its one member at start.
+const ELECTION_WAIT: Duration = Duration::from_secs(30);
+
+fn port_error(error: StoreError) -> StorageError {
+    match error {
+        StoreError::NoSpace(text) => StorageError::NoSpace(text),
+        other => StorageError::Failed(other.to_string()),
+    }
+}
+
+impl RaftLog {
+    /// Runs the groups recovered in `groups` (and every group written later) on `storage`.
+    /// Fails when the data directory's groups name other members than this node: it was
+    /// written by another node id.
+    pub fn new(
+        storage: LogStorage,
+        groups: &HashMap<String, GroupLog>,
+        settings: ClusterConfig,
+    ) -> Result<RaftLog, String> {
+        for (name, log) in groups {
+            if let Some((_, membership)) = &log.membership {
+                let member = membership
+                    .configs
+                    .iter()
+                    .any(|config| config.contains(&settings.node_id));
+                if !member {
+                    return Err(format!(
+                        "the data directory's group '{name}' has members {:?}, and this node's id is {}: the directory belongs to another node (set [cluster] node_id to its id, or use another data_dir)",
+                        membership.configs, settings.node_id
+                    ));
+                }
+            }
+        }
+        let config = openraft::Config {
+            cluster_name: "ferrobus".to_string(),
+            // One-member groups need no heartbeats or elections on a timer: a group elects
+            // itself when it starts.
+            enable_tick: false,
+            enable_heartbeat: false,
+            enable_elect: false,
+            // Compaction is the store's (checkpoints and deleted segments).
+            snapshot_policy: SnapshotPolicy::Never,
+            ..openraft::Config::default()
+        }
+        .validate()
+        .map_err(|error| format!("the Raft configuration is invalid: {error}"))?;
+        Ok(RaftLog {
+            settings,
+            storage,
+            config: Arc::new(config),
+            groups: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The node's write-ahead log underneath.
+    pub fn storage(&self) -> &LogStorage {
+        &self.storage
+    }
+
+    fn cell(&self, group: &str) -> Arc<OnceCell<Group>> {
+        let mut groups = self
+            .groups
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        groups.entry(group.to_string()).or_default().clone()
+    }
+
+    /// The group's Raft, started (and elected) on first use.
+    async fn group(&self, group: &str) -> Result<Group, StorageError> {
+        let cell = self.cell(group);
+        cell.get_or_try_init(|| self.start(group)).await.cloned()
+    }
+
+    async fn start(&self, group: &str) -> Result<Group, StorageError> {
+        let failed = |what: &str, error: &dyn std::fmt::Display| {
+            StorageError::Failed(format!(
+                "cannot start the Raft group '{group}': {what}: {error}"
+            ))
+        };
+        let node = self.settings.node_id;
+        let log = self.storage.group_log(group);
+        let pending = Arc::new(Mutex::new(Pending::default()));
+        let store = GroupStore::new(group, self.storage.clone(), pending.clone());
+        let machine = GroupMachine::recovered(&log, pending.clone());
+        let raft = openraft::Raft::new(node, self.config.clone(), network::NoPeers, store, machine)
+            .await
+            .map_err(|error| failed("openraft", &error))?;
+        if log.membership.is_none() && log.last.is_none() {
+            let members = BTreeMap::from([(node, BasicNode::new(&self.settings.address))]);
+            match raft.initialize(members).await {
+                Ok(()) | Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
+                Err(error) => return Err(failed("initializing", &error)),
+            }
+        } else if raft.metrics().borrow().current_leader != Some(node) {
+            raft.trigger()
+                .elect()
+                .await
+                .map_err(|error| failed("electing", &error))?;
+        }
+        raft.wait(Some(ELECTION_WAIT))
+            .current_leader(node, "the group's one member leads it")
+            .await
+            .map_err(|error| failed("electing", &error))?;
+        Ok(Group { raft, pending })
+    }
+
+    /// Writes `records` as one entry of `group`'s log; resolves once it is committed and
+    /// applied.
+    async fn write(&self, group: &str, records: Vec<LogRecord>) -> Result<(), StorageError> {
+        let running = self.group(group).await?;
+        match running.raft.client_write(Arc::new(records)).await {
+            Ok(_) => Ok(()),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))) => {
+                Err(StorageError::Failed(format!(
+                    "this node does not lead the group '{group}' (leader: {:?})",
+                    forward.leader_id
+                )))
+            }
+            Err(error) => {
+                // The group stopped (its log failed): the next write starts it again from
+                // what its log holds.
+                let failure = running
+                    .pending
+                    .lock()
+                    .unwrap_or_else(|poison| poison.into_inner())
+                    .failure();
+                self.retire(group, &running).await;
+                Err(match failure {
+                    Some(failure) => port_error(failure),
+                    None => {
+                        StorageError::Failed(format!("the Raft group '{group}' stopped: {error}"))
+                    }
+                })
+            }
+        }
+    }
+
+    /// Forgets a stopped group's Raft (a later write starts a new one).
+    async fn retire(&self, group: &str, stopped: &Group) {
+        {
+            let mut groups = self
+                .groups
+                .lock()
+                .unwrap_or_else(|poison| poison.into_inner());
+            let current = groups
+                .get(group)
+                .and_then(|cell| cell.get())
+                .is_some_and(|running| Arc::ptr_eq(&running.pending, &stopped.pending));
+            if current {
+                groups.remove(group);
+            }
+        }
+        let _ = stopped.raft.shutdown().await;
+    }
+
+    /// Stops every group's Raft (after the entities stopped; before the log closes).
+    pub async fn shutdown(&self) {
+        let groups: Vec<Arc<OnceCell<Group>>> = {
+            let mut groups = self
+                .groups
+                .lock()
+                .unwrap_or_else(|poison| poison.into_inner());
+            groups.drain().map(|(_, cell)| cell).collect()
+        };
+        for cell in groups {
+            if let Some(group) = cell.get() {
+                let _ = group.raft.shutdown().await;
+            }
+        }
+    }
+}
+
+fn one_record(mut batch: Vec<(String, Vec<Change>)>) -> LogRecord {
+    if batch.len() == 1 {
+        let (entity, changes) = batch.remove(0);
+        LogRecord::Changes { entity, changes }
+    } else {
+        LogRecord::Batch { entries: batch }
+    }
+}
+
+impl DurableLog for RaftLog {
+    fn append(&self, batch: Vec<(String, Vec<Change>)>) -> Durable<'_> {
+        Box::pin(async move {
+            let Some((first, _)) = batch.first() else {
+                return Ok(());
+            };
+            let group = group_of(first).to_string();
+            self.write(&group, vec![one_record(batch)]).await
+        })
+    }
+
+    fn drop_entity(&self, entity: &str) -> Durable<'_> {
+        let entity = entity.to_string();
+        Box::pin(async move {
+            let record = LogRecord::Dropped {
+                entity: entity.clone(),
+            };
+            let result = self.write(group_of(&entity), vec![record]).await;
+            self.storage.unregister(&entity);
+            result
+        })
+    }
+
+    fn checkpoint(&self, entity: &str, epoch: u64, changes: Vec<Change>) -> Durable<'_> {
+        let entity = entity.to_string();
+        Box::pin(async move {
+            let parts = changes.len().div_ceil(CHECKPOINT_PART).max(1);
+            let mut records = Vec::with_capacity(parts);
+            let mut changes = changes.into_iter();
+            for index in 0..parts {
+                records.push(LogRecord::Checkpoint {
+                    entity: entity.clone(),
+                    first: index == 0,
+                    last: index + 1 == parts,
+                    changes: changes.by_ref().take(CHECKPOINT_PART).collect(),
+                });
+            }
+            self.write(group_of(&entity), records).await?;
+            self.storage.checkpoint_done(&entity, epoch).await;
+            Ok(())
+        })
+    }
+
+    fn save_namespace(&self, text: String) -> Durable<'_> {
+        Box::pin(async move { self.storage.save_namespace(text).await.map_err(port_error) })
+    }
+
+    fn has_room(&self) -> bool {
+        self.storage.has_room()
+    }
+
+    fn full_error(&self) -> String {
+        self.storage.full_error()
+    }
+
+    fn register(&self, entity: &str) {
+        self.storage.register(entity)
+    }
+
+    fn unregister(&self, entity: &str) {
+        self.storage.unregister(entity)
+    }
+
+    fn epochs(&self) -> watch::Receiver<u64> {
+        self.storage.epochs()
+    }
+}
+
+#[cfg(test)]
+#[path = "tests.rs"]
+mod tests;

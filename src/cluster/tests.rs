@@ -1,0 +1,187 @@
+//! The Raft path on one node: entries tagged by group on disk, a group that restarts as
+//! its own leader, compaction that keeps every group's vote and membership.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::*;
+use crate::store::storage::{Recovery, StorageOptions};
+
+fn scratch(name: &str) -> PathBuf {
+    let directory = std::env::temp_dir().join(format!(
+        "ferrobus-cluster-{name}-{}-{}",
+        std::process::id(),
+        crate::encoding::ids::unique_u64()
+    ));
+    let _ = std::fs::remove_dir_all(&directory);
+    directory
+}
+
+fn next(value: i64) -> Change {
+    Change::NextSequence(value)
+}
+
+fn counters(changes: &[Change]) -> Vec<i64> {
+    changes
+        .iter()
+        .filter_map(|change| match change {
+            Change::NextSequence(value) => Some(*value),
+            _ => None,
+        })
+        .collect()
+}
+
+fn open(directory: &PathBuf) -> (RaftLog, Recovery) {
+    let (storage, recovery) = LogStorage::open(StorageOptions::new(directory)).expect("opens");
+    let log = RaftLog::new(storage, &recovery.groups, ClusterConfig::default()).expect("runs");
+    (log, recovery)
+}
+
+async fn close(log: RaftLog) {
+    log.shutdown().await;
+    log.storage().close();
+}
+
+#[test]
+fn a_subscription_is_in_its_topics_group() {
+    assert_eq!(group_of("orders"), "orders");
+    assert_eq!(group_of("events/subscriptions/audit"), "events");
+    assert_eq!(group_of("events"), "events");
+}
+
+/// A topic's publish is one entry of the topic's group; the log's records are tagged with
+/// the group, its leader's term and node, and an index; a restart continues the same
+/// group as its leader (no second membership entry, indexes go on).
+#[tokio::test]
+async fn a_groups_entries_are_tagged_and_its_leader_comes_back_after_a_restart() {
+    let directory = scratch("restart");
+    let (log, recovery) = open(&directory);
+    assert!(recovery.groups.is_empty());
+    log.append(vec![
+        ("events".into(), vec![next(1)]),
+        ("events/subscriptions/a".into(), vec![next(2)]),
+    ])
+    .await
+    .expect("committed");
+    log.append(vec![("orders".into(), vec![next(5)])])
+        .await
+        .expect("committed");
+    let first = log.storage().group_log("events");
+    close(log).await;
+
+    let (log, recovery) = open(&directory);
+    assert_eq!(counters(&recovery.entities["events"]), vec![1]);
+    assert_eq!(
+        counters(&recovery.entities["events/subscriptions/a"]),
+        vec![2]
+    );
+    assert_eq!(counters(&recovery.entities["orders"]), vec![5]);
+    let events = &recovery.groups["events"];
+    assert_eq!(events, &first, "recovery reads back what was written");
+    let vote = events.vote.expect("the group voted");
+    assert_eq!((vote.node, vote.committed), (1, true));
+    let (at, membership) = events.membership.clone().expect("a membership entry");
+    assert_eq!((at.index, membership.configs.clone()), (0, vec![vec![1]]));
+    // Index 0: membership, 1: the leader's blank entry, 2: the publish.
+    assert_eq!(events.last.map(|last| last.index), Some(2));
+    assert!(recovery.groups.contains_key("orders"));
+    assert!(!recovery.groups.contains_key("events/subscriptions/a"));
+    log.append(vec![("events".into(), vec![next(3)])])
+        .await
+        .expect("committed after the restart");
+    let after = log.storage().group_log("events");
+    assert_eq!(after.last.map(|last| last.index), Some(3));
+    assert_eq!(
+        after.vote, events.vote,
+        "the same leadership: no new election"
+    );
+    assert_eq!(after.membership, events.membership);
+    close(log).await;
+    let (log, recovery) = open(&directory);
+    assert_eq!(counters(&recovery.entities["events"]), vec![1, 3]);
+    close(log).await;
+    let _ = std::fs::remove_dir_all(&directory);
+}
+
+/// A compaction round writes every group's state before it deletes older segments: after
+/// it, the groups' entries start past their purge point, and the groups still know their
+/// vote and membership (they restart as leaders).
+#[tokio::test]
+async fn compaction_keeps_every_groups_vote_and_membership() {
+    let directory = scratch("compaction");
+    let (log, _) = open(&directory);
+    log.register("a");
+    log.register("t/subscriptions/s");
+    log.append(vec![("a".into(), vec![next(1)])])
+        .await
+        .expect("committed");
+    log.append(vec![("t/subscriptions/s".into(), vec![next(2)])])
+        .await
+        .expect("committed");
+    log.storage().compact().await.expect("a round starts");
+    let epoch = *log.epochs().borrow();
+    log.checkpoint("a", epoch, vec![next(1)])
+        .await
+        .expect("committed");
+    log.checkpoint("t/subscriptions/s", epoch, vec![next(2)])
+        .await
+        .expect("committed");
+    // The round completes once the states are durable and the segments deleted.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while log.storage().compactions() == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the round completes"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The deletion runs on the log's writer; a later write is ordered after it.
+    log.append(vec![("a".into(), vec![next(9)])])
+        .await
+        .expect("committed");
+    assert!(!directory.join(crate::store::segment::file_name(0)).exists());
+    close(log).await;
+
+    let (log, recovery) = open(&directory);
+    assert_eq!(counters(&recovery.entities["a"]), vec![1, 9]);
+    assert_eq!(counters(&recovery.entities["t/subscriptions/s"]), vec![2]);
+    for group in ["a", "t"] {
+        let state = &recovery.groups[group];
+        assert!(
+            state.purged.is_some(),
+            "{group}: purged past the old segment"
+        );
+        assert!(
+            state.vote.is_some_and(|vote| vote.committed),
+            "{group}: vote kept"
+        );
+        assert!(state.membership.is_some(), "{group}: membership kept");
+    }
+    log.append(vec![("t".into(), vec![next(4)])])
+        .await
+        .expect("the topic's group restarts as its own leader");
+    close(log).await;
+    let _ = std::fs::remove_dir_all(&directory);
+}
+
+/// A data directory written by node 1 is refused by node 2: its groups' members are not
+/// this node, and running them would wait for an election that cannot happen.
+#[tokio::test]
+async fn a_directory_of_another_node_is_refused_with_its_members_named() {
+    let directory = scratch("other-node");
+    let (log, _) = open(&directory);
+    log.append(vec![("q".into(), vec![next(1)])])
+        .await
+        .expect("committed");
+    close(log).await;
+    let (storage, recovery) = LogStorage::open(StorageOptions::new(&directory)).expect("opens");
+    let settings = ClusterConfig {
+        node_id: 2,
+        ..ClusterConfig::default()
+    };
+    let error = RaftLog::new(storage.clone(), &recovery.groups, settings).expect_err("refused");
+    assert!(error.contains("group 'q' has members [[1]]"), "{error}");
+    assert!(error.contains("node's id is 2"), "{error}");
+    storage.close();
+    let _ = std::fs::remove_dir_all(&directory);
+}

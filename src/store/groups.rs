@@ -1,0 +1,417 @@
+//! Placement groups in the node's log: each group's Raft entries, votes, truncations and
+//! purge points share the one write-ahead log (and its group commit), tagged by group.
+//! Recovery reads each group's entries in index order (after its purge point, without
+//! truncated suffixes) and replays their entity records; a compaction round writes every
+//! group's state (vote, purge point, membership) before it deletes older segments, so a
+//! segment goes only once every group has purged past it.
+
+use std::collections::{BTreeMap, HashMap};
+
+use tokio::sync::oneshot;
+
+use super::{LogStorage, Replay};
+use crate::store::codec::{
+    self, EntryId, LogRecord, Membership, Payload, PayloadRef, RaftRecord, Vote,
+};
+use crate::store::log::StoreError;
+
+/// A placement group's Raft log state: what a log store needs to answer for the group
+/// without keeping entries in memory.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GroupLog {
+    /// The newest vote.
+    pub vote: Option<Vote>,
+    /// Entries up to this one are purged.
+    pub purged: Option<EntryId>,
+    /// The last entry written.
+    pub last: Option<EntryId>,
+    /// The newest membership entry and its configuration.
+    pub membership: Option<(EntryId, Membership)>,
+    /// The first entry of each leader's run of entries, ascending: the term and node of
+    /// any index after the purge point.
+    pub runs: Vec<EntryId>,
+}
+
+impl GroupLog {
+    /// The identity of the entry at `index`, if the group's log holds it (or it is the
+    /// purge point).
+    pub fn id_at(&self, index: u64) -> Option<EntryId> {
+        let first = self.purged.map_or(0, |purged| purged.index);
+        let last = self.last?;
+        if index < first || index > last.index {
+            return None;
+        }
+        if self.purged.is_some_and(|purged| purged.index == index) {
+            return self.purged;
+        }
+        let at = self.runs.partition_point(|run| run.index <= index);
+        let run = self.runs.get(at.checked_sub(1)?)?;
+        Some(EntryId { index, ..*run })
+    }
+
+    fn note_entry(&mut self, id: EntryId) {
+        let same_leader = self
+            .runs
+            .last()
+            .is_some_and(|run| run.term == id.term && run.node == id.node);
+        if !same_leader || self.last.is_some_and(|last| id.index <= last.index) {
+            self.truncate(id.index);
+            self.runs.push(id);
+        }
+        self.last = Some(id);
+    }
+
+    fn truncate(&mut self, index: u64) {
+        let keep = self.runs.partition_point(|run| run.index < index);
+        self.runs.truncate(keep);
+        if self.last.is_some_and(|last| last.index >= index) {
+            self.last = index
+                .checked_sub(1)
+                .and_then(|previous| self.id_at_runs(previous))
+                .or(self.purged.filter(|purged| purged.index < index));
+        }
+        if self
+            .membership
+            .as_ref()
+            .is_some_and(|(at, _)| at.index >= index)
+        {
+            // A truncated membership entry: the configuration before it is not known here;
+            // only a follower truncates, and it learns the membership again from its leader.
+            self.membership = None;
+        }
+    }
+
+    fn id_at_runs(&self, index: u64) -> Option<EntryId> {
+        let at = self.runs.partition_point(|run| run.index <= index);
+        let run = self.runs.get(at.checked_sub(1)?)?;
+        Some(EntryId { index, ..*run })
+    }
+
+    fn purge(&mut self, id: EntryId) {
+        if self.purged.is_some_and(|purged| purged >= id) {
+            return;
+        }
+        self.purged = Some(id);
+        let first = self.runs.partition_point(|run| run.index <= id.index);
+        // Keep the run holding the entries after the purge point.
+        let keep_from = first.saturating_sub(1);
+        self.runs.drain(..keep_from);
+        if self.last.is_none_or(|last| last.index < id.index) {
+            self.last = Some(id);
+            self.runs.clear();
+        }
+    }
+
+    fn note_vote(&mut self, vote: Vote) {
+        let newer = self
+            .vote
+            .is_none_or(|old| (vote.term, vote.committed) >= (old.term, old.committed));
+        if newer {
+            self.vote = Some(vote);
+        }
+    }
+
+    fn note_membership(&mut self, id: EntryId, membership: Membership) {
+        if self.membership.as_ref().is_none_or(|(at, _)| *at < id) {
+            self.membership = Some((id, membership));
+        }
+    }
+}
+
+/// Raft records read at recovery, before they are put in index order.
+#[derive(Default)]
+pub(super) struct Replaying {
+    groups: HashMap<String, RawGroup>,
+}
+
+#[derive(Default)]
+struct RawGroup {
+    entries: BTreeMap<u64, (EntryId, Payload)>,
+    vote: Option<Vote>,
+    purged: Option<EntryId>,
+    membership: Option<(EntryId, Membership)>,
+}
+
+impl Replaying {
+    pub(super) fn record(&mut self, record: RaftRecord) {
+        match record {
+            RaftRecord::Entry { group, id, payload } => {
+                let raw = self.groups.entry(group).or_default();
+                // A rewritten index replaces what followed it as well.
+                raw.entries.split_off(&id.index);
+                raw.entries.insert(id.index, (id, payload));
+            }
+            RaftRecord::Vote { group, vote } => {
+                let raw = self.groups.entry(group).or_default();
+                raw.vote = newer_vote(raw.vote, vote);
+            }
+            RaftRecord::Truncate { group, index } => {
+                let raw = self.groups.entry(group).or_default();
+                raw.entries.split_off(&index);
+            }
+            RaftRecord::State {
+                group,
+                vote,
+                purged,
+                membership,
+            } => {
+                let raw = self.groups.entry(group).or_default();
+                if let Some(vote) = vote {
+                    raw.vote = newer_vote(raw.vote, vote);
+                }
+                if purged > raw.purged {
+                    raw.purged = purged;
+                }
+                if let Some((at, membership)) = membership
+                    && raw.membership.as_ref().is_none_or(|(old, _)| *old < at)
+                {
+                    raw.membership = Some((at, membership));
+                }
+            }
+        }
+    }
+
+    /// Replays each group's entries after its purge point, in index order, into `replay`, up
+    /// to a gap if there is one.
+    pub(super) fn finish(self, replay: &mut Replay) -> HashMap<String, GroupLog> {
+        let mut groups = HashMap::with_capacity(self.groups.len());
+        for (name, raw) in self.groups {
+            let mut log = GroupLog {
+                vote: raw.vote,
+                purged: raw.purged,
+                last: raw.purged,
+                membership: raw.membership,
+                runs: raw.purged.into_iter().collect(),
+            };
+            let after = raw.purged.map_or(0, |purged| purged.index + 1);
+            let mut expected = raw.purged.map(|purged| purged.index + 1);
+            for (index, (id, payload)) in raw.entries.into_iter() {
+                if index < after {
+                    continue;
+                }
+                if let Some(expected) = expected
+                    && index != expected
+                {
+                    // A write that failed while later ones of the group landed: the group
+                    // stopped at the failure and acknowledged none of them, so what follows
+                    // the gap is void (the group went on from the gap when it restarted).
+                    tracing::warn!(
+                        group = name,
+                        "the group's log misses entries {expected} to {}: the entries after them were never acknowledged and are void",
+                        index - 1
+                    );
+                    break;
+                }
+                expected = Some(index + 1);
+                log.note_entry(id);
+                match payload {
+                    Payload::Blank => {}
+                    Payload::Membership(membership) => log.note_membership(id, membership),
+                    Payload::Records(records) => {
+                        for record in records {
+                            replay.record(record);
+                        }
+                    }
+                }
+            }
+            groups.insert(name, log);
+        }
+        groups
+    }
+}
+
+fn newer_vote(old: Option<Vote>, vote: Vote) -> Option<Vote> {
+    match old {
+        Some(old) if (old.term, old.committed) > (vote.term, vote.committed) => Some(old),
+        _ => Some(vote),
+    }
+}
+
+/// An entry to append to a group's log.
+pub enum NewEntry<'a> {
+    /// A new leader's blank entry.
+    Blank,
+    /// A membership change.
+    Membership(&'a Membership),
+    /// Entity records.
+    Records(&'a [LogRecord]),
+}
+
+impl LogStorage {
+    /// Appends entries to `group`'s log, in order; the answer comes once they are durable.
+    /// Entries of every group share the log's group commit.
+    pub fn append_entries<'a>(
+        &self,
+        group: &str,
+        entries: impl IntoIterator<Item = (EntryId, NewEntry<'a>)>,
+    ) -> oneshot::Receiver<Result<(), StoreError>> {
+        let mut records = Vec::new();
+        let mut checkpoint_bytes = 0u64;
+        let mut groups = self.inner.groups.lock().expect("groups lock");
+        let log = groups.entry(group.to_string()).or_default();
+        for (id, entry) in entries {
+            log.note_entry(id);
+            let payload = match entry {
+                NewEntry::Blank => PayloadRef::Blank,
+                NewEntry::Membership(membership) => {
+                    log.note_membership(id, membership.clone());
+                    PayloadRef::Membership(membership)
+                }
+                NewEntry::Records(entity_records) => PayloadRef::Records(entity_records),
+            };
+            let bytes = codec::encode_entry(group, id, payload);
+            if let PayloadRef::Records(entity_records) = payload
+                && entity_records
+                    .iter()
+                    .any(|record| matches!(record, LogRecord::Checkpoint { .. }))
+            {
+                checkpoint_bytes += bytes.len() as u64;
+            }
+            records.push(bytes);
+        }
+        // Sent while the groups are locked: a compaction round's purge points are exactly
+        // the entries before its first segment.
+        let answer = self.inner.log.append(records);
+        drop(groups);
+        self.maybe_compact();
+        if checkpoint_bytes > 0 {
+            let mut compaction = self.inner.compaction.lock().expect("compaction lock");
+            if let Some(round) = &mut compaction.round {
+                round.bytes += checkpoint_bytes;
+            }
+        }
+        answer
+    }
+
+    /// Stores `group`'s vote; the answer comes once it is durable.
+    pub fn save_vote(&self, group: &str, vote: Vote) -> oneshot::Receiver<Result<(), StoreError>> {
+        let mut groups = self.inner.groups.lock().expect("groups lock");
+        groups.entry(group.to_string()).or_default().note_vote(vote);
+        self.inner.log.append(vec![codec::encode_vote(group, vote)])
+    }
+
+    /// Voids `group`'s entries from `index` on; the answer comes once that is durable.
+    pub fn truncate(&self, group: &str, index: u64) -> oneshot::Receiver<Result<(), StoreError>> {
+        let mut groups = self.inner.groups.lock().expect("groups lock");
+        groups.entry(group.to_string()).or_default().truncate(index);
+        self.inner
+            .log
+            .append(vec![codec::encode_truncate(group, index)])
+    }
+
+    /// Purges `group`'s entries up to `id`; the answer comes once that is durable.
+    pub fn purge(&self, group: &str, id: EntryId) -> oneshot::Receiver<Result<(), StoreError>> {
+        let mut groups = self.inner.groups.lock().expect("groups lock");
+        let log = groups.entry(group.to_string()).or_default();
+        log.purge(id);
+        let state = state_record(group, log);
+        self.inner.log.append(vec![state])
+    }
+
+    /// Forgets `group`'s entries from `index` on in what [`LogStorage::group_log`] answers:
+    /// their write failed (the log kept none of that batch). Entries of a later batch that
+    /// did land are void at recovery: they follow a gap, or the group rewrites their index.
+    pub fn void_from(&self, group: &str, index: u64) {
+        let mut groups = self.inner.groups.lock().expect("groups lock");
+        if let Some(log) = groups.get_mut(group) {
+            log.truncate(index);
+        }
+    }
+
+    /// `group`'s log state as recovered and written since.
+    pub fn group_log(&self, group: &str) -> GroupLog {
+        let groups = self.inner.groups.lock().expect("groups lock");
+        groups.get(group).cloned().unwrap_or_default()
+    }
+
+    /// An entity's checkpoint for compaction round `epoch` is durable (written through
+    /// [`LogStorage::append_entries`]). When it was the round's last, this ends the round
+    /// before it returns: the groups' states are durable and the deletion of older segments
+    /// is ordered before any later write.
+    pub async fn checkpoint_done(&self, entity: &str, epoch: u64) {
+        let finish = {
+            let mut compaction = self.inner.compaction.lock().expect("compaction lock");
+            if let Some(round) = &mut compaction.round
+                && round.epoch == epoch
+            {
+                round.pending.remove(entity);
+            }
+            self.finish_round_if_done(&mut compaction)
+        };
+        if let Some(finish) = finish {
+            self.finish(finish).await;
+        }
+    }
+
+    /// Every group's state, to be written before segments older than a round are deleted;
+    /// called with the groups locked while the round's rotation is submitted.
+    pub(super) fn group_states(groups: &HashMap<String, GroupLog>) -> Vec<Vec<u8>> {
+        groups
+            .iter()
+            .map(|(group, log)| {
+                let purged = log.last.or(log.purged);
+                codec::encode_state(
+                    group,
+                    log.vote,
+                    purged,
+                    log.membership
+                        .as_ref()
+                        .map(|(at, membership)| (*at, membership)),
+                )
+            })
+            .collect()
+    }
+}
+
+fn state_record(group: &str, log: &GroupLog) -> Vec<u8> {
+    codec::encode_state(
+        group,
+        log.vote,
+        log.purged,
+        log.membership
+            .as_ref()
+            .map(|(at, membership)| (*at, membership)),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(term: u64, index: u64) -> EntryId {
+        EntryId {
+            term,
+            node: 1,
+            index,
+        }
+    }
+
+    #[test]
+    fn an_index_finds_its_leaders_term() {
+        let mut log = GroupLog::default();
+        for index in 0..5 {
+            log.note_entry(id(1, index));
+        }
+        for index in 5..8 {
+            log.note_entry(id(2, index));
+        }
+        assert_eq!(log.id_at(3), Some(id(1, 3)));
+        assert_eq!(log.id_at(5), Some(id(2, 5)));
+        assert_eq!(log.id_at(8), None);
+        assert_eq!(log.runs, vec![id(1, 0), id(2, 5)]);
+        // A rewritten suffix (a follower taking its new leader's entries).
+        log.note_entry(id(3, 6));
+        assert_eq!(
+            (log.id_at(5), log.id_at(6)),
+            (Some(id(2, 5)), Some(id(3, 6)))
+        );
+        assert_eq!(log.last, Some(id(3, 6)));
+        log.purge(id(2, 5));
+        assert_eq!(
+            (log.id_at(4), log.id_at(5), log.id_at(6)),
+            (None, Some(id(2, 5)), Some(id(3, 6)))
+        );
+        log.truncate(6);
+        assert_eq!((log.last, log.id_at(6)), (Some(id(2, 5)), None));
+    }
+}
