@@ -4,6 +4,7 @@ pub mod budget;
 pub mod entity;
 pub mod filter;
 pub mod forwarder;
+pub mod leadership;
 pub mod lifecycle;
 pub mod message;
 pub mod namespace;

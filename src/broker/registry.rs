@@ -12,6 +12,7 @@ use super::entity::actor::{self, Durability, IdleSender};
 use super::entity::state::Change;
 use super::entity::{EntityHandle, settings::EntitySettings};
 use super::forwarder::{self, Targets};
+use super::leadership::Leadership;
 use super::topic::{self, SubscriptionEntry, TopicCodec, TopicHandle};
 use crate::broker::storage::{Recovered, Storage};
 use crate::clock::Clock;
@@ -203,7 +204,9 @@ fn spawn_entity(
     let handle = actor::spawn(
         settings,
         spawner.clock,
-        crate::encoding::ids::unique_u64(),
+        // Without a cluster every entity runs in term 1 of its node; the cluster passes the
+        // Raft term of the group's leadership.
+        Leadership::SINGLE_NODE,
         spawner.on_idle.clone(),
         Some(forward_sender),
         registry.budget.clone(),

@@ -18,6 +18,7 @@ mod harness;
 mod hostile;
 mod http_guard;
 mod limits;
+mod lock_restart;
 mod logs;
 mod memory;
 mod parity;

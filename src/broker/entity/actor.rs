@@ -14,6 +14,7 @@ use super::{
 };
 use crate::broker::budget::MemoryBudget;
 use crate::broker::forwarder::{Forward, ForwardSender};
+use crate::broker::leadership::Leadership;
 use crate::broker::lifecycle::{Lifecycle, stopped};
 use crate::broker::storage::{Storage, StorageError};
 use crate::broker::types::{EntityError, ReceiverId, SequenceNumber, SubQueue, Timestamp};
@@ -81,12 +82,14 @@ pub struct Durability {
 
 /// Starts the actor for one entity and returns its handle. With `durability`, the entity
 /// starts from its recovered records and every turn's changes are durable before the
-/// turn's replies, dispositions and deliveries go out.
+/// turn's replies, dispositions and deliveries go out. Its lock tokens come from a seed of
+/// `leadership` (no token of an earlier leadership, or an earlier process, settles
+/// anything here).
 #[allow(clippy::too_many_arguments)]
 pub fn spawn(
     settings: EntitySettings,
     clock: Clock,
-    token_seed: u64,
+    leadership: Leadership,
     on_idle: IdleSender,
     forwarder: Option<ForwardSender>,
     budget: Arc<MemoryBudget>,
@@ -99,6 +102,7 @@ pub fn spawn(
         commands,
     };
     let now = clock.now();
+    let token_seed = leadership.token_seed(&settings.path.to_ascii_lowercase());
     let (state, storage) = match durability {
         Some(Durability {
             storage,

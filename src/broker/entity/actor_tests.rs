@@ -56,7 +56,7 @@ impl Entity {
         let handle = actor::spawn(
             settings,
             Clock::starting_at(START),
-            7,
+            crate::broker::leadership::Leadership::SINGLE_NODE,
             idle_sender,
             None,
             Default::default(),

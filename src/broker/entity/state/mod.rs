@@ -499,7 +499,8 @@ impl EntityTotals {
 }
 
 impl EntityState {
-    /// An empty entity. `token_seed` should differ per entity and per process start.
+    /// An empty entity. `token_seed` must differ per entity and per leadership
+    /// ([`crate::broker::leadership::Leadership::token_seed`]).
     pub fn new(settings: EntitySettings, token_seed: u64, now: Timestamp) -> EntityState {
         let mut log = MessageLog::default();
         log.set_partitions(settings.partitions);
