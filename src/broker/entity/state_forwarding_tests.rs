@@ -17,9 +17,7 @@ fn key(sequence_number: i64) -> ForwardKey {
 /// Stores the forwarded entry `key` unless it is already here (what the actor does).
 fn arrive(state: &mut EntityState, key: ForwardKey, floor: i64) {
     if !state.forwarded_already(&key, SequenceNumber(floor)) {
-        state
-            .enqueue(START, vec![message("m")])
-            .expect("accepted");
+        state.enqueue(START, vec![message("m")]).expect("accepted");
         state.received_forwarded(key);
     }
 }
