@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use openraft::error::{ClientWriteError, InitializeError, RaftError};
 use openraft::{BasicNode, SnapshotPolicy};
-use tokio::sync::{OnceCell, watch};
+use tokio::sync::{OnceCell, mpsc, oneshot, watch};
 
 use crate::broker::entity::state::Change;
 use crate::broker::storage::{Durable, DurableLog, StorageError};
@@ -45,11 +45,86 @@ pub fn group_of(entity: &str) -> &str {
     }
 }
 
-/// A group's Raft and what its log store shares with its state machine.
+/// A group's Raft, what its log store shares with its state machine, and its proposer.
 #[derive(Clone)]
 struct Group {
     raft: GroupRaft,
     pending: Arc<Mutex<Pending>>,
+    writes: mpsc::UnboundedSender<Write>,
+}
+
+/// A write waiting for its group's proposer.
+struct Write {
+    records: Vec<LogRecord>,
+    done: oneshot::Sender<Proposed>,
+}
+
+/// How a proposal ended.
+#[derive(Clone)]
+enum Proposed {
+    /// Committed and applied.
+    Done,
+    /// Refused before it was proposed (this node does not lead the group).
+    Refused(StorageError),
+    /// The group stopped (its log failed): nothing of it was acknowledged.
+    Stopped(StorageError),
+}
+
+/// At most this many writes share one entry.
+const MAX_WRITES_PER_ENTRY: usize = 256;
+
+/// Proposes a group's writes: the writes that arrive while one entry is being committed
+/// go into the next entry together (openraft 0.9 waits for each append's flush before it
+/// takes the next, so one entry per write would cost each write a whole sync). Every write
+/// of an entry gets the entry's outcome.
+async fn propose(
+    group: String,
+    raft: GroupRaft,
+    pending: Arc<Mutex<Pending>>,
+    mut writes: mpsc::UnboundedReceiver<Write>,
+) {
+    while let Some(first) = writes.recv().await {
+        let mut records = first.records;
+        let mut waiting = vec![first.done];
+        while waiting.len() < MAX_WRITES_PER_ENTRY {
+            match writes.try_recv() {
+                Ok(write) => {
+                    records.extend(write.records);
+                    waiting.push(write.done);
+                }
+                Err(_) => break,
+            }
+        }
+        let outcome = match raft.client_write(Arc::new(records)).await {
+            Ok(_) => Proposed::Done,
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))) => {
+                Proposed::Refused(StorageError::Failed(format!(
+                    "this node does not lead the group '{group}' (leader: {:?})",
+                    forward.leader_id
+                )))
+            }
+            Err(error) => {
+                let failure = pending
+                    .lock()
+                    .unwrap_or_else(|poison| poison.into_inner())
+                    .failure();
+                Proposed::Stopped(match failure {
+                    Some(failure) => port_error(failure),
+                    None => {
+                        StorageError::Failed(format!("the Raft group '{group}' stopped: {error}"))
+                    }
+                })
+            }
+        };
+        let stopped = matches!(outcome, Proposed::Stopped(_));
+        for done in waiting {
+            let _ = done.send(outcome.clone());
+        }
+        if stopped {
+            // What is still queued finds the channel closed: the group restarts.
+            return;
+        }
+    }
 }
 
 /// The core's storage port on Raft groups over the node's write-ahead log.
@@ -175,36 +250,43 @@ impl RaftLog {
             .current_leader(node, "the group's one member leads it")
             .await
             .map_err(|error| failed("electing", &error))?;
-        Ok(Group { raft, pending })
+        let (writes, queue) = mpsc::unbounded_channel();
+        tokio::spawn(propose(
+            group.to_string(),
+            raft.clone(),
+            pending.clone(),
+            queue,
+        ));
+        Ok(Group {
+            raft,
+            pending,
+            writes,
+        })
     }
 
-    /// Writes `records` as one entry of `group`'s log; resolves once it is committed and
-    /// applied.
+    /// Writes `records` in one entry of `group`'s log (with other writes of the group that
+    /// wait at the same time); resolves once it is committed and applied.
     async fn write(&self, group: &str, records: Vec<LogRecord>) -> Result<(), StorageError> {
         let running = self.group(group).await?;
-        match running.raft.client_write(Arc::new(records)).await {
-            Ok(_) => Ok(()),
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))) => {
-                Err(StorageError::Failed(format!(
-                    "this node does not lead the group '{group}' (leader: {:?})",
-                    forward.leader_id
-                )))
-            }
-            Err(error) => {
-                // The group stopped (its log failed): the next write starts it again from
-                // what its log holds.
-                let failure = running
-                    .pending
-                    .lock()
-                    .unwrap_or_else(|poison| poison.into_inner())
-                    .failure();
+        let (done, answer) = oneshot::channel();
+        let stopped = || {
+            StorageError::Failed(format!("the Raft group '{group}' stopped: its log failed"))
+        };
+        if running.writes.send(Write { records, done }).is_err() {
+            self.retire(group, &running).await;
+            return Err(stopped());
+        }
+        match answer.await {
+            Ok(Proposed::Done) => Ok(()),
+            Ok(Proposed::Refused(error)) => Err(error),
+            Ok(Proposed::Stopped(error)) => {
+                // The next write starts the group again from what its log holds.
                 self.retire(group, &running).await;
-                Err(match failure {
-                    Some(failure) => port_error(failure),
-                    None => {
-                        StorageError::Failed(format!("the Raft group '{group}' stopped: {error}"))
-                    }
-                })
+                Err(error)
+            }
+            Err(_) => {
+                self.retire(group, &running).await;
+                Err(stopped())
             }
         }
     }
