@@ -269,9 +269,8 @@ impl RaftLog {
     async fn write(&self, group: &str, records: Vec<LogRecord>) -> Result<(), StorageError> {
         let running = self.group(group).await?;
         let (done, answer) = oneshot::channel();
-        let stopped = || {
-            StorageError::Failed(format!("the Raft group '{group}' stopped: its log failed"))
-        };
+        let stopped =
+            || StorageError::Failed(format!("the Raft group '{group}' stopped: its log failed"));
         if running.writes.send(Write { records, done }).is_err() {
             self.retire(group, &running).await;
             return Err(stopped());
