@@ -4,10 +4,14 @@
 //! directory per round on the working directory's disk, medians with ranges.
 //!
 //!   cargo bench --bench commit -- [--rounds N] [--count N] [--writers W] [--groups G]
+//!   cargo bench --bench commit -- --started-groups N
 //!
 //! Scenarios: one writer committing one turn at a time (latency of one commit), and W
 //! writers over G groups at once (each with one turn in flight, as entity actors are).
 //! A turn is one change of 1 KiB. Defaults: 5 rounds, 2,000 commits, 64 writers, 8 groups.
+//! `--started-groups N` instead writes one turn to each of N groups and reports what a
+//! started group costs in resident memory (its Raft tasks and state stay while the broker
+//! runs) and how long starting one takes.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -26,6 +30,7 @@ enum Path {
 }
 
 struct Options {
+    started_groups: usize,
     rounds: usize,
     count: usize,
     writers: usize,
@@ -34,6 +39,7 @@ struct Options {
 
 fn options() -> Options {
     let mut options = Options {
+        started_groups: 0,
         rounds: 5,
         count: 2000,
         writers: 64,
@@ -53,6 +59,7 @@ fn options() -> Options {
             "--count" => options.count = value(),
             "--writers" => options.writers = value(),
             "--groups" => options.groups = value(),
+            "--started-groups" => options.started_groups = value(),
             // cargo bench passes --bench.
             _ => {
                 at += 1;
@@ -151,6 +158,65 @@ fn median(values: &mut [f64]) -> (f64, f64, f64) {
     )
 }
 
+/// Resident memory of this process, in bytes.
+fn resident() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|value| {
+            value
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .unwrap_or(0)
+        * 1024
+}
+
+async fn started_groups(count: usize) {
+    let directory = scratch(0, Path::Raft);
+    let (storage, recovery) =
+        LogStorage::open(StorageOptions::new(&directory)).expect("the data directory opens");
+    let log = RaftLog::new(storage.clone(), &recovery.groups, ClusterConfig::default())
+        .expect("the Raft log starts");
+    log.append(vec![("warm".to_string(), turn(0))])
+        .await
+        .expect("committed");
+    let before = resident();
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    let log = Arc::new(log);
+    for chunk in 0..8 {
+        let log = log.clone();
+        tasks.push(tokio::spawn(async move {
+            for group in (chunk..count).step_by(8) {
+                log.append(vec![(format!("g{group}"), turn(group))])
+                    .await
+                    .expect("committed");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("a writer finishes");
+    }
+    let elapsed = started.elapsed();
+    let after = resident();
+    println!(
+        "{count} groups started (one 1 KiB write each) in {:.0} ms ({:.0} us a group); resident memory {:.1} MiB -> {:.1} MiB: {:.1} KiB a group",
+        elapsed.as_secs_f64() * 1000.0,
+        elapsed.as_secs_f64() * 1e6 / count as f64,
+        before as f64 / 1048576.0,
+        after as f64 / 1048576.0,
+        (after.saturating_sub(before)) as f64 / 1024.0 / count as f64
+    );
+    log.shutdown().await;
+    storage.close();
+    let _ = std::fs::remove_dir_all(&directory);
+}
+
 fn main() {
     let options = options();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -158,6 +224,10 @@ fn main() {
         .enable_all()
         .build()
         .expect("a runtime");
+    if options.started_groups > 0 {
+        runtime.block_on(started_groups(options.started_groups));
+        return;
+    }
     let scenarios = [
         ("1 writer", 1usize, 1usize, options.count / 4),
         (

@@ -185,3 +185,41 @@ async fn a_directory_of_another_node_is_refused_with_its_members_named() {
     storage.close();
     let _ = std::fs::remove_dir_all(&directory);
 }
+
+/// An idle group stops its Raft (memory goes with it) and the next write starts it again
+/// from its log, as leader of the same term, with nothing lost and no new election.
+#[tokio::test]
+async fn an_idle_group_retires_and_comes_back_on_the_next_write() {
+    let directory = scratch("idle");
+    let (storage, recovery) = LogStorage::open(StorageOptions::new(&directory)).expect("opens");
+    let log = RaftLog::new(storage, &recovery.groups, ClusterConfig::default())
+        .expect("runs")
+        .with_idle(Duration::from_millis(50));
+    log.append(vec![("q".into(), vec![next(1)])])
+        .await
+        .expect("committed");
+    assert_eq!(log.running(), 1);
+    let first = log.storage().group_log("q");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while log.running() > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the idle group retires"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    log.append(vec![("q".into(), vec![next(2)])])
+        .await
+        .expect("committed after the group came back");
+    let second = log.storage().group_log("q");
+    assert_eq!(second.vote, first.vote, "the same leadership");
+    assert_eq!(
+        second.last.map(|last| last.index),
+        first.last.map(|last| last.index + 1)
+    );
+    close(log).await;
+    let (log, recovery) = open(&directory);
+    assert_eq!(counters(&recovery.entities["q"]), vec![1, 2]);
+    close(log).await;
+    let _ = std::fs::remove_dir_all(&directory);
+}
