@@ -2,6 +2,8 @@
 //! segment and makes them durable with group commit — everything submitted while the
 //! previous `fdatasync` ran goes out in the next write and is covered by the next sync, so
 //! many messages share one sync. A submission's answer arrives only after its sync.
+//! Segments past the first megabyte are prepared ahead (zero-filled, written in blocks with
+//! `O_DIRECT`: [`super::active`]), so a sync only writes the data and flushes the disk.
 //!
 //! Faults are never hidden: a failed write (disk full) fails the batch and removes what it
 //! wrote (the file is cut back), and the log keeps accepting, so it recovers when space
@@ -10,7 +12,7 @@
 //! lock file keeps a second process off the same directory.
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,6 +20,7 @@ use std::sync::mpsc;
 
 use tokio::sync::oneshot;
 
+use super::active::{Batch, PLAIN_LIMIT, Preparer, Segment};
 use super::segment::{self, MAGIC};
 
 /// Why the log cannot do what was asked.
@@ -141,11 +144,17 @@ impl WriteAheadLog {
             StoreError::Recovery(format!("cannot create {}: {error}", directory.display()))
         })?;
         let lock = lock_directory(directory)?;
-        let (recovered, next_number) = recover(directory)?;
-        let current = match next_number {
-            Some((number, length)) => open_segment(directory, number, length)?,
+        let (recovered, last) = recover(directory)?;
+        let current = match last {
+            Some(last) => open_segment(directory, last)?,
             None => create_segment(directory, 0)?,
         };
+        let preparer = Preparer::start(directory, options.segment_size).map_err(|error| {
+            StoreError::Recovery(format!(
+                "cannot start the log's segment preparer in {}: {error}",
+                directory.display()
+            ))
+        })?;
         let statistics = Arc::new(LogStatistics::default());
         let on_disk = segment::list(directory).unwrap_or_default();
         let mut disk_bytes = 0;
@@ -163,6 +172,8 @@ impl WriteAheadLog {
             directory: directory.clone(),
             options: options.clone(),
             current,
+            preparer,
+            batch: Batch::default(),
             failed: None,
             statistics: statistics.clone(),
             _lock: lock,
@@ -181,6 +192,8 @@ impl WriteAheadLog {
     }
 
     /// Appends `records`; the answer comes once they are durable (or could not be made so).
+    /// An empty record is not stored (it carries nothing, and its encoding would read back
+    /// as the end of a segment).
     pub fn append(&self, records: Vec<Vec<u8>>) -> oneshot::Receiver<Result<(), StoreError>> {
         let (done, answer) = oneshot::channel();
         let request = Request::Append(Submission { records, done });
@@ -244,9 +257,18 @@ fn lock_directory(directory: &Path) -> Result<File, StoreError> {
     }
 }
 
-/// Reads every segment; cuts a torn tail off the last one. Returns the records and the
-/// last segment's number and valid length.
-fn recover(directory: &Path) -> Result<(Recovered, Option<(u64, u64)>), StoreError> {
+/// Where recovery left the last segment.
+struct LastSegment {
+    number: u64,
+    /// Bytes of its header and valid records.
+    valid_length: u64,
+    /// Zero bytes after them (prepared room); 0 when there are none or the tail was torn.
+    zeroed_length: u64,
+}
+
+/// Reads every segment; cuts a torn tail off the last one. Returns the records and where
+/// the last segment ends.
+fn recover(directory: &Path) -> Result<(Recovered, Option<LastSegment>), StoreError> {
     let numbers = segment::list(directory).map_err(|error| {
         StoreError::Recovery(format!("cannot list {}: {error}", directory.display()))
     })?;
@@ -275,65 +297,39 @@ fn recover(directory: &Path) -> Result<(Recovered, Option<(u64, u64)>), StoreErr
             recovered.truncated_bytes = scanned.invalid_length;
         }
         recovered.records.extend(scanned.records);
-        last = Some((*number, scanned.valid_length));
+        last = Some(LastSegment {
+            number: *number,
+            valid_length: scanned.valid_length,
+            zeroed_length: scanned.zeroed_length,
+        });
     }
     Ok((recovered, last))
 }
 
-/// The segment being written.
-struct Segment {
-    number: u64,
-    file: File,
-    length: u64,
-    /// The file's creation (its directory entry and size) is durable. A new segment's
-    /// first commit syncs the file whole and the directory instead of just its data, so
-    /// creating one — at start-up too — costs no sync of its own.
-    created_durably: bool,
-}
-
 fn create_segment(directory: &Path, number: u64) -> Result<Segment, StoreError> {
-    let path = directory.join(segment::file_name(number));
-    let write = || -> io::Result<File> {
-        let mut file = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .open(&path)?;
-        file.write_all(MAGIC)?;
-        Ok(file)
-    };
-    let file = write()
-        .map_err(|error| StoreError::Write(format!("cannot create {}: {error}", path.display())))?;
-    Ok(Segment {
-        number,
-        file,
-        length: MAGIC.len() as u64,
-        created_durably: false,
+    Segment::create(directory, number).map_err(|error| {
+        StoreError::Write(format!(
+            "cannot create {}: {error}",
+            directory.join(segment::file_name(number)).display()
+        ))
     })
 }
 
-fn open_segment(directory: &Path, number: u64, valid_length: u64) -> Result<Segment, StoreError> {
-    if valid_length < MAGIC.len() as u64 {
-        return create_segment(directory, number);
+fn open_segment(directory: &Path, last: LastSegment) -> Result<Segment, StoreError> {
+    if last.valid_length < MAGIC.len() as u64 {
+        return create_segment(directory, last.number);
     }
-    let path = directory.join(segment::file_name(number));
-    let open = || -> io::Result<File> {
-        let file = OpenOptions::new().write(true).open(&path)?;
-        file.set_len(valid_length)?;
-        file.sync_all()?;
-        Ok(file)
-    };
-    let mut file = open().map_err(|error| {
-        StoreError::Recovery(format!("cannot reopen {}: {error}", path.display()))
-    })?;
-    use std::io::Seek;
-    file.seek(io::SeekFrom::Start(valid_length))
-        .map_err(|error| StoreError::Recovery(format!("{}: {error}", path.display())))?;
-    Ok(Segment {
-        number,
-        file,
-        length: valid_length,
-        created_durably: true,
+    Segment::reopen(
+        directory,
+        last.number,
+        last.valid_length,
+        last.zeroed_length,
+    )
+    .map_err(|error| {
+        StoreError::Recovery(format!(
+            "cannot reopen {}: {error}",
+            directory.join(segment::file_name(last.number)).display()
+        ))
     })
 }
 
@@ -342,6 +338,10 @@ struct Writer {
     directory: PathBuf,
     options: LogOptions,
     current: Segment,
+    /// Makes the next segment ready (zero-filled) before it is needed.
+    preparer: Preparer,
+    /// The batch being written; its memory is kept from commit to commit.
+    batch: Batch,
     /// Set after a failed sync: every later batch fails with it.
     failed: Option<StoreError>,
     statistics: Arc<LogStatistics>,
@@ -354,7 +354,6 @@ const MAX_BATCH_BYTES: usize = 16 * 1024 * 1024;
 
 impl Writer {
     fn run(mut self, inbox: mpsc::Receiver<Request>) {
-        let mut buffer = Vec::with_capacity(1024 * 1024);
         let mut closing = None;
         let mut rotations = Vec::new();
         while closing.is_none() {
@@ -382,15 +381,16 @@ impl Writer {
                     next = inbox.try_recv().ok();
                 }
             }
-            buffer.clear();
-            let mut count = 0u64;
-            for submission in &batch {
-                for record in &submission.records {
-                    segment::encode_record(&mut buffer, record);
-                    count += 1;
-                }
+            let records = batch
+                .iter()
+                .flat_map(|submission| &submission.records)
+                .filter(|record| !record.is_empty());
+            let count = records.clone().count();
+            self.batch.begin(self.current.tail(), count, bytes);
+            for record in records {
+                self.batch.push(record);
             }
-            let result = self.commit(&buffer, count);
+            let result = self.commit(count as u64);
             for submission in batch {
                 let _ = submission.done.send(result.clone());
             }
@@ -399,6 +399,9 @@ impl Writer {
                 let _ = done.send(rotated);
             }
         }
+        self.current.trim();
+        let _ = self.current.sync(&self.directory);
+        self.preparer.stop();
         let Writer { _lock, .. } = self;
         drop(_lock);
         if let Some(closed) = closing {
@@ -406,22 +409,18 @@ impl Writer {
         }
     }
 
-    /// Writes and syncs one batch.
-    fn commit(&mut self, buffer: &[u8], count: u64) -> Result<(), StoreError> {
+    /// Writes and syncs the batch.
+    fn commit(&mut self, count: u64) -> Result<(), StoreError> {
         if let Some(error) = &self.failed {
             return Err(error.clone());
         }
-        if buffer.is_empty() {
+        let length = self.batch.records().len() as u64;
+        if length == 0 {
             return Ok(());
         }
-        if let Err(error) = self.write(buffer) {
+        if let Err(error) = self.write() {
             // Keep nothing of a batch that was not acknowledged.
-            let _ = self.current.file.set_len(self.current.length);
-            use std::io::Seek;
-            let _ = self
-                .current
-                .file
-                .seek(io::SeekFrom::Start(self.current.length));
+            self.current.cut_back();
             return Err(error);
         }
         let sync_started = std::time::Instant::now();
@@ -435,26 +434,65 @@ impl Writer {
             self.failed = Some(error.clone());
             return Err(error);
         }
-        self.current.length += buffer.len() as u64;
+        self.current.written(&self.batch);
         self.statistics.records.fetch_add(count, Ordering::Relaxed);
-        self.statistics
-            .bytes
-            .fetch_add(buffer.len() as u64, Ordering::Relaxed);
+        self.statistics.bytes.fetch_add(length, Ordering::Relaxed);
         self.statistics
             .disk_bytes
-            .fetch_add(buffer.len() as u64, Ordering::Relaxed);
-        if self.current.length >= self.options.segment_size {
+            .fetch_add(length, Ordering::Relaxed);
+        self.after_commit()
+    }
+
+    /// Asks for a prepared segment once a plain one has a quarter of [`PLAIN_LIMIT`] (a
+    /// broker that writes less never prepares one), and moves on to a new segment when the
+    /// current one is full — or is a plain one past [`PLAIN_LIMIT`] and a prepared one is
+    /// ready. Once one is taken into use the next is asked for at once, so that one is
+    /// ready when the current segment fills or compaction starts a new one.
+    fn after_commit(&mut self) -> Result<(), StoreError> {
+        let length = self.current.length;
+        let size = self.options.segment_size;
+        let plain = !self.current.is_prepared();
+        if plain && length >= PLAIN_LIMIT / 4 {
+            self.preparer.request();
+        }
+        let plain_done = plain && length >= PLAIN_LIMIT.min(size);
+        if length >= size {
             self.rotate()?;
+        } else if plain_done && let Some(prepared) = self.preparer.take() {
+            self.rotate_into(Some(prepared))?;
         }
         Ok(())
     }
 
     /// Starts the next segment (the current one is synced already).
     fn rotate(&mut self) -> Result<u64, StoreError> {
+        let prepared = self.preparer.take();
+        self.rotate_into(prepared)
+    }
+
+    fn rotate_into(
+        &mut self,
+        prepared: Option<super::active::Prepared>,
+    ) -> Result<u64, StoreError> {
         if let Some(error) = &self.failed {
             return Err(error.clone());
         }
-        self.current = create_segment(&self.directory, self.current.number + 1)?;
+        let number = self.current.number + 1;
+        let next = match prepared {
+            Some(prepared) => match Segment::from_prepared(&self.directory, number, prepared) {
+                Ok(next) => {
+                    self.preparer.request();
+                    next
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "cannot take a prepared log segment into use");
+                    create_segment(&self.directory, number)?
+                }
+            },
+            None => create_segment(&self.directory, number)?,
+        };
+        self.current.trim();
+        self.current = next;
         self.statistics
             .disk_bytes
             .fetch_add(MAGIC.len() as u64, Ordering::Relaxed);
@@ -490,21 +528,19 @@ impl Writer {
         }
     }
 
-    fn write(&mut self, buffer: &[u8]) -> Result<(), StoreError> {
+    fn write(&mut self) -> Result<(), StoreError> {
+        let length = self.batch.records().len() as u64;
         if let Some(Fault::DiskFullAt(limit)) = self.options.fault
-            && self.current.length + buffer.len() as u64 > limit
+            && self.current.length + length > limit
         {
             // Write what fits, as a full disk would, before failing.
             let room = limit.saturating_sub(self.current.length) as usize;
-            let _ = self
-                .current
-                .file
-                .write_all(&buffer[..room.min(buffer.len())]);
+            self.current.write_partly(&self.batch, room);
             return Err(StoreError::NoSpace(
                 "injected: no space left on device".into(),
             ));
         }
-        self.current.file.write_all(buffer).map_err(|error| {
+        self.current.write(&mut self.batch).map_err(|error| {
             if error.raw_os_error() == Some(28) {
                 StoreError::NoSpace(error.to_string())
             } else {
@@ -518,12 +554,6 @@ impl Writer {
         if self.options.fault == Some(Fault::SyncFails) {
             return Err(io::Error::other("injected: fsync failed"));
         }
-        if !self.current.created_durably {
-            self.current.file.sync_all()?;
-            File::open(&self.directory)?.sync_all()?;
-            self.current.created_durably = true;
-            return Ok(());
-        }
-        self.current.file.sync_data()
+        self.current.sync(&self.directory)
     }
 }

@@ -236,3 +236,46 @@ async fn concurrent_appends_share_syncs() {
     let (_log, recovered) = WriteAheadLog::open(LogOptions::new(&directory.0)).expect("reopens");
     assert_eq!(recovered.records, records(0..2_000));
 }
+
+#[tokio::test]
+async fn records_through_prepared_segments_are_recovered_and_nothing_prepared_is_left() {
+    let directory = TempDirectory::new("prepared");
+    let options = LogOptions {
+        segment_size: 64 * 1024,
+        ..LogOptions::new(&directory.0)
+    };
+    let (log, _) = WriteAheadLog::open(options.clone()).expect("opens");
+    let record = |index: u32| -> Vec<u8> {
+        let mut bytes = format!("record {index} ").into_bytes();
+        bytes.resize(700 + (index as usize * 31) % 900, b'x');
+        bytes
+    };
+    for index in 0..400 {
+        log.append(vec![record(index)])
+            .await
+            .expect("answered")
+            .expect("durable");
+    }
+    // Prepared segments were written in blocks over zeros: some were taken into use.
+    let sizes: Vec<u64> = segment::list(&directory.0)
+        .expect("list")
+        .into_iter()
+        .map(|number| {
+            std::fs::metadata(directory.0.join(segment::file_name(number)))
+                .expect("stat")
+                .len()
+        })
+        .collect();
+    assert!(sizes.len() > 3, "{sizes:?}");
+    log.close();
+    let leftovers: Vec<_> = std::fs::read_dir(&directory.0)
+        .expect("list")
+        .filter_map(Result::ok)
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|name| !name.ends_with(".wal") && name != "LOCK")
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    let (_log, recovered) = WriteAheadLog::open(options).expect("reopens");
+    assert_eq!(recovered.records, (0..400).map(record).collect::<Vec<_>>());
+    assert_eq!(recovered.truncated_bytes, 0);
+}

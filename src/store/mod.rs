@@ -4,7 +4,10 @@
 //! - [`segment`]: the file format (numbered segments of CRC-checked records) and its reader.
 //! - [`log`]: the writer thread with group commit, recovery with torn-tail truncation, the
 //!   directory lock, and the fault behaviour (disk full refuses, a failed sync stops).
+//! - `active`: the segment being written (plain, or prepared: zero-filled ahead and
+//!   written in blocks with `O_DIRECT`) and the thread that prepares the next one.
 
+mod active;
 pub mod codec;
 pub mod log;
 pub mod segment;

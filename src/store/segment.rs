@@ -10,7 +10,13 @@
 //! A record is valid only whole: a length that runs past the end of the file, or a CRC
 //! that does not match, marks the end of what was written (a torn tail after a crash).
 //! Only the last segment may end that way; [`scan`] reports where the valid part ends so
-//! the writer can truncate the rest. Nothing here keeps state or spawns threads.
+//! the writer can truncate the rest.
+//!
+//! A header of eight zero bytes also ends the records: segments are preallocated with
+//! zeros (the writer overwrites them, so that a sync has no file size to record), and a
+//! segment may end in zeros up to its allocated size. That is a clean end when everything
+//! after it is zero, a torn tail otherwise. An empty payload would encode as exactly such a
+//! header, so the log never writes one. Nothing here keeps state or spawns threads.
 
 use std::fs::File;
 use std::io::{self, Read};
@@ -63,6 +69,9 @@ pub struct Scanned {
     pub valid_length: u64,
     /// Bytes after them (a torn or corrupt tail); 0 for a clean segment.
     pub invalid_length: u64,
+    /// Zero bytes after the valid part to the end of the file (preallocated room, not
+    /// damage); 0 when there are none or the tail is torn.
+    pub zeroed_length: u64,
     /// Why the scan stopped early, when it did.
     pub stopped_because: Option<String>,
 }
@@ -78,6 +87,7 @@ pub fn scan(path: &Path) -> io::Result<Scanned> {
             records: Vec::new(),
             valid_length: 0,
             invalid_length: bytes.len() as u64,
+            zeroed_length: 0,
             stopped_because: Some("the segment header is incomplete".to_string()),
         });
     }
@@ -90,8 +100,23 @@ pub fn scan(path: &Path) -> io::Result<Scanned> {
     let mut records = Vec::new();
     let mut position = MAGIC.len();
     let mut stopped_because = None;
+    let mut zeroed_length = 0;
     while position < bytes.len() {
         let rest = &bytes[position..];
+        if rest[..rest.len().min(RECORD_HEADER)]
+            .iter()
+            .all(|byte| *byte == 0)
+        {
+            // Preallocated room: the end of the records, clean if nothing follows.
+            if rest.iter().all(|byte| *byte == 0) {
+                zeroed_length = rest.len() as u64;
+            } else {
+                stopped_because = Some(format!(
+                    "a zero record header at byte {position} is followed by data"
+                ));
+            }
+            break;
+        }
         if rest.len() < RECORD_HEADER {
             stopped_because = Some(format!("a record header is cut off at byte {position}"));
             break;
@@ -115,7 +140,8 @@ pub fn scan(path: &Path) -> io::Result<Scanned> {
     Ok(Scanned {
         records,
         valid_length: position as u64,
-        invalid_length: (bytes.len() - position) as u64,
+        invalid_length: (bytes.len() - position) as u64 - zeroed_length,
+        zeroed_length,
         stopped_because,
     })
 }
@@ -148,13 +174,45 @@ mod tests {
 
     #[test]
     fn whole_records_are_read_back_in_order() {
-        let scanned = scan_bytes(&segment_with(&[b"one", b"", b"three"]));
+        let scanned = scan_bytes(&segment_with(&[b"one", b"t", b"three"]));
         assert_eq!(
             scanned.records,
-            vec![b"one".to_vec(), Vec::new(), b"three".to_vec()]
+            vec![b"one".to_vec(), b"t".to_vec(), b"three".to_vec()]
         );
         assert_eq!(scanned.invalid_length, 0);
         assert!(scanned.stopped_because.is_none());
+    }
+
+    #[test]
+    fn a_zeroed_tail_is_room_not_damage() {
+        let whole = segment_with(&[b"one", b"two"]);
+        let mut bytes = whole.clone();
+        bytes.resize(whole.len() + 5000, 0);
+        let scanned = scan_bytes(&bytes);
+        assert_eq!(scanned.records, vec![b"one".to_vec(), b"two".to_vec()]);
+        assert_eq!(scanned.valid_length, whole.len() as u64);
+        assert_eq!(scanned.invalid_length, 0);
+        assert_eq!(scanned.zeroed_length, 5000);
+        assert!(scanned.stopped_because.is_none());
+        // Fewer zeros than a header: room too.
+        let mut bytes = whole.clone();
+        bytes.resize(whole.len() + 3, 0);
+        assert_eq!(scan_bytes(&bytes).zeroed_length, 3);
+    }
+
+    #[test]
+    fn data_after_zeros_is_a_torn_tail() {
+        // A crash can land a later page of a write and not an earlier one: records that
+        // follow zeros were never acknowledged, and are not read back.
+        let whole = segment_with(&[b"one"]);
+        let mut bytes = whole.clone();
+        bytes.resize(whole.len() + 4096, 0);
+        encode_record(&mut bytes, b"never acknowledged");
+        let scanned = scan_bytes(&bytes);
+        assert_eq!(scanned.records, vec![b"one".to_vec()]);
+        assert_eq!(scanned.zeroed_length, 0);
+        assert_eq!(scanned.invalid_length, (bytes.len() - whole.len()) as u64);
+        assert!(scanned.stopped_because.expect("stopped").contains("zero"));
     }
 
     #[test]
@@ -166,7 +224,11 @@ mod tests {
             let scanned = scan_bytes(&bytes);
             assert_eq!(scanned.records.len(), 2, "cut {cut}");
             assert_eq!(scanned.valid_length, whole.len() as u64);
-            assert_eq!(scanned.invalid_length, (bytes.len() - whole.len()) as u64);
+            // A header cut off within its leading zeros reads as zeros: the same end.
+            assert_eq!(
+                scanned.invalid_length + scanned.zeroed_length,
+                (bytes.len() - whole.len()) as u64
+            );
         }
     }
 
