@@ -8,7 +8,9 @@ mod connection;
 mod credit;
 mod detach;
 mod dispositions;
+mod event_loop;
 pub mod frame;
+mod handshake;
 mod incoming;
 pub mod limits;
 mod links;
@@ -31,7 +33,7 @@ use crate::amqp::sas::AccessKey;
 use crate::broker::registry::Registry;
 use crate::clock::Clock;
 use crate::metrics::Metrics;
-pub use connection::{Admission, out_of_descriptors_refusal};
+pub use handshake::{Admission, out_of_descriptors_refusal};
 
 /// Settings of the network front end.
 #[derive(Debug, Clone)]
