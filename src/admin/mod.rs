@@ -7,7 +7,8 @@
 //! - [`guard`]: what keeps a web page from driving the broker (Host allow-list, same-origin
 //!   and JSON-only rules, protective headers, Basic credentials).
 //! - [`http`]: the routes (admin API, `/health`, `/metrics`) and the HTTP serving loops; the
-//!   AMQP WebSocket bridge in `http/websocket.rs`.
+//!   admin API's ATOM resources in `http/entities.rs`, the AMQP WebSocket bridge in
+//!   `http/websocket.rs`.
 //! - [`scrape`]: `GET /metrics`: the entities' figures read into the broker's metrics.
 //! - [`tls`]: certificates: configured, or a development CA in the data directory.
 
