@@ -37,8 +37,15 @@ mod view;
 use view::*;
 
 const INDEX_HTML: &str = include_str!("explorer/index.html");
-const APP_JS: &str = include_str!("explorer/app.js");
 const APP_CSS: &str = include_str!("explorer/app.css");
+/// The page's script modules by file name: `app.js` is the page and imports the others.
+const SCRIPTS: [(&str, &str); 5] = [
+    ("app.js", include_str!("explorer/app.js")),
+    ("client.js", include_str!("explorer/client.js")),
+    ("entities.js", include_str!("explorer/entities.js")),
+    ("format.js", include_str!("explorer/format.js")),
+    ("messages.js", include_str!("explorer/messages.js")),
+];
 
 /// Largest request body the API takes (a send form's body, a definition).
 const MAX_BODY: usize = 4 * 1024 * 1024;
@@ -74,7 +81,9 @@ pub async fn handle(admin: &Admin, parts: Parts, body: Body, rest: &[String]) ->
             response
         }
         (&Method::GET, [] | ["index.html"]) => file(INDEX_HTML, "text/html; charset=utf-8"),
-        (&Method::GET, ["app.js"]) => file(APP_JS, "text/javascript; charset=utf-8"),
+        (&Method::GET, [name]) if let Some(script) = script(name) => {
+            file(script, "text/javascript; charset=utf-8")
+        }
         (&Method::GET, ["app.css"]) => file(APP_CSS, "text/css; charset=utf-8"),
         (_, ["api", ..]) => {
             if matches!(parts.method, Method::POST | Method::PUT) && !guard::is_json(&parts.headers)
@@ -154,6 +163,14 @@ fn authorize(admin: &Admin, headers: &HeaderMap) -> Result<(), Box<Response>> {
         }
         Ok(_) => Ok(()),
     }
+}
+
+/// The page's script module named `name`, if it is one.
+fn script(name: &str) -> Option<&'static str> {
+    SCRIPTS
+        .iter()
+        .find(|(file, _)| *file == name)
+        .map(|(_, text)| *text)
 }
 
 fn file(text: &'static str, content_type: &'static str) -> Response {

@@ -12,6 +12,7 @@ use serde_json::{Value as Json, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::harness::{Broker, property, receive};
+use crate::http_guard::{header, raw};
 use crate::process::BrokerProcess;
 
 /// One HTTP/1.1 request (connection closed after it); returns the status and the body.
@@ -488,6 +489,61 @@ rights = ["Send"]
     .await;
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("\"orders\""));
+}
+
+/// The quoted values that follow `prefix` in `text` (`src="`, `from "./`).
+fn quoted_after<'a>(text: &'a str, prefix: &str) -> Vec<&'a str> {
+    text.split(prefix)
+        .skip(1)
+        .filter_map(|rest| rest.split_once('"').map(|(value, _)| value))
+        .collect()
+}
+
+/// The page loads its script as a module, and each module the others it imports: every one
+/// of them, found by following the page's references and the imports, is served as
+/// JavaScript (browsers refuse a module of any other type) under the page's policy.
+#[tokio::test]
+async fn every_script_module_the_page_loads_is_served() {
+    let broker = Broker::start(CONFIG).await;
+    let host = [("Host", "localhost")];
+    let (status, _, page) = raw(broker.address, "GET", "/explorer/", &host, "").await;
+    assert_eq!(status, 200);
+    assert!(
+        page.contains(r#"<script type="module" src="app.js">"#),
+        "{page}"
+    );
+    let mut wanted: Vec<String> = quoted_after(&page, "src=\"")
+        .into_iter()
+        .chain(quoted_after(&page, "href=\""))
+        .filter(|name| name.ends_with(".js"))
+        .map(str::to_string)
+        .collect();
+    let mut served = std::collections::BTreeSet::new();
+    let mut imported = 0;
+    while let Some(name) = wanted.pop() {
+        if !served.insert(name.clone()) {
+            continue;
+        }
+        let target = format!("/explorer/{name}");
+        let (status, head, script) = raw(broker.address, "GET", &target, &host, "").await;
+        assert_eq!(status, 200, "{target}");
+        assert_eq!(
+            header(&head, "content-type"),
+            Some("text/javascript; charset=utf-8"),
+            "{target}"
+        );
+        assert!(
+            header(&head, "content-security-policy")
+                .is_some_and(|policy| policy.starts_with("default-src 'self';")),
+            "{target}: {head}"
+        );
+        for module in quoted_after(&script, "from \"./") {
+            imported += 1;
+            wanted.push(module.to_string());
+        }
+    }
+    assert!(imported > 0, "app.js imports the page's other modules");
+    assert!(served.contains("app.js") && served.len() > 1, "{served:?}");
 }
 
 #[tokio::test]

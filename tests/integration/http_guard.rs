@@ -543,7 +543,8 @@ async fn with_keys_metrics_need_a_manage_key() {
     assert!(body.contains("entity=\"orders\""), "{body}");
 }
 
-fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+/// The value of the header `name` (lower-case) in a head from [`raw`].
+pub(crate) fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
     head.lines().find_map(|line| {
         line.strip_prefix(name)
             .and_then(|rest| rest.strip_prefix(':'))
