@@ -545,7 +545,10 @@ fn http_guard_keys_are_checked() {
 
 #[test]
 fn cluster_table_names_what_is_wrong() {
-    assert_error("[cluster]\nnode_id = 0\n", &["cluster", "node_id must be 1 or more"]);
+    assert_error(
+        "[cluster]\nnode_id = 0\n",
+        &["cluster", "node_id must be 1 or more"],
+    );
     assert_error(
         "[cluster]\naddress = \"nohost\"\n",
         &["cluster", "\"nohost\" is not host:port"],
