@@ -102,7 +102,15 @@ pub struct DecodeError(String);
 
 /// Encodes a log record.
 pub fn encode(record: &LogRecord) -> Vec<u8> {
-    let mut out = Out(Vec::with_capacity(256));
+    let mut output = Vec::with_capacity(256);
+    encode_into(&mut output, record);
+    output
+}
+
+/// Appends a log record's encoding to `output` (a caller that keeps its buffer from record
+/// to record saves the allocations and the copies of a growing one).
+pub fn encode_into(output: &mut Vec<u8>, record: &LogRecord) {
+    let mut out = Out(std::mem::take(output));
     match record {
         LogRecord::Changes { entity, changes } => {
             out.u8(KIND_CHANGES);
@@ -133,7 +141,7 @@ pub fn encode(record: &LogRecord) -> Vec<u8> {
             }
         }
     }
-    out.0
+    *output = out.0;
 }
 
 /// Decodes a log record.

@@ -7,7 +7,7 @@
 //! 6 a vote, 7 a truncation (entries from an index on are void), 8 a group's state at a
 //! compaction round (vote, purge point, membership), written before older segments go.
 
-use super::{DecodeError, In, LogRecord, Out, decode, encode};
+use super::{DecodeError, In, LogRecord, Out, decode, encode_into};
 
 const KIND_ENTRY: u8 = 5;
 const KIND_VOTE: u8 = 6;
@@ -120,6 +120,14 @@ pub fn is_raft(bytes: &[u8]) -> bool {
     )
 }
 
+/// Capacity the encoding scratch buffer keeps between entries at most.
+const KEPT_SCRATCH: usize = 16 * 1024 * 1024;
+
+thread_local! {
+    /// Where [`encode_entry`] encodes an entry's records before copying them into it.
+    static ENCODED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Encodes an entry of `group`'s log.
 pub fn encode_entry(group: &str, id: EntryId, payload: PayloadRef<'_>) -> Vec<u8> {
     let mut out = Out(Vec::with_capacity(64));
@@ -135,9 +143,26 @@ pub fn encode_entry(group: &str, id: EntryId, payload: PayloadRef<'_>) -> Vec<u8
         PayloadRef::Records(records) => {
             out.u8(PAYLOAD_RECORDS);
             out.u64(records.len() as u64);
-            for record in records {
-                out.bytes(&encode(record));
-            }
+            // Each record is encoded once into this thread's scratch buffer, then copied
+            // once into an entry allocated at its size: no buffer grows by doubling (each
+            // step a copy, and past glibc's mmap threshold fresh pages faulted in).
+            ENCODED.with_borrow_mut(|scratch| {
+                scratch.clear();
+                let mut ends = Vec::with_capacity(records.len());
+                for record in records {
+                    encode_into(scratch, record);
+                    ends.push(scratch.len());
+                }
+                out.0.reserve(scratch.len() + 10 * records.len());
+                let mut start = 0;
+                for end in ends {
+                    out.bytes(&scratch[start..end]);
+                    start = end;
+                }
+                if scratch.capacity() > KEPT_SCRATCH {
+                    *scratch = Vec::new();
+                }
+            });
         }
     }
     out.0
@@ -332,6 +357,7 @@ impl In<'_> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::encode;
     use super::*;
 
     fn id(term: u64, index: u64) -> EntryId {
