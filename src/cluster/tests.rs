@@ -2,6 +2,7 @@
 //! its own leader, compaction that keeps every group's vote and membership.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
@@ -221,5 +222,60 @@ async fn an_idle_group_retires_and_comes_back_on_the_next_write() {
     let (log, recovery) = open(&directory);
     assert_eq!(counters(&recovery.entities["q"]), vec![1, 2]);
     close(log).await;
+    let _ = std::fs::remove_dir_all(&directory);
+}
+
+/// Compaction does not run round after round: a round starts only once at least the live
+/// data has been written since the last one ended, however long the old segments' deletion
+/// takes (it waits for the groups' states), so writing N bytes costs at most about N / live
+/// rounds, each rewriting the live data once.
+#[tokio::test]
+async fn compaction_rounds_follow_what_was_written_not_what_waits_for_deletion() {
+    let directory = scratch("no-thrash");
+    let mut options = StorageOptions::new(&directory);
+    options.compaction_min_bytes = 64 * 1024;
+    let (storage, recovery) = LogStorage::open(options).expect("opens");
+    let log =
+        Arc::new(RaftLog::new(storage, &recovery.groups, ClusterConfig::default()).expect("runs"));
+    log.register("q");
+    // The entity answers every round with a checkpoint of its live state: 48 KiB.
+    let responder = {
+        let log = log.clone();
+        let mut epochs = log.epochs();
+        tokio::spawn(async move {
+            while epochs.changed().await.is_ok() {
+                let epoch = *epochs.borrow_and_update();
+                let state = vec![Change::SessionState {
+                    session_id: "s".into(),
+                    state: Some(vec![1u8; 48 * 1024]),
+                }];
+                log.checkpoint("q", epoch, state)
+                    .await
+                    .expect("checkpointed");
+            }
+        })
+    };
+    let written = 1024 * 1024;
+    for _ in 0..written / 1024 {
+        log.append(vec![(
+            "q".into(),
+            vec![Change::SessionState {
+                session_id: "t".into(),
+                state: Some(vec![2u8; 1024]),
+            }],
+        )])
+        .await
+        .expect("committed");
+    }
+    let rounds = log.storage().compactions();
+    // 1 MiB written against 48 KiB of live data: at most about 1 MiB / 48 KiB rounds.
+    assert!(rounds >= 2, "compaction ran ({rounds} rounds)");
+    assert!(
+        rounds <= 1 + written / (48 * 1024),
+        "{rounds} rounds for {written} bytes written"
+    );
+    responder.abort();
+    log.shutdown().await;
+    log.storage().close();
     let _ = std::fs::remove_dir_all(&directory);
 }

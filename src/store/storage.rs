@@ -156,6 +156,8 @@ struct Inner {
     compaction: Mutex<Compaction>,
     /// Checkpoint bytes written in the last complete round (the live data).
     live_bytes: AtomicU64,
+    /// Bytes the log had written when the last round ended.
+    written_at_round_end: AtomicU64,
     /// Each placement group's log state; locked while a group's entries are submitted.
     groups: Mutex<HashMap<String, GroupLog>>,
 }
@@ -249,6 +251,7 @@ impl LogStorage {
                 epoch: watch::channel(0).0,
                 compaction: Mutex::new(Compaction::default()),
                 live_bytes: AtomicU64::new(live_bytes / 2),
+                written_at_round_end: AtomicU64::new(0),
                 groups: Mutex::new(recovery.groups.clone()),
             }),
         };
@@ -467,19 +470,23 @@ impl LogStorage {
     }
 
     /// Starts a round when the log on disk has outgrown the live data.
+    /// A round also waits until at least the live data (half the minimum, at least) has
+    /// been written since the last round ended: the old segments' deletion lags the round's
+    /// end (the groups' states are written first), and a round that started on the bytes
+    /// about to go would rewrite the whole live backlog again and again.
     fn maybe_compact(&self) {
-        let on_disk = self
-            .inner
-            .log
-            .statistics()
-            .disk_bytes
-            .load(Ordering::Relaxed);
-        let threshold = self
-            .inner
-            .options
-            .compaction_min_bytes
-            .max(2 * self.inner.live_bytes.load(Ordering::Relaxed));
+        let statistics = self.inner.log.statistics();
+        let on_disk = statistics.disk_bytes.load(Ordering::Relaxed);
+        let live = self.inner.live_bytes.load(Ordering::Relaxed);
+        let threshold = self.inner.options.compaction_min_bytes.max(2 * live);
         if on_disk < threshold {
+            return;
+        }
+        let written_since = statistics
+            .bytes
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.inner.written_at_round_end.load(Ordering::Relaxed));
+        if written_since < live.max(self.inner.options.compaction_min_bytes / 2) {
             return;
         }
         if self
@@ -513,6 +520,10 @@ impl LogStorage {
         }
         let round = compaction.round.take()?;
         self.inner.live_bytes.store(round.bytes, Ordering::Relaxed);
+        let written = self.inner.log.statistics().bytes.load(Ordering::Relaxed);
+        self.inner
+            .written_at_round_end
+            .store(written, Ordering::Relaxed);
         tracing::debug!(
             epoch = round.epoch,
             live = round.bytes,
