@@ -28,7 +28,8 @@ pub struct Forward {
     /// Its number in the source's outbox.
     pub sequence_number: super::types::SequenceNumber,
     /// Its enqueued time in the source (with the number and the source's path, the key a
-    /// queue target stores it under, so that a re-send is not stored twice).
+    /// queue or topic target stores it under, so that a re-send is not stored or published
+    /// twice).
     pub enqueued_time: super::types::Timestamp,
     /// The lowest number in the source's outbox when it was handed over (after the turn's
     /// commit): every entry below it is committed as forwarded, so the target may forget
@@ -88,16 +89,17 @@ pub fn spawn(
             let entity = registry
                 .upgrade()
                 .and_then(|registry| registry.lookup(target));
+            let key = ForwardKey {
+                source: source_key.clone(),
+                sequence_number: forward.sequence_number,
+                enqueued_time: forward.enqueued_time,
+            };
             let sent = match entity {
                 Some(Entity::Queue(handle)) => {
                     handle
                         .send(Command::SendForwarded {
                             message: forward.message.clone(),
-                            key: ForwardKey {
-                                source: source_key.clone(),
-                                sequence_number: forward.sequence_number,
-                                enqueued_time: forward.enqueued_time,
-                            },
+                            key,
                             floor: forward.floor,
                             reply,
                         })
@@ -105,9 +107,11 @@ pub fn spawn(
                 }
                 Some(Entity::Topic(handle)) => {
                     handle
-                        .send(TopicCommand::Publish {
-                            messages: vec![forward.message.clone()],
-                            reply: Some(reply),
+                        .send(TopicCommand::PublishForwarded {
+                            message: forward.message.clone(),
+                            key,
+                            floor: forward.floor,
+                            reply,
                         })
                         .await
                 }

@@ -14,8 +14,9 @@
 //! message's activation — is one log record: the topic's changes (the id remembered, the
 //! scheduled message gone) and every subscription's copies, which each subscription hands
 //! over from a staged turn ([`Command::Stage`]). So a crash keeps the copies and the
-//! topic's record of them together or neither: no resend slips past duplicate detection
-//! and no scheduled message is published twice.
+//! topic's record of them together or neither: no resend slips past duplicate detection,
+//! no scheduled message is published twice, and no forwarding source's re-sent outbox entry
+//! is published twice (its key is among the topic's changes, [`Change::Received`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,7 +24,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use super::entity::actor::IdleSender;
-use super::entity::state::Change;
+use super::entity::state::{Change, ForwardKey};
 use super::entity::{
     BatchedSend, Command, EntityHandle, Notification, NotificationSender, Reply, ReplyTo, RequestId,
 };
@@ -90,6 +91,20 @@ pub enum TopicCommand {
         messages: Vec<Message>,
         /// Who waits for the outcome.
         reply: Option<ReplyTo>,
+    },
+    /// Publish a message from another entity's forwarding outbox (rule FWD-1): published at
+    /// most once per outbox entry, however often the source sends it. The entry's key goes
+    /// into the publish's one record; a key already here is answered "stored" and nothing
+    /// is published.
+    PublishForwarded {
+        /// The message, stamped by the source.
+        message: Message,
+        /// Which outbox entry it is.
+        key: ForwardKey,
+        /// The source committed every entry below this number as forwarded.
+        floor: SequenceNumber,
+        /// Who waits for the outcome.
+        reply: ReplyTo,
     },
     /// Publish the sends of consecutive transfers, each as [`TopicCommand::Publish`] would
     /// and with its own outcome (issue 16: a command to the topic per transfer, and one to
@@ -432,7 +447,9 @@ impl Topic {
             // Everything but a publish waits until the publishes before it are stored.
             if !matches!(
                 command,
-                TopicCommand::Publish { .. } | TopicCommand::PublishBatch { .. }
+                TopicCommand::Publish { .. }
+                    | TopicCommand::PublishForwarded { .. }
+                    | TopicCommand::PublishBatch { .. }
             ) && self.settle_in_flight(&mut replies, &mut stopping).await
             {
                 refuse(&self.path, command);
@@ -453,6 +470,34 @@ impl Topic {
                     let copies = publish_off_the_workers(&mut self.state, now, messages).await;
                     let changes = self.state.take_changes();
                     self.start_publish(copies, reply, changes, &sink).await;
+                }
+                TopicCommand::PublishForwarded { reply, .. } if !self.status.allows_send() => {
+                    reply.send(Err(EntityError::Disabled(format!(
+                        "Messaging entity '{}' is currently disabled for sending ({}).",
+                        self.path,
+                        self.status.as_str()
+                    ))));
+                }
+                TopicCommand::PublishForwarded {
+                    message,
+                    key,
+                    floor,
+                    reply,
+                } => {
+                    if self.state.forwarded_already(&key, floor) {
+                        // Published before the source recorded it (that publish's record
+                        // is written: it is appended before the next command is read).
+                        // Only the keys forgotten now are left to write.
+                        let committed = self.commit().await;
+                        reply.send(committed.map(|()| Reply::Done));
+                    } else {
+                        let copies =
+                            publish_off_the_workers(&mut self.state, now, vec![message]).await;
+                        self.state.received_forwarded(key);
+                        let changes = self.state.take_changes();
+                        self.start_publish(copies, Some(reply), changes, &sink)
+                            .await;
+                    }
                 }
                 TopicCommand::PublishBatch {
                     sends,
@@ -855,7 +900,8 @@ fn refuse(path: &str, command: TopicCommand) {
                 reply.send(gone());
             }
         }
-        TopicCommand::Schedule { reply, .. }
+        TopicCommand::PublishForwarded { reply, .. }
+        | TopicCommand::Schedule { reply, .. }
         | TopicCommand::CancelScheduled { reply, .. }
         | TopicCommand::AddSubscription { reply, .. }
         | TopicCommand::RemoveSubscription { reply, .. }

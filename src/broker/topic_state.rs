@@ -6,13 +6,14 @@
 //!
 //! Durable state goes through a [`MessageLog`] like an entity's: scheduled messages (put
 //! when scheduled, removed when cancelled or once published), the counter and the
-//! duplicate-detection history, so the same recovery and checkpoints apply.
+//! duplicate-detection history, the keys of outbox entries forwarded here from other
+//! entities, so the same recovery and checkpoints apply.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::entity::Reply;
 use super::entity::duplicates::DuplicateDetector;
-use super::entity::state::{Change, MessageLog, Record, SESSION_ID_IS_NULL};
+use super::entity::state::{Change, ForwardKey, MessageLog, Record, SESSION_ID_IS_NULL};
 use super::filter::{FilterEvaluationError, Fuel};
 use super::message::Message;
 use super::rules::{self, FilterView, Rule, RuleDefinition};
@@ -103,8 +104,8 @@ impl TopicState {
         self.partitioner = crate::broker::partitions::Partitioner::new(partitions, by_message_id);
     }
 
-    /// Replays recovered change records (scheduled messages, counter, duplicate history)
-    /// and turns change records on.
+    /// Replays recovered change records (scheduled messages, counter, duplicate history,
+    /// forwarded entries' keys).
     pub fn restore(&mut self, now: Timestamp, changes: Vec<Change>) {
         let mut rule_changes = Vec::new();
         self.log
@@ -136,7 +137,7 @@ impl TopicState {
     }
 
     /// The whole durable state, for a compaction checkpoint: scheduled messages, counter,
-    /// duplicate history, and the rule sets changed at run time.
+    /// forwarded entries' keys, duplicate history, and the rule sets changed at run time.
     pub fn checkpoint(&self) -> Vec<Change> {
         let mut changes = self.log.checkpoint_with(self.duplicates.as_ref());
         for entry in self.subscriptions.iter() {
@@ -471,6 +472,24 @@ impl TopicState {
         }
         let ((_, sequence_number), message) = entry.remove_entry();
         Some((sequence_number, message))
+    }
+
+    /// Before a message forwarded from another entity's outbox entry `key` is published
+    /// (`docs/scale-out.md` §8 item 6, as [`super::entity::state::EntityState::forwarded_already`]
+    /// for a queue): forgets the keys of that source numbered below `floor` (it committed
+    /// every lower entry as forwarded), then says whether `key` was published here already
+    /// (a re-send after a crash between this topic's publish and the source's record of
+    /// it), which the caller answers "stored" without publishing it again.
+    pub fn forwarded_already(&mut self, key: &ForwardKey, floor: SequenceNumber) -> bool {
+        self.log.forget_received(&key.source, floor);
+        self.log.was_received(key)
+    }
+
+    /// The message of the outbox entry `key` was published (or dropped as a duplicate by
+    /// message id) in this turn: its key goes among the topic's changes, so into the
+    /// publish's one record with the subscriptions' copies.
+    pub fn received_forwarded(&mut self, key: ForwardKey) {
+        self.log.note_received(key);
     }
 
     /// Every subscription has stored its copies of a scheduled message: it leaves the log.

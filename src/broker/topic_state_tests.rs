@@ -290,3 +290,81 @@ fn scheduled_messages_counter_and_duplicates_survive_a_restore() {
         vec![SequenceNumber(4)]
     );
 }
+
+fn forward_key(sequence_number: i64) -> ForwardKey {
+    ForwardKey {
+        source: "source".to_string(),
+        sequence_number: SequenceNumber(sequence_number),
+        enqueued_time: Timestamp(1_000 + sequence_number),
+    }
+}
+
+/// Publishes the forwarded entry `key` unless it was published here already (what the
+/// topic's task does); returns the copies each subscription got.
+fn arrive(state: &mut TopicState, key: ForwardKey, floor: i64, id: &str) -> usize {
+    if state.forwarded_already(&key, SequenceNumber(floor)) {
+        return 0;
+    }
+    let copies = state.publish(START, vec![message(id, None)]);
+    state.received_forwarded(key);
+    copies.iter().map(|copies| copies.accepted.len()).sum()
+}
+
+#[test]
+fn a_resent_outbox_entry_is_published_once_even_after_a_restore() {
+    // rule FWD-1, to a topic
+    let mut state = topic();
+    assert_eq!(arrive(&mut state, forward_key(1), 1, "m1"), 2);
+    let changes = state.take_changes();
+    assert!(
+        matches!(
+            changes.as_slice(),
+            [Change::Remembered { .. }, Change::Received { key }] if *key == forward_key(1)
+        ),
+        "the key is among the changes the publish's record carries: {changes:?}"
+    );
+    // The source crashed before it recorded the forward and sends the entry again.
+    assert_eq!(arrive(&mut state, forward_key(1), 1, "m1"), 0);
+
+    // The topic restarted from its log, and from a checkpoint of it.
+    let mut replayed = topic();
+    replayed.restore(START, changes);
+    let mut checkpointed = topic();
+    checkpointed.restore(START, replayed.checkpoint());
+    for mut state in [replayed, checkpointed] {
+        assert_eq!(state.log().received_count(), 1);
+        assert_eq!(arrive(&mut state, forward_key(1), 1, "m1"), 0);
+        // The same number from a later incarnation of the source is a new entry (another
+        // message id: the topic's duplicate detection is on).
+        let mut later = forward_key(1);
+        later.enqueued_time = Timestamp(5_000);
+        assert_eq!(arrive(&mut state, later, 1, "m1 again"), 2);
+    }
+}
+
+#[test]
+fn keys_below_the_sources_outbox_floor_are_forgotten_by_the_topic() {
+    let mut state = topic();
+    for number in 1..=3 {
+        arrive(&mut state, forward_key(number), 1, &format!("m{number}"));
+    }
+    assert_eq!(state.log().received_count(), 3);
+    state.take_changes();
+    // Entries 1..=3 left the source's outbox: its next forward says so.
+    arrive(&mut state, forward_key(4), 4, "m4");
+    assert_eq!(
+        state.log().received_count(),
+        1,
+        "only the newest key is kept"
+    );
+    let changes = state.take_changes();
+    assert!(
+        changes.iter().any(|change| matches!(
+            change,
+            Change::ForgetReceived { below, .. } if *below == SequenceNumber(4)
+        )),
+        "the forgetting is durable too: {changes:?}"
+    );
+    // The kept key still answers a re-send of its entry.
+    assert!(state.forwarded_already(&forward_key(4), SequenceNumber(4)));
+}
