@@ -136,13 +136,21 @@ async fn a_full_disk_refuses_sends_with_a_clear_error_and_recovers_when_space_re
     let _ = std::fs::remove_dir_all(&directory);
 }
 
-/// Bytes of the log's segment files in `directory`.
+/// Bytes of records in the log's segment files in `directory`: each file up to its last
+/// byte that is not zero (the segment being written may be a prepared one, filled with
+/// zeros to the segment size ahead of the records: space set aside, not data kept).
 fn log_bytes(directory: &std::path::Path) -> u64 {
     std::fs::read_dir(directory)
         .expect("data directory")
         .filter_map(Result::ok)
         .filter(|entry| entry.file_name().to_string_lossy().ends_with(".wal"))
-        .map(|entry| entry.metadata().map(|metadata| metadata.len()).unwrap_or(0))
+        .map(|entry| {
+            let bytes = std::fs::read(entry.path()).unwrap_or_default();
+            bytes
+                .iter()
+                .rposition(|byte| *byte != 0)
+                .map_or(0, |last| last as u64 + 1)
+        })
         .sum()
 }
 
