@@ -6,31 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
+use crate::store::storage::test_support::{counters, next, scratch};
 use crate::store::storage::{Recovery, StorageOptions};
-
-fn scratch(name: &str) -> PathBuf {
-    let directory = std::env::temp_dir().join(format!(
-        "ferrobus-cluster-{name}-{}-{}",
-        std::process::id(),
-        crate::encoding::ids::unique_u64()
-    ));
-    let _ = std::fs::remove_dir_all(&directory);
-    directory
-}
-
-fn next(value: i64) -> Change {
-    Change::NextSequence(value)
-}
-
-fn counters(changes: &[Change]) -> Vec<i64> {
-    changes
-        .iter()
-        .filter_map(|change| match change {
-            Change::NextSequence(value) => Some(*value),
-            _ => None,
-        })
-        .collect()
-}
 
 fn open(directory: &PathBuf) -> (RaftLog, Recovery) {
     let (storage, recovery) = LogStorage::open(StorageOptions::new(directory)).expect("opens");

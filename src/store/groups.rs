@@ -44,9 +44,7 @@ impl GroupLog {
         if self.purged.is_some_and(|purged| purged.index == index) {
             return self.purged;
         }
-        let at = self.runs.partition_point(|run| run.index <= index);
-        let run = self.runs.get(at.checked_sub(1)?)?;
-        Some(EntryId { index, ..*run })
+        self.id_at_runs(index)
     }
 
     fn note_entry(&mut self, id: EntryId) {
@@ -304,7 +302,7 @@ impl LogStorage {
         let mut groups = self.inner.groups.lock().expect("groups lock");
         let log = groups.entry(group.to_string()).or_default();
         log.purge(id);
-        let state = state_record(group, log);
+        let state = state_record(group, log, log.purged);
         self.inner.log.append(vec![state])
     }
 
@@ -348,26 +346,17 @@ impl LogStorage {
     pub(super) fn group_states(groups: &HashMap<String, GroupLog>) -> Vec<Vec<u8>> {
         groups
             .iter()
-            .map(|(group, log)| {
-                let purged = log.last.or(log.purged);
-                codec::encode_state(
-                    group,
-                    log.vote,
-                    purged,
-                    log.membership
-                        .as_ref()
-                        .map(|(at, membership)| (*at, membership)),
-                )
-            })
+            .map(|(group, log)| state_record(group, log, log.last.or(log.purged)))
             .collect()
     }
 }
 
-fn state_record(group: &str, log: &GroupLog) -> Vec<u8> {
+/// `group`'s state record: its vote and membership, purged up to `purged`.
+fn state_record(group: &str, log: &GroupLog, purged: Option<EntryId>) -> Vec<u8> {
     codec::encode_state(
         group,
         log.vote,
-        log.purged,
+        purged,
         log.membership
             .as_ref()
             .map(|(at, membership)| (*at, membership)),

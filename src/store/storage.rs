@@ -669,11 +669,16 @@ impl Recovery {
     }
 }
 
+/// What the log's tests and the cluster's share: a scratch directory, a change with a
+/// number in it, and the numbers back.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) mod test_support {
+    use std::path::PathBuf;
 
-    fn scratch(name: &str) -> PathBuf {
+    use crate::broker::entity::state::Change;
+
+    /// A fresh directory under the temporary directory, named after `name`.
+    pub(crate) fn scratch(name: &str) -> PathBuf {
         let directory = std::env::temp_dir().join(format!(
             "ferrobus-storage-{name}-{}-{}",
             std::process::id(),
@@ -683,11 +688,13 @@ mod tests {
         directory
     }
 
-    fn next(value: i64) -> Change {
+    /// A change carrying `value`.
+    pub(crate) fn next(value: i64) -> Change {
         Change::NextSequence(value)
     }
 
-    fn counters(changes: &[Change]) -> Vec<i64> {
+    /// The values of the changes made by [`next`], in order.
+    pub(crate) fn counters(changes: &[Change]) -> Vec<i64> {
         changes
             .iter()
             .filter_map(|change| match change {
@@ -696,6 +703,13 @@ mod tests {
             })
             .collect()
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use super::test_support::{counters, next, scratch};
 
     /// A batch of several entities is one record: each entity recovers its part, in order
     /// with its other records, and a checkpoint in progress takes its part too.

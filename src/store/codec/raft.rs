@@ -233,13 +233,7 @@ pub fn decode_raft(bytes: &[u8]) -> Result<RaftRecord, DecodeError> {
                 PAYLOAD_BLANK => Payload::Blank,
                 PAYLOAD_MEMBERSHIP => Payload::Membership(input.membership()?),
                 PAYLOAD_RECORDS => {
-                    let count = input.u64()? as usize;
-                    if count > bytes.len() {
-                        return Err(DecodeError(format!(
-                            "an entry of {count} records in {} bytes",
-                            bytes.len()
-                        )));
-                    }
+                    let count = input.count()?;
                     let mut records = Vec::with_capacity(count);
                     for _ in 0..count {
                         records.push(decode(input.slice()?)?);
