@@ -97,6 +97,15 @@ impl Storage {
         self.0.append(vec![(entity.to_string(), changes)]).await
     }
 
+    /// [`Storage::append`] as a future of its own, which holds no borrow: an actor keeps
+    /// several turns on their way to the log. Turns of one entity become durable in the
+    /// order their futures are first polled.
+    pub fn append_owned(&self, entity: &str, changes: Vec<Change>) -> Durable<'static> {
+        let log = self.0.clone();
+        let batch = vec![(entity.to_string(), changes)];
+        Box::pin(async move { log.append(batch).await })
+    }
+
     /// Appends one turn of several entities' changes, all durable together or none.
     pub async fn append_batch(
         &self,

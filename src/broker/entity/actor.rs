@@ -3,7 +3,8 @@
 //! earliest deadline (lock expiry, message expiry, scheduled activation, idleness); there is
 //! no polling.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::task::Poll;
 
 use tokio::sync::{mpsc, watch};
 
@@ -16,7 +17,7 @@ use crate::broker::budget::MemoryBudget;
 use crate::broker::forwarder::{Forward, ForwardSender};
 use crate::broker::leadership::Leadership;
 use crate::broker::lifecycle::{Lifecycle, stopped};
-use crate::broker::storage::{Storage, StorageError};
+use crate::broker::storage::{Durable, Storage, StorageError};
 use crate::broker::types::{EntityError, ReceiverId, SequenceNumber, SubQueue, Timestamp};
 use crate::clock::Clock;
 use std::sync::Arc;
@@ -134,6 +135,8 @@ pub fn spawn(
         checkpointed: 0,
         deleting: None,
         staging: None,
+        turns: VecDeque::new(),
+        idle: false,
     };
     lifecycle.spawn(actor.run(inbox, lifecycle.stopping()));
     handle
@@ -168,6 +171,56 @@ struct Actor {
     /// This turn holds a topic's staged copies: its changes go to this topic, which
     /// writes them with the rest of the publish, instead of to the log.
     staging: Option<super::StagedSender>,
+    /// Sealed turns on their way to the log, oldest first (see [`Actor::seal`]).
+    turns: VecDeque<Turn>,
+    /// The entity must delete itself for idleness (a released turn said so).
+    idle: bool,
+}
+
+/// Most turns one entity has on their way to the log at once: while one is being written,
+/// the next ones are handled and sealed, and their writes share the group's next entries.
+const TURNS_IN_FLIGHT: usize = 8;
+
+/// A sealed turn: its write to the log, and what goes out once it is durable.
+struct Turn {
+    /// The write, until it is settled (`None`: nothing to write, or settled).
+    durable: Option<Durable<'static>>,
+    /// How the write went, once it is settled.
+    outcome: Option<Result<(), StorageError>>,
+    /// Replies held until the turn is durable.
+    replies: Vec<(super::ReplyTo, Result<super::Reply, EntityError>)>,
+    /// Batched sends' replies held until the turn is durable.
+    batches: Vec<HeldBatch>,
+    /// Deliveries, forwards and notifications held until the turn is durable.
+    effects: Vec<Effect>,
+    /// [`Actor::forward_details`] of the forwards among `effects`.
+    forwards: Vec<(Timestamp, SequenceNumber)>,
+}
+
+/// A delivery that did not go out: its receiver, the delivery, and whether the receiver's
+/// connection is gone.
+type Returned = (ReceiverId, Delivery, bool);
+
+/// Waits until the oldest turn's write is settled and takes it. Every write still unsettled
+/// is polled, oldest first, so that they reach the log in the order they were sealed.
+async fn next_durable(turns: &mut VecDeque<Turn>) -> Turn {
+    std::future::poll_fn(|context| {
+        for turn in turns.iter_mut() {
+            if let Some(durable) = &mut turn.durable
+                && let Poll::Ready(outcome) = durable.as_mut().poll(context)
+            {
+                turn.durable = None;
+                turn.outcome = Some(outcome);
+            }
+        }
+        match turns.front() {
+            Some(turn) if turn.outcome.is_some() => {
+                Poll::Ready(turns.pop_front().expect("a turn is in front"))
+            }
+            _ => Poll::Pending,
+        }
+    })
+    .await
 }
 
 /// The replies of one batch of sends, held until the turn's changes are durable.
@@ -187,7 +240,9 @@ impl Actor {
         if self.storage.is_some() {
             let now = self.clock.now();
             self.state.advance(now);
-            if self.finish_turn().await {
+            self.seal();
+            self.drain().await;
+            if self.idle {
                 self.delete_for_idleness(inbox).await;
                 return;
             }
@@ -207,8 +262,18 @@ impl Actor {
                 timer.as_mut().reset(self.clock.instant_at(at));
                 armed = Some(at);
             }
+            let room = self.turns.len() < TURNS_IN_FLIGHT;
+            let mut seal = true;
             tokio::select! {
-                command = inbox.recv() => {
+                // Writes first: polling them starts the ones just sealed, in order, and a
+                // settled turn goes out before more commands are taken.
+                biased;
+                turn = next_durable(&mut self.turns), if !self.turns.is_empty() => {
+                    // After a failed write what was taken back waits for the next turn:
+                    // retrying at once against a log that refuses would go round in circles.
+                    seal = self.release(turn);
+                }
+                command = inbox.recv(), if room => {
                     let Some(command) = command else { break };
                     // One reading of the clock per turn: the commands taken together are
                     // handled at the same instant (they arrived within microseconds).
@@ -216,18 +281,26 @@ impl Actor {
                     let mut next = Some(command);
                     let mut handled = false;
                     while let Some(command) = next.take() {
-                        let staged = matches!(command, Command::Stage { .. });
-                        // A topic's staged copies are a turn of their own: what came
-                        // before them is committed first, nothing after joins them.
-                        if staged && handled && self.finish_turn().await {
-                            self.delete_for_idleness(inbox).await;
-                            return;
+                        if matches!(command, Command::Stage { .. }) {
+                            // A topic's staged copies are a turn of their own: what came
+                            // before them is durable first, nothing after joins them.
+                            if handled {
+                                self.seal();
+                            }
+                            self.drain().await;
+                            if self.idle {
+                                break;
+                            }
+                            self.handle(command, now);
+                            self.recharge();
+                            seal = self.commit_staged().await;
+                            break;
                         }
                         self.handle(command, now);
                         self.recharge();
                         handled = true;
-                        // Take whatever else is queued before flushing effects.
-                        if !staged && self.deleting.is_none() {
+                        // Take whatever else is queued before sealing the turn.
+                        if self.deleting.is_none() {
                             next = inbox.try_recv().ok();
                         }
                     }
@@ -245,23 +318,31 @@ impl Actor {
                     }
                 } => {}
             }
-            let deleted = self.finish_turn().await;
+            if seal {
+                self.seal();
+            }
             self.recharge();
+            if self.deleting.is_some() || self.idle {
+                self.drain().await;
+            }
             if let Some(reply) = self.deleting.take() {
                 self.delete(inbox, reply).await;
                 return;
             }
-            if deleted {
+            if self.idle {
                 self.delete_for_idleness(inbox).await;
                 return;
             }
             if let Some(epochs) = &mut epochs {
                 let epoch = *epochs.borrow_and_update();
                 if epoch > self.checkpointed {
+                    // A checkpoint holds what the log holds: every turn on its way first.
+                    self.drain().await;
                     self.checkpoint(epoch).await;
                 }
             }
         }
+        self.drain().await;
         self.stop();
     }
 
@@ -314,86 +395,210 @@ impl Actor {
         }
     }
 
-    /// Ends a turn: makes its changes durable (group commit with every other entity's),
-    /// then releases its replies and carries out its effects. Effects that change the state
-    /// again (a delivery returned because its connection is gone) go through the same
-    /// commit before anything further goes out. Returns true when the entity must be
-    /// deleted.
-    async fn finish_turn(&mut self) -> bool {
-        let mut deleted = false;
-        loop {
-            let failure = self.commit().await;
-            let (idle, returned) = self.carry_out_effects(failure.as_ref());
-            deleted |= idle;
-            // After a failed commit what was taken back waits for the next turn: retrying
-            // at once against a log that refuses would only go round in circles.
-            if !returned || failure.is_some() {
-                return deleted;
+    /// Ends a turn: its changes go to the log (group commit with every other entity's),
+    /// and its replies, dispositions and deliveries wait in [`Actor::turns`] until they are
+    /// durable and every earlier turn has been released. The actor meanwhile takes the next
+    /// commands. In memory everything goes out at once.
+    fn seal(&mut self) {
+        let Some((storage, key)) = &self.storage else {
+            // In memory: effects that change the state again (a delivery returned because
+            // its connection is gone) are carried out until none is left.
+            loop {
+                let effects = self.state.take_effects();
+                let forwards = self.forward_details(&effects);
+                let (idle, returned) = self.carry_out_effects(effects, forwards, None);
+                self.idle |= idle;
+                if returned.is_empty() {
+                    return;
+                }
+                self.take_back(returned, &[]);
+            }
+        };
+        let changes = self.state.take_changes();
+        if changes.is_empty()
+            && self.held_replies.is_empty()
+            && self.held_batches.is_empty()
+            && !self.state.has_effects()
+        {
+            return;
+        }
+        let effects = self.state.take_effects();
+        let forwards = self.forward_details(&effects);
+        let (durable, outcome) = if changes.is_empty() {
+            (None, Some(Ok(())))
+        } else {
+            (Some(storage.append_owned(key, changes)), None)
+        };
+        self.turns.push_back(Turn {
+            durable,
+            outcome,
+            replies: std::mem::take(&mut self.held_replies),
+            batches: std::mem::take(&mut self.held_batches),
+            effects,
+            forwards,
+        });
+    }
+
+    /// A turn holding a topic's staged copies: the topic writes its changes with the rest
+    /// of the publish; released once the topic says they are durable (no turn is on its
+    /// way to the log then). Returns whether the next turn may be sealed at once (false
+    /// after a failure, as [`Actor::release`]).
+    async fn commit_staged(&mut self) -> bool {
+        let Some(topic) = self.staging.take() else {
+            return true;
+        };
+        let Some((_, key)) = &self.storage else {
+            return true;
+        };
+        let changes = self.state.take_changes();
+        let outcome = hand_over(topic, key, changes).await;
+        let effects = self.state.take_effects();
+        let forwards = self.forward_details(&effects);
+        let turn = Turn {
+            durable: None,
+            outcome: Some(outcome),
+            replies: std::mem::take(&mut self.held_replies),
+            batches: std::mem::take(&mut self.held_batches),
+            effects,
+            forwards,
+        };
+        self.release(turn)
+    }
+
+    /// Releases every turn on its way to the log, in order, and what they give rise to.
+    async fn drain(&mut self) {
+        while !self.turns.is_empty() {
+            let turn = next_durable(&mut self.turns).await;
+            if self.release(turn) {
+                self.seal();
             }
         }
     }
 
-    /// Appends the turn's changes and waits until they are durable; then answers the held
-    /// replies. A failure answers every successful reply of the turn with the storage error
-    /// instead (nothing is acknowledged that is not on disk) and is returned, so that the
-    /// turn's deliveries are taken back rather than sent.
-    async fn commit(&mut self) -> Option<EntityError> {
-        let (storage, key) = self.storage.as_ref()?;
-        let changes = self.state.take_changes();
-        let staging = self.staging.take();
-        let failure = if changes.is_empty() && staging.is_none() {
-            None
-        } else {
-            let durable = match staging {
-                None => storage.append(key, changes).await,
-                Some(topic) => hand_over(topic, key, changes).await,
-            };
-            match durable {
-                Ok(()) => None,
-                Err(error) => {
-                    tracing::error!(entity = %key, %error, "cannot make a change durable; the operation is refused");
-                    Some(match error {
-                        StorageError::NoSpace(text) => EntityError::StorageFull(format!(
-                            "The broker's disk is full; nothing was stored: {text}"
-                        )),
-                        other => EntityError::StorageFailed(format!(
-                            "The broker could not store the operation durably: {other}"
-                        )),
-                    })
-                }
-            }
+    /// Releases the oldest turn once its write is settled: its replies, dispositions and
+    /// deliveries go out. A failed write fails this turn and every later one on its way
+    /// (they were built on it; whatever of them the log may still keep, nothing of them
+    /// is acknowledged): each successful reply is answered with the storage error, their
+    /// sends are withdrawn, their deliveries taken back. Returns false after a failure.
+    fn release(&mut self, mut turn: Turn) -> bool {
+        let error = match turn.outcome.take() {
+            Some(Ok(())) | None => None,
+            Some(Err(error)) => Some(error),
         };
-        if failure.is_some() {
-            // Sends of this turn were refused: their messages must not be delivered.
-            let batched = self.held_batches.iter().flat_map(|(_, replies)| replies);
-            for result in self
-                .held_replies
+        let Some(error) = error else {
+            for (reply, result) in turn.replies {
+                reply.send(result);
+            }
+            for (sink, replies) in turn.batches {
+                let _ = sink.send(Notification::Replies { replies });
+            }
+            let (idle, returned) = self.carry_out_effects(turn.effects, turn.forwards, None);
+            self.idle |= idle;
+            self.take_back(returned, &[]);
+            return true;
+        };
+        let key = self.storage.as_ref().map_or("", |(_, key)| key.as_str());
+        tracing::error!(entity = %key, %error, "cannot make a change durable; the operation is refused");
+        let failure = match error {
+            StorageError::NoSpace(text) => EntityError::StorageFull(format!(
+                "The broker's disk is full; nothing was stored: {text}"
+            )),
+            other => EntityError::StorageFailed(format!(
+                "The broker could not store the operation durably: {other}"
+            )),
+        };
+        let mut failed = vec![turn];
+        failed.extend(self.turns.drain(..));
+        let mut withdrawn = Vec::new();
+        let mut returned = Vec::new();
+        for turn in failed {
+            let batched = turn.batches.iter().flat_map(|(_, replies)| replies);
+            for result in turn
+                .replies
                 .iter()
                 .map(|(_, result)| result)
                 .chain(batched.map(|(_, result)| result))
             {
                 if let Ok(Reply::SequenceNumbers(numbers)) = result {
-                    self.state.withdraw(numbers);
+                    withdrawn.extend(numbers.iter().copied());
                 }
             }
-        }
-        for (reply, result) in self.held_replies.drain(..) {
-            match (&failure, result) {
-                (Some(error), Ok(_)) => reply.send(Err(error.clone())),
-                (_, result) => reply.send(result),
+            for (reply, result) in turn.replies {
+                reply.send(result.and(Err(failure.clone())));
             }
-        }
-        for (sink, mut replies) in self.held_batches.drain(..) {
-            if let Some(error) = &failure {
+            for (sink, mut replies) in turn.batches {
                 for (_, result) in &mut replies {
                     if result.is_ok() {
-                        *result = Err(error.clone());
+                        *result = Err(failure.clone());
                     }
                 }
+                let _ = sink.send(Notification::Replies { replies });
             }
-            let _ = sink.send(Notification::Replies { replies });
+            let (idle, taken) = self.carry_out_effects(turn.effects, turn.forwards, Some(&failure));
+            self.idle |= idle;
+            returned.extend(taken);
         }
-        failure
+        // Sends of these turns were refused: their messages must not be delivered.
+        self.state.withdraw(&withdrawn);
+        self.take_back(returned, &withdrawn);
+        false
+    }
+
+    /// For each forward among `effects`, in order: the entry's enqueued time in the outbox
+    /// and the lowest number left in the outbox, read now, when the state is what the
+    /// turn's record makes durable (a later turn may forward more before this one is).
+    fn forward_details(&self, effects: &[Effect]) -> Vec<(Timestamp, SequenceNumber)> {
+        if self.forwarder.is_none() {
+            return Vec::new();
+        }
+        effects
+            .iter()
+            .filter_map(|effect| match effect {
+                Effect::Forward {
+                    sequence_number, ..
+                } => {
+                    let enqueued_time = self
+                        .state
+                        .log()
+                        .outbox()
+                        .get(sequence_number)
+                        .map_or(Timestamp(0), |(record, _)| record.enqueued_time);
+                    let floor = self.state.outbox_floor().unwrap_or(*sequence_number);
+                    Some((enqueued_time, floor))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Takes back deliveries that did not go out (their connection is gone, or their turn
+    /// failed): the messages are available again. A message whose send was `withdrawn`
+    /// stays gone; its receiver gets back the credit it spent on it.
+    fn take_back(&mut self, returned: Vec<Returned>, withdrawn: &[SequenceNumber]) {
+        if returned.is_empty() {
+            return;
+        }
+        let now = self.clock.now();
+        for (receiver, delivery, gone) in returned {
+            if gone {
+                self.state.detach_receiver(now, receiver);
+            }
+            let receiver = (!gone).then_some(receiver);
+            if delivery.sub_queue != SubQueue::TransferDeadLetter
+                && withdrawn.contains(&delivery.record.sequence_number)
+            {
+                self.state.forget_undelivered(receiver);
+            } else {
+                // Not sent: the receiver keeps the credit it spent on it.
+                self.state.return_undelivered(
+                    now,
+                    receiver,
+                    delivery.sub_queue,
+                    delivery.record,
+                    delivery.lock,
+                );
+            }
+        }
     }
 
     /// Writes this entity's whole durable state for compaction round `epoch`.
@@ -818,14 +1023,19 @@ impl Actor {
         }
     }
 
-    /// Carries out effects; returns whether the entity must be deleted, and whether
-    /// deliveries were taken back (which changed the state: another turn must commit
-    /// before anything further goes out). After a failed commit (`failure`), deliveries are
-    /// taken back instead of sent: nothing leaves that the log does not have.
-    fn carry_out_effects(&mut self, failure: Option<&EntityError>) -> (bool, bool) {
+    /// Carries out a turn's effects (`forwards`: [`Actor::forward_details`] of them);
+    /// returns whether the entity must be deleted, and the deliveries to take back (their
+    /// connection is gone). After a failed write (`failure`) every delivery is taken back
+    /// instead of sent: nothing leaves that the log does not have.
+    fn carry_out_effects(
+        &mut self,
+        mut effects: Vec<Effect>,
+        forwards: Vec<(Timestamp, SequenceNumber)>,
+        failure: Option<&EntityError>,
+    ) -> (bool, Vec<Returned>) {
         let mut idle = false;
         let mut returned = Vec::new();
-        let mut effects = self.state.take_effects();
+        let mut forwards = forwards.into_iter();
         for effect in effects.drain(..) {
             match effect {
                 Effect::Deliver(delivery) if failure.is_some() => {
@@ -897,15 +1107,12 @@ impl Actor {
                     target,
                 } => {
                     if let Some(forwarder) = &self.forwarder {
-                        let log = self.state.log();
-                        let enqueued_time = log
-                            .outbox()
-                            .get(&sequence_number)
-                            .map_or(Timestamp(0), |(record, _)| record.enqueued_time);
-                        // Only what is durable may be forgotten: after a failed commit the
+                        let (enqueued_time, floor) =
+                            forwards.next().unwrap_or((Timestamp(0), sequence_number));
+                        // Only what is durable may be forgotten: after a failed write the
                         // head may be ahead of the log.
                         let floor = match failure {
-                            None => self.state.outbox_floor().unwrap_or(sequence_number),
+                            None => floor,
                             Some(_) => SequenceNumber(i64::MIN),
                         };
                         let _ = forwarder.send(Forward {
@@ -921,31 +1128,6 @@ impl Actor {
         }
         // Its room serves the next turn's effects (issue 16: grown again every turn).
         self.state.recycle_effects(effects);
-        let taken_back = !returned.is_empty();
-        if taken_back {
-            let now = self.clock.now();
-            for (receiver, delivery, gone) in returned {
-                if gone {
-                    self.state.detach_receiver(now, receiver);
-                    self.state.return_undelivered(
-                        now,
-                        None,
-                        delivery.sub_queue,
-                        delivery.record,
-                        delivery.lock,
-                    );
-                } else {
-                    // Not sent: the receiver keeps the credit it spent on it.
-                    self.state.return_undelivered(
-                        now,
-                        Some(receiver),
-                        delivery.sub_queue,
-                        delivery.record,
-                        delivery.lock,
-                    );
-                }
-            }
-        }
-        (idle, taken_back)
+        (idle, returned)
     }
 }

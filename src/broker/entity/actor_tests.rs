@@ -648,3 +648,194 @@ async fn an_entity_restarts_from_what_it_wrote_through_the_storage_port() {
         .collect();
     assert_eq!(numbers, [SequenceNumber(2), SequenceNumber(3)]);
 }
+
+/// A log whose appends wait until the test settles each of them, in any order.
+#[derive(Debug)]
+struct GatedLog {
+    /// Each append's answer, in the order the appends arrived.
+    appends: std::sync::Mutex<Vec<Option<tokio::sync::oneshot::Sender<StorageResult>>>>,
+    /// How many appends have arrived.
+    arrived: tokio::sync::watch::Sender<usize>,
+    epoch: tokio::sync::watch::Sender<u64>,
+}
+
+type StorageResult = Result<(), crate::broker::storage::StorageError>;
+
+impl GatedLog {
+    fn new() -> std::sync::Arc<GatedLog> {
+        std::sync::Arc::new(GatedLog {
+            appends: Default::default(),
+            arrived: tokio::sync::watch::channel(0).0,
+            epoch: tokio::sync::watch::channel(0).0,
+        })
+    }
+
+    /// Waits until `count` appends have arrived; fails when they do not (paused time moves
+    /// on only once every task waits, so an append that would come has come by then).
+    async fn wait_for(&self, count: usize) {
+        let mut arrived = self.arrived.subscribe();
+        tokio::time::timeout(Duration::from_secs(60), arrived.wait_for(|n| *n >= count))
+            .await
+            .unwrap_or_else(|_| panic!("{count} appends did not arrive"))
+            .expect("the log lives");
+    }
+
+    /// Settles append `index` (from 1) with `result`.
+    fn settle(&self, index: usize, result: StorageResult) {
+        let answer = self.appends.lock().expect("unpoisoned")[index - 1]
+            .take()
+            .expect("settled once");
+        let _ = answer.send(result);
+    }
+}
+
+impl crate::broker::storage::DurableLog for GatedLog {
+    fn append(
+        &self,
+        _batch: Vec<(String, Vec<super::state::Change>)>,
+    ) -> crate::broker::storage::Durable<'_> {
+        let (answer, settled) = tokio::sync::oneshot::channel();
+        let count = {
+            let mut appends = self.appends.lock().expect("unpoisoned");
+            appends.push(Some(answer));
+            appends.len()
+        };
+        self.arrived.send_replace(count);
+        Box::pin(async move { settled.await.expect("the test settles every append") })
+    }
+    fn drop_entity(&self, _entity: &str) -> crate::broker::storage::Durable<'_> {
+        Box::pin(async { Ok(()) })
+    }
+    fn checkpoint(
+        &self,
+        _entity: &str,
+        _epoch: u64,
+        _changes: Vec<super::state::Change>,
+    ) -> crate::broker::storage::Durable<'_> {
+        Box::pin(async { Ok(()) })
+    }
+    fn save_namespace(&self, _text: String) -> crate::broker::storage::Durable<'_> {
+        Box::pin(async { Ok(()) })
+    }
+    fn has_room(&self) -> bool {
+        true
+    }
+    fn full_error(&self) -> String {
+        String::new()
+    }
+    fn register(&self, _entity: &str) {}
+    fn unregister(&self, _entity: &str) {}
+    fn epochs(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.epoch.subscribe()
+    }
+}
+
+impl Entity {
+    /// Sends `message` without waiting for the reply (request `request`).
+    async fn send_unanswered(&self, message: Message, request: u64) {
+        self.command(Command::Send {
+            messages: vec![message].into(),
+            reply: Some(ReplyTo {
+                sink: self.reply_sink.clone(),
+                request: RequestId(request),
+            }),
+        })
+        .await;
+    }
+
+    /// The next reply: its request and result.
+    async fn next_reply(&mut self) -> (RequestId, Result<Reply, EntityError>) {
+        match self.replies.recv().await {
+            Some(Notification::Reply { request, result }) => (request, result),
+            other => panic!("expected a reply, got {other:?}"),
+        }
+    }
+}
+
+fn gated_entity(log: &std::sync::Arc<GatedLog>) -> Entity {
+    Entity::spawn_with(
+        |_| {},
+        Some(actor::Durability {
+            storage: crate::broker::storage::Storage::new(log.clone()),
+            key: PATH.to_string(),
+            recovered: Vec::new(),
+        }),
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn turns_go_to_the_log_while_earlier_ones_are_written_and_are_answered_in_order() {
+    let log = GatedLog::new();
+    let mut entity = gated_entity(&log);
+    entity.send_unanswered(message(1), 1).await;
+    log.wait_for(1).await;
+    // The second turn is written while the first still is (one turn at a time waited a
+    // whole write before taking the next command).
+    entity.send_unanswered(message(2), 2).await;
+    log.wait_for(2).await;
+    // The second write is durable first: its reply still waits for the first turn's.
+    log.settle(2, Ok(()));
+    let early = timeout_at(
+        Instant::now() + Duration::from_secs(1),
+        entity.replies.recv(),
+    )
+    .await;
+    assert!(early.is_err(), "a later turn answered first: {early:?}");
+    log.settle(1, Ok(()));
+    let (first, result) = entity.next_reply().await;
+    assert_eq!(first, RequestId(1));
+    assert!(
+        matches!(result, Ok(Reply::SequenceNumbers(ref numbers)) if numbers[..] == [SequenceNumber(1)]),
+        "{result:?}"
+    );
+    let (second, result) = entity.next_reply().await;
+    assert_eq!(second, RequestId(2));
+    assert!(
+        matches!(result, Ok(Reply::SequenceNumbers(ref numbers)) if numbers[..] == [SequenceNumber(2)]),
+        "{result:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_write_fails_every_later_turn_on_its_way_and_withdraws_their_sends() {
+    let log = GatedLog::new();
+    let mut entity = gated_entity(&log);
+    let mut deliveries = entity.receive_and_delete(10).await;
+    entity.send_unanswered(message(1), 1).await;
+    log.wait_for(1).await;
+    entity.send_unanswered(message(2), 2).await;
+    log.wait_for(2).await;
+    // The first write fails; the second (built on the first) is answered with the error
+    // even though the log took it.
+    log.settle(
+        1,
+        Err(crate::broker::storage::StorageError::Failed(
+            "injected".into(),
+        )),
+    );
+    log.settle(2, Ok(()));
+    for expected in [RequestId(1), RequestId(2)] {
+        let (request, result) = entity.next_reply().await;
+        assert_eq!(request, expected);
+        assert!(
+            matches!(result, Err(EntityError::StorageFailed(_))),
+            "{result:?}"
+        );
+    }
+    // Neither message was delivered, nor is either stored.
+    let delivered = timeout_at(Instant::now() + Duration::from_secs(1), deliveries.recv()).await;
+    assert!(
+        delivered.is_err(),
+        "a refused send was delivered: {delivered:?}"
+    );
+    // The entity goes on: the next send is stored and delivered, with the receiver's
+    // credit intact.
+    entity.send_unanswered(message(3), 3).await;
+    log.wait_for(3).await;
+    log.settle(3, Ok(()));
+    let (request, result) = entity.next_reply().await;
+    assert_eq!(request, RequestId(3));
+    assert!(result.is_ok(), "{result:?}");
+    let record = next_delivery(&mut deliveries).await;
+    assert_eq!(record.message.body(), &[3][..]);
+}

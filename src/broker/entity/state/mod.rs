@@ -600,6 +600,11 @@ impl EntityState {
         std::mem::take(&mut self.effects)
     }
 
+    /// Whether effects wait to be taken ([`Self::take_effects`]).
+    pub fn has_effects(&self) -> bool {
+        !self.effects.is_empty()
+    }
+
     /// Gives back an emptied effects list taken by [`Self::take_effects`], so that the
     /// next turn's effects do not grow a new one from nothing (kept only while no new
     /// effects are pending, and up to [`KEPT_EFFECTS`] entries of room).
@@ -975,6 +980,14 @@ impl EntityState {
         }
         if let Some(record) = self.log.remove(SubQueue::Main, sequence_number) {
             self.append(at, record.message, 0, None);
+        }
+    }
+
+    /// A delivery of a message whose send was withdrawn did not go out: the message stays
+    /// gone, and `receiver` gets back the credit it spent on it.
+    pub fn forget_undelivered(&mut self, receiver: Option<ReceiverId>) {
+        if let Some(state) = receiver.and_then(|receiver| self.receivers.get_mut(&receiver)) {
+            state.delivered = state.delivered.wrapping_sub(1);
         }
     }
 
