@@ -289,6 +289,9 @@ impl Actor {
                             }
                             self.drain().await;
                             if self.idle {
+                                // Deleted for idleness meanwhile: the topic still gets its
+                                // word from this entity.
+                                self.refuse(command);
                                 break;
                             }
                             self.handle(command, now);
