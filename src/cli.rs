@@ -1,6 +1,7 @@
 //! Command-line interface (clap derive).
 //!
-//! `ferrobus [--config FILE] [--listen ADDR] [--log-level LEVEL]` runs the broker;
+//! `ferrobus [--config FILE] [--listen ADDR] [--data-dir DIR | --memory]
+//! [--reset-runtime-changes] [--log-level LEVEL]` runs the broker;
 //! `ferrobus --check-config FILE` validates a file, prints its summary and exits 0 or 1;
 //! `ferrobus config convert FILE` prints the TOML equivalent of an emulator `Config.json`.
 //! This module only parses arguments and locates the config file; loading it, applying
@@ -54,6 +55,11 @@ pub struct Cli {
     /// `storage.mode`.
     #[arg(long)]
     pub memory: bool,
+
+    /// Drop every entity created, changed or deleted at run time (admin API, `$management`)
+    /// from the data directory at start: the namespace is the configuration file's again.
+    #[arg(long, conflicts_with = "memory")]
+    pub reset_runtime_changes: bool,
 
     /// Validate FILE, print a summary of its entities, and exit (0 if valid, 1 if not).
     #[arg(long, value_name = "FILE")]
@@ -145,6 +151,15 @@ mod tests {
         assert_eq!(cli.log_filter(), "info");
         assert_eq!(cli.data_dir, None);
         assert!(!cli.memory);
+        assert!(!cli.reset_runtime_changes);
+        Ok(())
+    }
+
+    #[test]
+    fn reset_runtime_changes_is_a_flag_of_durable_storage() -> Result<(), clap::Error> {
+        assert!(parse(&["--reset-runtime-changes"])?.reset_runtime_changes);
+        assert!(parse(&["--data-dir", "d", "--reset-runtime-changes"])?.reset_runtime_changes);
+        assert!(parse(&["--memory", "--reset-runtime-changes"]).is_err());
         Ok(())
     }
 

@@ -169,13 +169,18 @@ pub async fn run_listeners(
     // The core sees the log through its port only: every write goes through its placement
     // group's Raft log (src/cluster) on the node's write-ahead log.
     let mut groups = None;
+    let mut start = NamespaceStart::default();
     let storage = match storage {
         Some((storage, recovery)) => {
-            let raft = Arc::new(cluster::RaftLog::new(
-                storage,
-                &recovery.groups,
-                config.cluster.clone(),
-            )?);
+            let raft = Arc::new(
+                cluster::RaftLog::new(storage, &recovery.groups, config.cluster.clone())?
+                    .with_namespace(recovery.namespace.clone()),
+            );
+            raft.keep_metadata();
+            start = NamespaceStart {
+                file: recovery.namespace_file.clone(),
+                reset: recovery.namespace_reset,
+            };
             groups = Some(raft.clone());
             let port: Arc<dyn broker::storage::DurableLog> = raft;
             Some((
@@ -185,7 +190,16 @@ pub async fn run_listeners(
         }
         None => None,
     };
-    let served = serve(listeners, config, storage, store.clone(), shutdown, ready).await;
+    let served = serve(
+        listeners,
+        config,
+        storage,
+        start,
+        store.clone(),
+        shutdown,
+        ready,
+    )
+    .await;
     if let Some(groups) = groups {
         groups.shutdown().await;
     }
@@ -212,7 +226,75 @@ pub async fn run_with_log(
         https: None,
     };
     let storage = Some((broker::storage::Storage::new(log), recovered));
-    serve(listeners, config, storage, None, shutdown, || {}).await
+    let start = NamespaceStart::default();
+    serve(listeners, config, storage, start, None, shutdown, || {}).await
+}
+
+/// What the start writes of the namespace's run-time changes before the broker serves.
+#[derive(Debug, Default)]
+struct NamespaceStart {
+    /// A `namespace.toml` left by an older build, whose text was recovered: written to the
+    /// log, then removed.
+    file: Option<std::path::PathBuf>,
+    /// `--reset-runtime-changes`: the recovered text is the empty one, written to the log.
+    reset: bool,
+}
+
+/// The namespace the broker serves: the configuration file with the stored run-time
+/// changes laid over it. What `start` asks for is written (through the metadata group)
+/// once the two are known to fit together, so a file that does not fit stays where it is.
+async fn seed_namespace(
+    config: &Config,
+    storage: Option<&(broker::storage::Storage, broker::storage::Recovered)>,
+    start: NamespaceStart,
+) -> Result<Config, String> {
+    let mut namespace = config.clone();
+    let Some((storage, recovered)) = storage else {
+        return Ok(namespace);
+    };
+    let Some(text) = &recovered.namespace else {
+        return Ok(namespace);
+    };
+    let origin = match &start.file {
+        Some(file) => file.display().to_string(),
+        None => "the data directory's log".to_string(),
+    };
+    let changes =
+        config::changes::NamespaceChanges::from_toml_str(text, &origin).map_err(|error| {
+            format!("the stored run-time namespace changes cannot be read: {error}")
+        })?;
+    for note in changes.apply(&mut namespace) {
+        tracing::warn!(
+            "{note} (the run-time change stored in the data directory wins over the configuration file; delete or recreate the entity through the admin API to change it, or start with --reset-runtime-changes to drop every run-time change)"
+        );
+    }
+    namespace.validate().map_err(|error| {
+        format!(
+            "the configuration file and the run-time changes stored in {origin} do not fit together: {error} (start with --reset-runtime-changes to drop every run-time change)"
+        )
+    })?;
+    if start.reset || start.file.is_some() {
+        storage
+            .save_namespace(text.clone())
+            .await
+            .map_err(|error| format!("cannot store the namespace's run-time changes: {error}"))?;
+    }
+    if start.reset {
+        tracing::info!(
+            "--reset-runtime-changes: every entity created, changed or deleted at run time was dropped; the namespace is the configuration file's"
+        );
+    }
+    if let Some(file) = &start.file {
+        store::storage::remove_namespace_file(file)
+            .map_err(|error| format!("cannot remove {}: {error}", file.display()))?;
+        if !start.reset {
+            tracing::info!(
+                "the run-time namespace changes of {} are kept in the data directory's log now; the file was removed",
+                file.display()
+            );
+        }
+    }
+    Ok(namespace)
 }
 
 /// Runs the broker on its listeners and the core's storage (`wal`: the node's own log
@@ -221,6 +303,7 @@ async fn serve(
     listeners: Listeners,
     config: &Config,
     storage: Option<(broker::storage::Storage, broker::storage::Recovered)>,
+    start: NamespaceStart,
     wal: Option<LogStorage>,
     shutdown: watch::Receiver<bool>,
     ready: impl FnOnce(),
@@ -237,29 +320,7 @@ async fn serve(
         decode_properties: Arc::new(amqp::rewrite::decode_user_properties),
         evaluation_budget: config.server.filter_evaluation_budget,
     };
-    let mut namespace = config.clone();
-    if let Some(text) = storage
-        .as_ref()
-        .and_then(|(_, recovery)| recovery.namespace.as_ref())
-    {
-        let file =
-            config::changes::NamespaceChanges::from_toml_str(text, store::storage::NAMESPACE_FILE)
-                .map_err(|error| {
-                    format!("the stored run-time namespace changes cannot be read: {error}")
-                })?;
-        for note in file.apply(&mut namespace) {
-            tracing::warn!(
-                "{note} (the data directory's {} wins over the configuration file; delete or recreate the entity through the admin API to change it)",
-                store::storage::NAMESPACE_FILE
-            );
-        }
-        namespace.validate().map_err(|error| {
-            format!(
-                "the configuration file and the run-time changes stored in {} do not fit together: {error}",
-                store::storage::NAMESPACE_FILE
-            )
-        })?;
-    }
+    let namespace = seed_namespace(config, storage.as_ref(), start).await?;
     let registry = Registry::start_seeded(&namespace, config, clock, codec, storage)?;
     let keys: Vec<AccessKey> = config
         .auth

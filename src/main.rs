@@ -128,7 +128,7 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(async move {
-        let storage = match ferrobus::open_storage(&config) {
+        let mut storage = match ferrobus::open_storage(&config) {
             Ok(storage) => storage,
             Err(error) => {
                 eprintln!(
@@ -138,6 +138,14 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
+        if cli.reset_runtime_changes {
+            match &mut storage {
+                Some((_, recovery)) => recovery.reset_runtime_changes(),
+                None => tracing::info!(
+                    "--reset-runtime-changes: storage is in memory, nothing stored to drop"
+                ),
+            }
+        }
         let listener = match tokio::net::TcpListener::bind(listen).await {
             Ok(listener) => listener,
             Err(error) => {

@@ -9,6 +9,11 @@
 //! stays the commit point. Today every group has one member, this node: the same path a
 //! multi-node cluster takes, with nobody else to wait for.
 //!
+//! The namespace's run-time changes (entities created, changed or deleted at run time) are
+//! the state of one more group, the metadata group ([`METADATA_GROUP`]): each change is an
+//! entry holding the whole text, and every compaction round writes the text again so the
+//! round can delete the segments that held the older entries.
+//!
 //! Only this module names openraft (pinned in `Cargo.toml`), so an upgrade stays local. It
 //! leans on the core's port and the store, never the other way.
 
@@ -179,6 +184,21 @@ async fn propose(
     }
 }
 
+/// The metadata group: the namespace's run-time changes. Entity names start with a letter
+/// or a digit (`config::names`), so no placement group has this name.
+pub const METADATA_GROUP: &str = "$namespace";
+
+/// The metadata group's state as last written.
+#[derive(Debug, Default)]
+struct Metadata {
+    /// The namespace's run-time changes as last written (or recovered): written again at
+    /// every compaction round.
+    text: Option<String>,
+    /// A compaction round whose rewrite failed: the next write of the text ends the
+    /// metadata group's part in it.
+    owed: Option<u64>,
+}
+
 /// The core's storage port on Raft groups over the node's write-ahead log.
 pub struct RaftLog {
     settings: ClusterConfig,
@@ -187,6 +207,9 @@ pub struct RaftLog {
     groups: Groups,
     /// A group without writes for this long stops its Raft until the next write.
     idle: Duration,
+    /// The metadata group's state; held while its text is written, so that the newest text
+    /// is the last one in the group's log.
+    metadata: tokio::sync::Mutex<Metadata>,
 }
 
 impl std::fmt::Debug for RaftLog {
@@ -256,7 +279,49 @@ impl RaftLog {
             config: Arc::new(config),
             groups: Groups::default(),
             idle: GROUP_IDLE,
+            metadata: tokio::sync::Mutex::default(),
         })
+    }
+
+    /// Starts from the namespace's run-time changes recovered (`Recovery::namespace`), which
+    /// compaction rounds write again until they are replaced.
+    pub fn with_namespace(mut self, text: Option<String>) -> RaftLog {
+        self.metadata.get_mut().text = text;
+        self
+    }
+
+    /// Takes part in compaction for the metadata group: at every round the namespace's
+    /// run-time changes are written again (after the round's start, so they replace what
+    /// came before it), and only then may the round delete the segments before it. Whoever
+    /// runs the broker calls this once, before any write; without it a round would purge
+    /// the group's entries.
+    pub fn keep_metadata(self: &Arc<Self>) {
+        self.storage.register(METADATA_GROUP);
+        let log = Arc::downgrade(self);
+        let mut epochs = self.storage.epochs();
+        tokio::spawn(async move {
+            while epochs.changed().await.is_ok() {
+                let epoch = *epochs.borrow_and_update();
+                let Some(log) = log.upgrade() else { break };
+                log.rewrite_metadata(epoch).await;
+            }
+        });
+    }
+
+    /// Writes the namespace's run-time changes again for compaction round `epoch`.
+    async fn rewrite_metadata(&self, epoch: u64) {
+        let mut metadata = self.metadata.lock().await;
+        if let Some(text) = metadata.text.clone() {
+            let record = LogRecord::Namespace { text };
+            if let Err(error) = self.write(METADATA_GROUP, vec![record]).await {
+                tracing::error!(%error, "cannot write the namespace's run-time changes for a log compaction: old log segments are kept until they are written");
+                metadata.owed = Some(epoch);
+                return;
+            }
+        }
+        metadata.owed = None;
+        drop(metadata);
+        self.storage.checkpoint_done(METADATA_GROUP, epoch).await;
     }
 
     /// Retires groups after `idle` without writes instead of the default 30 s.
@@ -461,7 +526,18 @@ impl DurableLog for RaftLog {
     }
 
     fn save_namespace(&self, text: String) -> Durable<'_> {
-        Box::pin(async move { self.storage.save_namespace(text).await.map_err(port_error) })
+        Box::pin(async move {
+            let mut metadata = self.metadata.lock().await;
+            let record = LogRecord::Namespace { text: text.clone() };
+            self.write(METADATA_GROUP, vec![record]).await?;
+            metadata.text = Some(text);
+            let owed = metadata.owed.take();
+            drop(metadata);
+            if let Some(epoch) = owed {
+                self.storage.checkpoint_done(METADATA_GROUP, epoch).await;
+            }
+            Ok(())
+        })
     }
 
     fn has_room(&self) -> bool {

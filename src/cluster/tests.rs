@@ -256,3 +256,71 @@ async fn compaction_rounds_follow_what_was_written_not_what_waits_for_deletion()
     log.storage().close();
     let _ = std::fs::remove_dir_all(&directory);
 }
+
+/// Waits until `rounds` compaction rounds have completed (the metadata group ends its part
+/// of a round on its own task).
+async fn rounds_completed(log: &RaftLog, rounds: u64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while log.storage().compactions() < rounds {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "compaction round {rounds} completes"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// The namespace's run-time changes are the metadata group's state: the newest text is read
+/// back at start, a compaction round writes it again (and waits for that) so the segments
+/// that held it can go, round after round, and nothing is written outside the log.
+#[tokio::test]
+async fn the_namespace_lives_in_the_metadata_group_through_compaction() {
+    let directory = scratch("metadata");
+    let (storage, recovery) = LogStorage::open(StorageOptions::new(&directory)).expect("opens");
+    assert_eq!(recovery.namespace, None);
+    let log = Arc::new(
+        RaftLog::new(storage, &recovery.groups, ClusterConfig::default())
+            .expect("runs")
+            .with_namespace(recovery.namespace),
+    );
+    log.keep_metadata();
+    log.save_namespace("[[queues]]\nname = \"first\"\n".into())
+        .await
+        .expect("committed");
+    log.save_namespace("[[queues]]\nname = \"second\"\n".into())
+        .await
+        .expect("committed");
+    assert!(log.storage().group_log(METADATA_GROUP).last.is_some());
+    for round in 1..=2 {
+        log.storage().compact().await.expect("a round starts");
+        rounds_completed(&log, round).await;
+    }
+    // The deletion is ordered before a later write.
+    log.append(vec![("q".into(), vec![next(1)])])
+        .await
+        .expect("committed");
+    for segment in 0..2 {
+        let name = crate::store::segment::file_name(segment);
+        assert!(!directory.join(name).exists(), "segment {segment} deleted");
+    }
+    assert!(
+        !directory
+            .join(crate::store::storage::NAMESPACE_FILE)
+            .exists()
+    );
+    log.shutdown().await;
+    log.storage().close();
+    drop(log);
+
+    let (log, recovery) = open(&directory);
+    assert_eq!(
+        recovery.namespace.as_deref(),
+        Some("[[queues]]\nname = \"second\"\n")
+    );
+    assert_eq!(recovery.namespace_file, None);
+    assert!(recovery.groups.contains_key(METADATA_GROUP));
+    assert!(!recovery.entities.contains_key(METADATA_GROUP));
+    assert_eq!(counters(&recovery.entities["q"]), vec![1]);
+    close(log).await;
+    let _ = std::fs::remove_dir_all(&directory);
+}

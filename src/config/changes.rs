@@ -1,5 +1,5 @@
-//! The namespace's run-time changes as the broker stores them (`namespace.toml` in the data
-//! directory): entities defined or redefined through the admin API, and paths deleted. At
+//! The namespace's run-time changes as the broker stores them (a record of the data
+//! directory's log, the metadata group's state): entities defined or redefined through the admin API, and paths deleted. At
 //! start they are laid over the configuration file: a run-time definition replaces the
 //! file's, a deletion removes the file's entity (and is logged, never silent).
 //!
@@ -39,7 +39,7 @@ struct RawChanges {
 }
 
 impl NamespaceChanges {
-    /// Reads stored changes; `origin` names the file in errors.
+    /// Reads stored changes; `origin` names where they were stored in errors.
     pub fn from_toml_str(text: &str, origin: &str) -> Result<NamespaceChanges, ConfigError> {
         let raw: RawChanges = toml::from_str(text).map_err(|error| ConfigError::Parse {
             origin: origin.to_string(),

@@ -1,7 +1,6 @@
 //! Typed entity definitions → TOML in the configuration file's format, read back by the
-//! same loader. The broker writes the entities changed at run time this way
-//! (`namespace.toml` in the data directory), so what it stores is what a user could have
-//! written.
+//! same loader. The broker stores the entities changed at run time this way (in the data
+//! directory's log), so what it stores is what a user could have written.
 
 use std::fmt::Write;
 use std::time::Duration;

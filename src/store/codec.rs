@@ -1,5 +1,6 @@
 //! The bytes of the log's records: an entity's change records (one log record per actor
-//! turn, so a turn is durable whole or not at all), checkpoint parts and entity drops.
+//! turn, so a turn is durable whole or not at all), checkpoint parts, entity drops and the
+//! namespace's run-time changes.
 //!
 //! Hand-written and versioned by the record kind byte: the format is the durable contract
 //! between releases, so it must not move when a Rust type gains a field. Integers are
@@ -51,12 +52,20 @@ pub enum LogRecord {
         /// Each entity's path and changes, in order.
         entries: Vec<(String, Vec<Change>)>,
     },
+    /// The namespace's run-time changes (entities created, changed or deleted at run time),
+    /// replacing what was recorded before: the metadata group's state.
+    Namespace {
+        /// The changes as TOML (`config::changes`).
+        text: String,
+    },
 }
 
 const KIND_CHANGES: u8 = 1;
 const KIND_CHECKPOINT: u8 = 2;
 const KIND_DROPPED: u8 = 3;
 const KIND_BATCH: u8 = 4;
+// 5 to 8 are the Raft records (`codec/raft.rs`).
+const KIND_NAMESPACE: u8 = 9;
 
 const CHANGE_PUT: u8 = 1;
 const CHANGE_UPDATE: u8 = 2;
@@ -140,6 +149,10 @@ pub fn encode_into(output: &mut Vec<u8>, record: &LogRecord) {
                 out.changes(changes);
             }
         }
+        LogRecord::Namespace { text } => {
+            out.u8(KIND_NAMESPACE);
+            out.str(text);
+        }
     }
     *output = out.0;
 }
@@ -181,6 +194,9 @@ pub fn decode(bytes: &[u8]) -> Result<LogRecord, DecodeError> {
             }
             LogRecord::Batch { entries }
         }
+        KIND_NAMESPACE => LogRecord::Namespace {
+            text: input.string()?,
+        },
         kind => return Err(DecodeError(format!("unknown record kind {kind}"))),
     };
     if input.at != bytes.len() {

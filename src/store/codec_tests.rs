@@ -406,3 +406,17 @@ fn a_batch_of_several_entities_round_trips_and_refuses_a_count_past_its_bytes() 
     forged.extend(out.0);
     assert!(decode(&forged).is_err());
 }
+
+#[test]
+fn the_namespaces_text_round_trips_and_a_cut_one_is_refused() {
+    let text = "[[queues]]\nname = \"made-at-run-time\"\nlock_duration = \"45s\"\n";
+    let bytes = encode(&LogRecord::Namespace { text: text.into() });
+    assert_eq!(bytes[0], KIND_NAMESPACE);
+    assert!(!is_raft(&bytes), "an entity-level record, not a Raft one");
+    assert!(matches!(decode(&bytes), Ok(LogRecord::Namespace { text: read }) if read == text));
+    assert!(decode(&bytes[..bytes.len() - 1]).is_err());
+    let empty = encode(&LogRecord::Namespace {
+        text: String::new(),
+    });
+    assert!(matches!(decode(&empty), Ok(LogRecord::Namespace { text }) if text.is_empty()));
+}

@@ -1,9 +1,10 @@
 //! Placement groups in the node's log: each group's Raft entries, votes, truncations and
 //! purge points share the one write-ahead log (and its group commit), tagged by group.
 //! Recovery reads each group's entries in index order (after its purge point, without
-//! truncated suffixes) and replays their entity records; a compaction round writes every
-//! group's state (vote, purge point, membership) before it deletes older segments, so a
-//! segment goes only once every group has purged past it.
+//! truncated suffixes, up to a gap) and replays their records: entities' changes, and the
+//! metadata group's namespace text. A compaction round writes every group's state (vote,
+//! purge point, membership) before it deletes older segments, so a segment goes only once
+//! every group has purged past it.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -258,10 +259,14 @@ impl LogStorage {
                 NewEntry::Records(entity_records) => PayloadRef::Records(entity_records),
             };
             let bytes = codec::encode_entry(group, id, payload);
+            // A round's live data: checkpoints and the namespace's text.
             if let PayloadRef::Records(entity_records) = payload
-                && entity_records
-                    .iter()
-                    .any(|record| matches!(record, LogRecord::Checkpoint { .. }))
+                && entity_records.iter().any(|record| {
+                    matches!(
+                        record,
+                        LogRecord::Checkpoint { .. } | LogRecord::Namespace { .. }
+                    )
+                })
             {
                 checkpoint_bytes += bytes.len() as u64;
             }

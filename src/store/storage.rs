@@ -10,6 +10,12 @@
 //! the segments before the round are deleted. A checkpoint supersedes everything recorded
 //! for its entity before it, so recovery reads the newest complete checkpoint plus what
 //! follows it.
+//!
+//! The namespace's run-time changes are a record of the log too ([`LogRecord::Namespace`],
+//! the metadata group's state in `crate::cluster`): recovery takes the newest, and each
+//! compaction round writes the current text again so that the older segments can go. A
+//! data directory from a build that kept them in [`NAMESPACE_FILE`] is read once and moved
+//! into the log at start ([`Recovery::namespace_file`]).
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -17,7 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 
 use super::codec::{self, LogRecord};
 use super::log::{LogOptions, StoreError, WriteAheadLog};
@@ -67,8 +73,16 @@ pub struct Recovery {
     pub truncated_bytes: u64,
     /// How long opening and reading the log took.
     pub elapsed: Duration,
-    /// The namespace's run-time changes as last stored ([`LogStorage::save_namespace`]).
+    /// The namespace's run-time changes: the newest the log holds, or the text of a
+    /// [`NAMESPACE_FILE`] left by an older build (see `namespace_file`).
     pub namespace: Option<String>,
+    /// The [`NAMESPACE_FILE`] an older build kept the run-time changes in, when the data
+    /// directory has one: `namespace` is its text (it wins over the log's), which the start
+    /// writes to the log before it removes the file.
+    pub namespace_file: Option<PathBuf>,
+    /// `namespace` was reset ([`Recovery::reset_runtime_changes`]): the start writes the
+    /// empty text to the log.
+    pub namespace_reset: bool,
     /// Each placement group's Raft log state (votes, purge points, memberships).
     pub groups: HashMap<String, GroupLog>,
 }
@@ -78,6 +92,8 @@ pub struct Recovery {
 #[derive(Default)]
 struct Replay {
     entities: HashMap<String, Vec<Change>>,
+    /// The newest namespace record's text.
+    namespace: Option<String>,
     /// Checkpoints in progress (first part read, last not yet).
     pending: HashMap<String, Vec<Change>>,
 }
@@ -118,6 +134,7 @@ impl Replay {
                 self.pending.remove(&entity);
                 self.entities.remove(&entity);
             }
+            LogRecord::Namespace { text } => self.namespace = Some(text),
         }
     }
 }
@@ -125,8 +142,20 @@ impl Replay {
 #[path = "groups.rs"]
 mod groups;
 
-/// The file in the data directory holding the namespace's run-time changes.
+/// The file in the data directory where builds before the metadata group kept the
+/// namespace's run-time changes; read (and then removed) at start only.
 pub const NAMESPACE_FILE: &str = "namespace.toml";
+
+/// Removes a [`NAMESPACE_FILE`] whose text the log holds now, and syncs the directory: a
+/// crash after this cannot bring the file (and its older text, which would win) back.
+pub fn remove_namespace_file(path: &Path) -> std::io::Result<()> {
+    std::fs::remove_file(path)?;
+    let directory = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    std::fs::File::open(directory)?.sync_all()
+}
 
 /// The durable store shared by every entity.
 #[derive(Clone)]
@@ -160,6 +189,11 @@ struct Inner {
     written_at_round_end: AtomicU64,
     /// Each placement group's log state; locked while a group's entries are submitted.
     groups: Mutex<HashMap<String, GroupLog>>,
+    /// The namespace's run-time changes as last written straight to the log (the direct
+    /// path, [`DurableLog`] on this type; the broker's path writes them through the
+    /// metadata group): written again at the end of each compaction round. Held while a
+    /// record of it is submitted, so the newest text is the last one in the log.
+    direct_namespace: Mutex<Option<String>>,
 }
 
 #[derive(Default)]
@@ -230,16 +264,21 @@ impl LogStorage {
         recovery.groups = groups.finish(&mut replay);
         recovery.entities = replay.entities;
         let namespace_path = options.directory.join(NAMESPACE_FILE);
-        recovery.namespace = match std::fs::read_to_string(&namespace_path) {
-            Ok(text) => Some(text),
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
+        match std::fs::read_to_string(&namespace_path) {
+            Ok(text) => {
+                recovery.namespace = Some(text);
+                recovery.namespace_file = Some(namespace_path);
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                recovery.namespace = replay.namespace;
+            }
             Err(error) => {
                 return Err(StoreError::Recovery(format!(
                     "cannot read {}: {error}",
                     namespace_path.display()
                 )));
             }
-        };
+        }
         let live_bytes = log.statistics().disk_bytes.load(Ordering::Relaxed);
         let storage = LogStorage {
             inner: Arc::new(Inner {
@@ -253,28 +292,33 @@ impl LogStorage {
                 live_bytes: AtomicU64::new(live_bytes / 2),
                 written_at_round_end: AtomicU64::new(0),
                 groups: Mutex::new(recovery.groups.clone()),
+                direct_namespace: Mutex::new(None),
             }),
         };
         Ok((storage, recovery))
     }
 
-    /// Stores the namespace's run-time changes, replacing what was stored: written to a
-    /// temporary file, synced, renamed over [`NAMESPACE_FILE`] and the directory synced, so
-    /// a crash leaves the old text or the new, never a mix.
+    /// Stores the namespace's run-time changes straight to the log (the direct path; the
+    /// broker writes them through the metadata group), replacing what was stored; the answer
+    /// comes once they are durable.
     pub async fn save_namespace(&self, text: String) -> Result<(), StoreError> {
-        let directory = self.directory().to_path_buf();
-        tokio::task::spawn_blocking(move || -> std::io::Result<()> {
-            use std::io::Write;
-            let temporary = directory.join(format!("{NAMESPACE_FILE}.new"));
-            let mut file = std::fs::File::create(&temporary)?;
-            file.write_all(text.as_bytes())?;
-            file.sync_all()?;
-            std::fs::rename(&temporary, directory.join(NAMESPACE_FILE))?;
-            std::fs::File::open(&directory)?.sync_all()
-        })
-        .await
-        .map_err(|_| StoreError::Closed)?
-        .map_err(|error| StoreError::Write(format!("{NAMESPACE_FILE}: {error}")))
+        let answer = {
+            let mut namespace = self.inner.direct_namespace.lock().expect("namespace lock");
+            let bytes = codec::encode(&LogRecord::Namespace { text: text.clone() });
+            *namespace = Some(text);
+            self.inner.log.append(vec![bytes])
+        };
+        answer.await.unwrap_or(Err(StoreError::Closed))
+    }
+
+    /// Writes a finished round's groups' states, and the namespace written on the direct
+    /// path (its newest text, after every earlier record of it).
+    fn submit_finish(&self, mut states: Vec<Vec<u8>>) -> oneshot::Receiver<Result<(), StoreError>> {
+        let namespace = self.inner.direct_namespace.lock().expect("namespace lock");
+        if let Some(text) = namespace.as_ref() {
+            states.push(codec::encode(&LogRecord::Namespace { text: text.clone() }));
+        }
+        self.inner.log.append(states)
     }
 
     /// The data directory.
@@ -530,7 +574,13 @@ impl LogStorage {
             "log compaction: segments before {} superseded",
             round.first_segment
         );
-        if round.states.is_empty() {
+        let direct_namespace = self
+            .inner
+            .direct_namespace
+            .lock()
+            .expect("namespace lock")
+            .is_some();
+        if round.states.is_empty() && !direct_namespace {
             compaction.completed += 1;
             self.inner.log.delete_before(round.first_segment);
             return None;
@@ -541,10 +591,11 @@ impl LogStorage {
         })
     }
 
-    /// Ends a finished round whose groups' states must be durable before older segments
-    /// go: writes them, then deletes the segments (a later write is ordered after it).
+    /// Ends a finished round whose groups' states (and namespace) must be durable before
+    /// older segments go: writes them, then deletes the segments (a later write is ordered
+    /// after it).
     pub(super) async fn finish(&self, finish: Finish) {
-        let written = self.inner.log.append(finish.states).await;
+        let written = self.submit_finish(finish.states).await;
         self.delete_after(
             written.unwrap_or(Err(StoreError::Closed)),
             finish.first_segment,
@@ -568,7 +619,7 @@ impl LogStorage {
     /// [`LogStorage::finish`] where the caller cannot wait (an entity stopped).
     fn finish_in_background(&self, finish: Option<Finish>) {
         let Some(finish) = finish else { return };
-        let written = self.inner.log.append(finish.states);
+        let written = self.submit_finish(finish.states);
         let storage = self.clone();
         let spawned = std::thread::Builder::new()
             .name("ferrobus-compaction".to_string())
@@ -660,6 +711,14 @@ impl DurableLog for LogStorage {
 }
 
 impl Recovery {
+    /// Drops every run-time change of the namespace (`--reset-runtime-changes`): the
+    /// broker starts from the configuration file alone, and the start writes the empty
+    /// text to the log (a [`NAMESPACE_FILE`] is removed once it is durable).
+    pub fn reset_runtime_changes(&mut self) {
+        self.namespace = Some(String::new());
+        self.namespace_reset = true;
+    }
+
     /// What the core needs of it: each entity's records and the namespace's changes.
     pub fn into_recovered(self) -> Recovered {
         Recovered {
@@ -823,6 +882,85 @@ mod tests {
         assert_eq!(counters(&recovery.entities["a"]), vec![3, 7]);
         assert_eq!(counters(&recovery.entities["b"]), vec![4]);
         storage.close();
+        let _ = std::fs::remove_dir_all(&directory);
+    }
+
+    /// Waits until `rounds` compaction rounds have completed (the last steps of a round
+    /// without entities run on a thread of their own).
+    fn wait_for_rounds(storage: &LogStorage, rounds: u64) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while storage.compactions() < rounds {
+            assert!(Instant::now() < deadline, "round {rounds} completes");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// On the direct path the namespace's text is a record of the log: the newest wins at
+    /// recovery, and a compaction round writes it again before the old segments go.
+    #[tokio::test]
+    async fn the_namespace_written_straight_to_the_log_survives_compaction() {
+        let directory = scratch("namespace-direct");
+        {
+            let (storage, recovery) =
+                LogStorage::open(StorageOptions::new(&directory)).expect("opens");
+            assert_eq!(recovery.namespace, None);
+            storage
+                .save_namespace("[[queues]]\nname = \"first\"\n".into())
+                .await
+                .expect("durable");
+            storage
+                .save_namespace("[[queues]]\nname = \"second\"\n".into())
+                .await
+                .expect("durable");
+            storage.compact().await.expect("round started");
+            wait_for_rounds(&storage, 1);
+            storage.append("q", vec![next(1)]).await.expect("durable");
+            assert!(!directory.join(super::super::segment::file_name(0)).exists());
+            assert!(!directory.join(NAMESPACE_FILE).exists());
+            storage.close();
+        }
+        let (storage, recovery) =
+            LogStorage::open(StorageOptions::new(&directory)).expect("reopens");
+        storage.close();
+        assert_eq!(
+            recovery.namespace.as_deref(),
+            Some("[[queues]]\nname = \"second\"\n")
+        );
+        assert_eq!(recovery.namespace_file, None);
+        let _ = std::fs::remove_dir_all(&directory);
+    }
+
+    /// A `namespace.toml` left by an older build is read at start and wins over the log
+    /// (a start that moved it into the log and crashed before removing it reads it again);
+    /// once it is removed the log's text is read.
+    #[tokio::test]
+    async fn a_namespace_file_from_an_older_build_wins_until_it_is_removed() {
+        let directory = scratch("namespace-file");
+        {
+            let (storage, _) = LogStorage::open(StorageOptions::new(&directory)).expect("opens");
+            storage
+                .save_namespace("logged".into())
+                .await
+                .expect("durable");
+            storage.close();
+        }
+        let file = directory.join(NAMESPACE_FILE);
+        std::fs::write(&file, "from the file").expect("written");
+        let (storage, mut recovery) =
+            LogStorage::open(StorageOptions::new(&directory)).expect("reopens");
+        storage.close();
+        assert_eq!(recovery.namespace.as_deref(), Some("from the file"));
+        assert_eq!(recovery.namespace_file.as_deref(), Some(file.as_path()));
+        assert!(!recovery.namespace_reset);
+        recovery.reset_runtime_changes();
+        assert_eq!(recovery.namespace.as_deref(), Some(""));
+        assert!(recovery.namespace_reset);
+        remove_namespace_file(&file).expect("removed");
+        let (storage, recovery) =
+            LogStorage::open(StorageOptions::new(&directory)).expect("reopens");
+        storage.close();
+        assert_eq!(recovery.namespace.as_deref(), Some("logged"));
+        assert_eq!(recovery.namespace_file, None);
         let _ = std::fs::remove_dir_all(&directory);
     }
 }

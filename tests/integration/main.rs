@@ -28,6 +28,7 @@ mod queues;
 mod raw;
 mod raw_client;
 mod rule_parameters;
+mod runtime_changes;
 mod topics;
 mod transactions;
 mod transports;
