@@ -468,7 +468,7 @@ pub fn encode_delivery(view: DeliveryView<'_>, output: &mut BytesMut) {
     writer.raw(&SEQUENCE_NUMBER_KEY);
     writer.long(record.sequence_number.0);
     writer.raw(&ENQUEUED_TIME_KEY);
-    writer.timestamp(record.enqueued_time.0);
+    writer.timestamp(record.enqueued_time().0);
     annotations.count += 4;
     if let Some((_, until)) = view.lock {
         writer.raw(&LOCKED_UNTIL_KEY);

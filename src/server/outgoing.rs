@@ -155,7 +155,7 @@ impl Connection {
             .and_then(|link| link.metrics.latency.as_ref())
         {
             let now = self.batch_now.unwrap_or_else(|| self.context.clock.now());
-            let waited = now.0.saturating_sub(delivery.record.enqueued_time.0);
+            let waited = now.0.saturating_sub(delivery.record.enqueued_time().0);
             latency.observe(waited.max(0) as f64 / 1000.0);
         }
         let settled = lock.is_none();

@@ -334,7 +334,7 @@ impl Out {
     fn record_with_changes(&mut self, record: &Record, changes: &[(String, PropertyValue)]) {
         self.message(&record.message);
         self.i64(record.sequence_number.0);
-        self.i64(record.enqueued_time.0);
+        self.i64(record.enqueued_time().0);
         self.duration(record.time_to_live());
         self.opt_i64(record.expires_at().map(|at| at.0));
         self.u64(u64::from(record.delivery_count()));

@@ -56,7 +56,7 @@ async fn enqueued_times_do_not_run_backwards_when_the_clock_was_set_back() {
     let mut shifted = 0;
     for change in recovered.entities.values_mut().flatten() {
         if let Change::Put { record, .. } = change {
-            record.enqueued_time = record.enqueued_time.plus(STEPPED_BACK);
+            record.set_enqueued_time(record.enqueued_time().plus(STEPPED_BACK));
             shifted += 1;
         }
     }

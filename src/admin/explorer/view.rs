@@ -161,7 +161,7 @@ pub(super) fn summary(delivery: &Delivery) -> Json {
         "subject": message.system().subject(),
         "state": state_name(delivery.state()),
         "locked": delivery.lock.is_some(),
-        "enqueued_time": timestamp_text(delivery.enqueued_time),
+        "enqueued_time": timestamp_text(delivery.enqueued_time()),
         "delivery_count": delivery.delivery_count(),
         "size": message.encoded_size(),
     });
@@ -191,7 +191,7 @@ pub(super) fn detail(delivery: &Delivery) -> Json {
         ("SequenceNumber", json!(delivery.sequence_number.0)),
         (
             "EnqueuedTime",
-            json!(timestamp_text(delivery.enqueued_time)),
+            json!(timestamp_text(delivery.enqueued_time())),
         ),
         ("DeliveryCount", json!(delivery.delivery_count())),
         ("State", json!(state_name(delivery.state()))),

@@ -565,7 +565,7 @@ impl Actor {
                         .log()
                         .outbox()
                         .get(sequence_number)
-                        .map_or(Timestamp(0), |(record, _)| record.enqueued_time);
+                        .map_or(Timestamp(0), |(record, _)| record.enqueued_time());
                     let floor = self.state.outbox_floor().unwrap_or(*sequence_number);
                     Some((enqueued_time, floor))
                 }

@@ -371,7 +371,7 @@ async fn a_scheduled_message_is_delivered_at_its_time_with_a_new_sequence_number
     );
     assert_eq!(activated.message.body(), &[1]);
     assert_eq!(activated.sequence_number, SequenceNumber(3));
-    assert_eq!(activated.enqueued_time, START.plus(delay));
+    assert_eq!(activated.enqueued_time(), START.plus(delay));
     assert_eq!(activated.state(), MessageState::Active);
 }
 

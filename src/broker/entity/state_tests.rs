@@ -89,7 +89,7 @@ fn sequence_numbers_are_gapless_from_one() {
     let record = state
         .record(SubQueue::Main, SequenceNumber(2))
         .expect("stored");
-    assert_eq!(record.enqueued_time, START);
+    assert_eq!(record.enqueued_time(), START);
 }
 
 #[test]

@@ -217,7 +217,7 @@ impl EntityState {
             .records
             .iter()
             .filter(|(number, record)| {
-                before.is_none_or(|before| record.enqueued_time < before)
+                before.is_none_or(|before| record.enqueued_time() < before)
                     && session_id.is_none_or(|id| record.message.system().session_id() == Some(id))
                     && self.lock_of(sub_queue, **number).is_none()
             })

@@ -156,7 +156,7 @@ impl Change {
     pub fn recorded_time(&self) -> Option<Timestamp> {
         match self {
             Change::Put { record, .. } | Change::Outbox { record, .. } => {
-                Some(record.enqueued_time)
+                Some(record.enqueued_time())
             }
             Change::Update { enqueued_time, .. } => Some(*enqueued_time),
             Change::Remembered { at, .. } => Some(*at),
@@ -478,7 +478,7 @@ impl MessageLog {
                 sequence_number,
                 delivery_count: record.delivery_count(),
                 state: record.state(),
-                enqueued_time: record.enqueued_time,
+                enqueued_time: record.enqueued_time(),
                 expires_at: record.expires_at(),
                 property_changes: properties,
             });
@@ -639,7 +639,7 @@ impl MessageLog {
                 self.store_mut(sub_queue).change(sequence_number, |record| {
                     record.set_delivery_count(delivery_count);
                     record.set_state(state);
-                    record.enqueued_time = enqueued_time;
+                    record.set_enqueued_time(enqueued_time);
                     record.set_expires_at(expires_at);
                     record
                         .message

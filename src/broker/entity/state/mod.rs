@@ -27,11 +27,12 @@ mod records;
 mod recovery;
 mod sequential;
 mod sessions;
+mod stamp;
 mod transactions;
 
 use log::Store;
 pub use log::{Change, ForwardKey, MessageLog};
-use packed::Packed;
+use stamp::Stamp;
 pub use transactions::TransactionWork;
 
 /// A hash map for keys the broker makes itself (lock tokens, sequence numbers, receiver
@@ -60,22 +61,21 @@ pub const SESSION_ID_IS_NULL: &str = "Session ID is null.";
 pub const MAX_TRANSFER_HOPS: u8 = 4;
 
 /// A message's state inside one entity (one copy: subscriptions each hold their own).
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Record {
     /// The shared, immutable message.
     pub message: Message,
     /// Assigned at enqueue (or activation for scheduled messages).
     pub sequence_number: SequenceNumber,
-    /// Stamped by the broker at enqueue (rule SEQ-3).
-    pub enqueued_time: Timestamp,
-    /// The effective time to live (the message's own, lowered to the entity default: rule
-    /// TTL-2), the delivery count (`header.delivery-count`: failed deliveries so far), the
-    /// state (active, deferred or scheduled) and whether the record expires (rule TTL-1) at
+    /// The enqueued time, stamped by the broker at enqueue (rule SEQ-3), the effective time
+    /// to live (the message's own, lowered to the entity default: rule TTL-2), the delivery
+    /// count (`header.delivery-count`: failed deliveries so far), the state (active,
+    /// deferred or scheduled) and whether the record expires (rule TTL-1) at
     /// [`Record::expires_at`] (dead letters do not: rule TTL-8), in eight bytes: a record is
-    /// 32 bytes (issue 16). Application properties the broker sets on a record (dead-letter
+    /// 24 bytes (issue 43). Application properties the broker sets on a record (dead-letter
     /// reason, properties-to-modify) are merged into its message
     /// (`Message::merge_application_properties`).
-    packed: Packed,
+    stamp: Stamp,
 }
 
 impl Record {
@@ -87,60 +87,72 @@ impl Record {
         enqueued_time: Timestamp,
         time_to_live: Option<Duration>,
     ) -> Record {
+        let stamp = Stamp::new(enqueued_time, time_to_live, &message);
         Record {
             message,
             sequence_number,
-            enqueued_time,
-            packed: Packed::new(time_to_live),
+            stamp,
         }
+    }
+
+    /// When the broker enqueued it (rule SEQ-3).
+    #[inline]
+    pub fn enqueued_time(&self) -> Timestamp {
+        self.stamp.enqueued_time()
+    }
+
+    /// Sets the enqueued time (a scheduled message's activation, a log's replay).
+    pub fn set_enqueued_time(&mut self, enqueued_time: Timestamp) {
+        self.stamp.set_enqueued_time(enqueued_time, &self.message);
     }
 
     /// The effective time to live (rule TTL-2), in whole milliseconds.
     pub fn time_to_live(&self) -> Option<Duration> {
-        self.packed.time_to_live()
+        self.stamp.time_to_live(&self.message)
     }
 
     /// Sets the effective time to live.
     pub fn set_time_to_live(&mut self, time_to_live: Option<Duration>) {
-        self.packed.set_time_to_live(time_to_live);
+        self.stamp.set_time_to_live(time_to_live, &self.message);
     }
 
     /// Failed deliveries so far (`header.delivery-count`).
     pub fn delivery_count(&self) -> u32 {
-        self.packed.delivery_count()
+        self.stamp.delivery_count()
     }
 
     /// Sets the failed deliveries (counting stops at [`packed::MAX_DELIVERY_COUNT`]).
     pub fn set_delivery_count(&mut self, count: u32) {
-        self.packed.set_delivery_count(count);
+        self.stamp.set_delivery_count(count, &self.message);
     }
 
     /// Active, deferred or scheduled.
     pub fn state(&self) -> MessageState {
-        self.packed.state()
+        self.stamp.state()
     }
 
     /// Sets the state.
     pub fn set_state(&mut self, state: MessageState) {
-        self.packed.set_state(state);
+        self.stamp.set_state(state);
     }
 
     /// Whether the record expires (at [`Record::expires_at`]).
     pub fn expires(&self) -> bool {
-        self.packed.expires()
+        self.stamp.expires()
     }
 
     /// Sets whether the record expires (a record read back from the log: its expiry was
     /// written beside it).
     pub fn set_expires(&mut self, expires: bool) {
-        self.packed.set_expires(expires);
+        self.stamp.set_expires(expires);
     }
 
     /// Absolute expiry (rule TTL-1): the enqueued time plus the time to live, for a record
     /// that expires; `None` never expires.
     pub fn expires_at(&self) -> Option<Timestamp> {
-        if self.packed.expires() {
-            self.time_to_live().map(|ttl| self.enqueued_time.plus(ttl))
+        if self.stamp.expires() {
+            self.time_to_live()
+                .map(|ttl| self.enqueued_time().plus(ttl))
         } else {
             None
         }
@@ -149,12 +161,27 @@ impl Record {
     /// Makes the record expire at `at` (which is its enqueued time plus its time to live)
     /// or never.
     pub fn set_expires_at(&mut self, at: Option<Timestamp>) {
-        self.packed.set_expires(at.is_some());
+        self.stamp.set_expires(at.is_some());
         debug_assert_eq!(
             self.expires_at(),
             at,
             "expiry is enqueued time + time to live"
         );
+    }
+}
+
+impl std::fmt::Debug for Record {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Record")
+            .field("message", &self.message)
+            .field("sequence_number", &self.sequence_number)
+            .field("enqueued_time", &self.enqueued_time())
+            .field("time_to_live", &self.time_to_live())
+            .field("state", &self.state())
+            .field("expires", &self.expires())
+            .field("delivery_count", &self.delivery_count())
+            .finish()
     }
 }
 
@@ -972,7 +999,7 @@ impl EntityState {
             // expire it under its scheduling sequence number (rules TTL-10, TTL-6).
             self.log.update(SubQueue::Main, sequence_number, |record| {
                 record.set_state(MessageState::Active);
-                record.enqueued_time = at;
+                record.set_enqueued_time(at);
                 record.set_expires_at(record.time_to_live().map(|ttl| at.plus(ttl)));
             });
             self.expire(now, sequence_number);

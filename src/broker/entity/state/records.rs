@@ -311,7 +311,10 @@ mod tests {
         assert_eq!(map.len(), 10 * RUN);
         for number in 1..=RUN as i64 {
             assert_eq!(
-                map.remove(&SequenceNumber(number)).unwrap().enqueued_time.0,
+                map.remove(&SequenceNumber(number))
+                    .unwrap()
+                    .enqueued_time()
+                    .0,
                 number
             );
         }

@@ -43,7 +43,7 @@ impl EntityState {
                             .message
                             .extras()
                             .scheduled_enqueue_time
-                            .unwrap_or(record.enqueued_time),
+                            .unwrap_or(record.enqueued_time()),
                         record.message.size() as u64,
                     )
                 })

@@ -305,7 +305,7 @@ impl Harness {
                         0,
                         "rule SCH-3: as if just enqueued"
                     );
-                    let enqueued = placement.record.enqueued_time;
+                    let enqueued = placement.record.enqueued_time();
                     prop_assert!(
                         at <= enqueued && enqueued <= now,
                         "rule SCH-3: enqueued {enqueued:?}"
@@ -361,7 +361,7 @@ impl Harness {
                 _ => {
                     prop_assert_eq!(record.time_to_live(), tracked.effective_ttl, "rule TTL-2");
                     let enqueued = tracked.activated_at.unwrap_or(tracked.accepted_at);
-                    prop_assert_eq!(record.enqueued_time, enqueued, "rule SEQ-3");
+                    prop_assert_eq!(record.enqueued_time(), enqueued, "rule SEQ-3");
                     if record.state() == MessageState::Scheduled {
                         prop_assert_eq!(record.expires_at(), None, "rule TTL-10");
                     } else {

@@ -575,7 +575,8 @@ fn a_late_advance_activates_a_scheduled_message_as_of_its_scheduled_time() {
         .record(SubQueue::DeadLetter, SequenceNumber(1))
         .expect("dead-lettered under its scheduling number");
     assert_eq!(
-        activated.enqueued_time, at,
+        activated.enqueued_time(),
+        at,
         "rule SCH-3: enqueued at its scheduled time"
     );
     assert_eq!(
