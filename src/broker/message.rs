@@ -24,7 +24,7 @@ pub use application_properties::{
     write_changed_application_properties, write_property_value,
 };
 pub use system::{MAX_SYSTEM_TEXT, System, SystemField, SystemProperties};
-use system::{text_apart, text_apart_given, text_apart_len};
+use system::{text_apart, text_apart_at_end, text_apart_given};
 
 /// A properties section as delivered ([`Message::delivered_properties`]).
 // Lives on the stack for one delivery: boxing the written section would cost the
@@ -81,57 +81,70 @@ static NO_EXTRAS: Extras = Extras {
     partition_key: None,
 };
 
-/// A message's fixed fields, kept in front of its bytes in its one allocation (4 bytes;
-/// with the reference count and the length, 12: issue 16). The rare fields ([`Extras`]) are
-/// pointed to from the allocation only when there are any (`shared`); a time to live and,
-/// for sections that do not delimit themselves, their ends, follow the bytes only when
-/// there are any ([`Bounds`]).
+/// A message's fixed fields, kept in front of its bytes in its one allocation (2 bytes;
+/// with the reference count and the length, 8: issues 16 and 43). The rare fields
+/// ([`Extras`]) are pointed to from the allocation only when there are any (`shared`); the
+/// text of system properties kept apart, a time to live, an assigned id and, for sections
+/// that do not delimit themselves, their ends, follow the bytes only when there are any
+/// ([`Tail`]), as the bits say.
 #[derive(Debug, Clone, Copy, Default)]
 struct Head {
-    /// [`DURABLE`], [`HAS_TTL`], and above them ([`HOP_SHIFT`]) the auto-forwarding hops
-    /// this message has made (rule FWD-2; at most [`MAX_HOPS`]).
+    /// [`DURABLE`], what follows the body ([`HAS_TTL`], [`TEXT_APART`], [`ENDS_KEPT`],
+    /// [`ID_ASSIGNED`]), and above them ([`HOP_SHIFT`]) the auto-forwarding hops this
+    /// message has made (rule FWD-2; at most [`MAX_HOPS`]).
     bits: u8,
     /// `header.priority`.
     priority: u8,
-    /// Bit `i`: system field `i` is kept in the text after the body instead of read from
-    /// the properties section (`system::text_apart`).
-    system_in_text: u8,
-    /// [`ENDS_KEPT`].
-    trailers: u8,
 }
 
-/// `Head::trailers`: the ends of the annotations, properties and application properties
-/// are kept as 24-bit little-endian numbers in the last 9 bytes. Without it the annotations
-/// are empty and the other two sections are found by their descriptors and encoded
-/// lengths, as ingress checked them (issue 16: 9 bytes less per message). Annotations, or
-/// sections given that are not such (a test's, a hand-built one), keep their ends.
-const ENDS_KEPT: u8 = 1;
+/// `Head::bits`: `header.durable`.
+const DURABLE: u8 = 1;
+
+/// `Head::bits`: the message has a time to live, kept after the text of the system
+/// properties ([`TTL_LEN`]).
+const HAS_TTL: u8 = 2;
+
+/// `Head::bits`: system properties the properties section does not hold as they are are
+/// kept as text after the body, ending with its length and which fields it holds
+/// (`system::text_apart`).
+const TEXT_APART: u8 = 4;
+
+/// `Head::bits`: the ends of the annotations, properties and application properties are
+/// kept as 24-bit little-endian numbers in the last 9 bytes. Without it the annotations are
+/// empty and the other two sections are found by their descriptors and encoded lengths, as
+/// ingress checked them (issue 16: 9 bytes less per message). Annotations, or sections
+/// given that are not such (a test's, a hand-built one), keep their ends.
+const ENDS_KEPT: u8 = 8;
+
+/// `Head::bits`: the broker gave the message its id (the sender set none) and keeps the
+/// 8-byte word its GUID is made of (`ids::guid_of_word`) in front of the kept ends instead
+/// of a properties section written with its 36 characters: the id is written into the
+/// properties section on the way out (issue 16: 44 bytes of properties became the GUID's
+/// 16; issue 43: its word's 8). An assigned GUID that is no such word's (one recovered from
+/// an older build's log) is written into the properties section instead.
+const ID_ASSIGNED: u8 = 16;
+
+/// What follows the body: none of these, the usual message, has nothing after it.
+const TRAILERS: u8 = HAS_TTL | TEXT_APART | ENDS_KEPT | ID_ASSIGNED;
+
+/// `Head::bits`: where the hop count starts.
+const HOP_SHIFT: u32 = 5;
+
+/// The most hops a message's head counts (above the forwarding limit, rule FWD-2: a
+/// message that made that many is dead-lettered, not forwarded again).
+pub const MAX_HOPS: u8 = u8::MAX >> HOP_SHIFT;
+
+const _: () = assert!(MAX_HOPS as usize > crate::broker::entity::state::MAX_TRANSFER_HOPS as usize);
 
 /// Bytes of the kept ends.
 const ENDS_LEN: usize = 9;
 
-/// `Head::trailers`: the broker gave the message its id (the sender set none) and keeps
-/// the GUID's 16 bytes in front of the kept ends instead of a properties section written
-/// with its 36 characters: the id is written into the properties section on the way out
-/// (issue 16: 44 bytes of properties became 16, the 1 KiB backlog without ids 1.126× the
-/// payload).
-const ID_ASSIGNED: u8 = 2;
-
-/// Bytes of an assigned id.
-const ID_LEN: usize = 16;
+/// Bytes of an assigned id's word.
+const ID_LEN: usize = 8;
 
 /// Bytes of the kept time to live (`header.ttl`, a 32-bit little-endian number of
 /// milliseconds, after the text of the system properties, when [`HAS_TTL`] is set).
 const TTL_LEN: usize = 4;
-
-/// `Head::bits`: `header.durable`.
-const DURABLE: u8 = 1;
-/// `Head::bits`: the message has a time to live.
-const HAS_TTL: u8 = 2;
-/// `Head::bits`: where the hop count starts.
-const HOP_SHIFT: u32 = 2;
-/// The most hops a message's head counts (far above the forwarding limit, rule FWD-2).
-pub const MAX_HOPS: u8 = u8::MAX >> HOP_SHIFT;
 
 /// How many bytes a message's annotations, properties and application properties may take
 /// together: their ends, when kept ([`ENDS_KEPT`]), are kept in 24 bits, and this leaves
@@ -160,8 +173,10 @@ struct Tail {
     text_end: usize,
     /// The sections' ends, when kept ([`ENDS_KEPT`]).
     kept_ends: Option<[usize; 3]>,
-    /// Where the assigned id lies, when there is one ([`ID_ASSIGNED`]).
+    /// Where the assigned id's word lies, when there is one ([`ID_ASSIGNED`]).
     id_at: Option<usize>,
+    /// Which system fields the text holds (`system::text_apart`; 0: none).
+    in_text: u8,
 }
 
 /// Where a message's parts lie in its bytes.
@@ -292,8 +307,8 @@ enum Given<'a> {
 
 /// Builds a message's one allocation: its sections back to back (`whole`, when they already
 /// lie so), then the text of the system properties the properties section does not hold,
-/// then `ttl` (`header.ttl` in milliseconds) when there is one, then the sections' ends
-/// when they do not delimit themselves.
+/// then `ttl` (`header.ttl` in milliseconds) when there is one, then the word of the id the
+/// broker `assigned` it, then the sections' ends when they do not delimit themselves.
 fn assemble(
     mut head: Head,
     extras: Option<Box<Extras>>,
@@ -301,39 +316,47 @@ fn assemble(
     whole: Option<&[u8]>,
     system: Given<'_>,
     ttl: Option<u32>,
-    assigned: Option<[u8; ID_LEN]>,
+    assigned: Option<[u8; 16]>,
 ) -> Shared<Head, Extras> {
-    let (system, assigned) = match (system, assigned) {
-        (Given::All(values), None) => match assignable_id(sections[1], values[0]) {
-            Some(id) => {
-                let mut values = values;
-                values[0] = None;
-                (Given::All(values), Some(id))
-            }
-            None => (system, None),
-        },
-        _ => (system, assigned),
+    let assigned = match (system, assigned) {
+        (_, Some(id)) => Some(id),
+        (Given::All(values), None) => assignable_id(sections[1], values[0]),
+        (Given::Apart(_), None) => None,
+    };
+    let word = assigned.and_then(|id| ids::guid_word(&id));
+    if let (Some(id), None) = (assigned, word) {
+        // A GUID that is no word's: written into the properties section, which then holds
+        // it as text.
+        return assemble_with_id_written(head, extras, sections, system, ttl, &id);
+    }
+    let system = match (system, word) {
+        (Given::All(mut values), Some(_)) => {
+            values[0] = None;
+            Given::All(values)
+        }
+        _ => system,
     };
     let mut text = Vec::new();
-    head.system_in_text = match system {
+    let in_text = match system {
         Given::All(values) => text_apart(sections[1], values, &mut text),
         Given::Apart(values) => text_apart_given(values, &mut text),
     };
+    head.bits &= !TRAILERS;
+    if in_text != 0 {
+        head.bits |= TEXT_APART;
+    }
     let mut trailers = [0; TTL_LEN + ID_LEN + ENDS_LEN];
     let mut trailers_len = 0;
-    head.bits &= !HAS_TTL;
     if let Some(ttl) = ttl {
         head.bits |= HAS_TTL;
         trailers[..TTL_LEN].copy_from_slice(&ttl.to_le_bytes());
         trailers_len = TTL_LEN;
     }
-    head.trailers &= !ID_ASSIGNED;
-    if let Some(id) = assigned {
-        head.trailers |= ID_ASSIGNED;
-        trailers[trailers_len..trailers_len + ID_LEN].copy_from_slice(&id);
+    if let Some(word) = word {
+        head.bits |= ID_ASSIGNED;
+        trailers[trailers_len..trailers_len + ID_LEN].copy_from_slice(&word.to_le_bytes());
         trailers_len += ID_LEN;
     }
-    head.trailers &= !ENDS_KEPT;
     let delimiting = match system {
         // The ingress parser gave them: each section whole and of its kind, so without
         // annotations nothing needs checking (issue 16: it was 1 % of the instructions).
@@ -344,7 +367,7 @@ fn assemble(
         Given::All(_) => self_delimiting(sections),
     };
     if !delimiting {
-        head.trailers |= ENDS_KEPT;
+        head.bits |= ENDS_KEPT;
         let mut end = 0;
         for section in sections.iter().take(3) {
             end += section.len();
@@ -373,6 +396,40 @@ fn assemble(
     }
 }
 
+/// [`assemble`] of a message given an assigned GUID that is no word's: its properties
+/// section written with the id (as a receiver would get it), and the system properties
+/// read from that.
+#[inline(never)]
+fn assemble_with_id_written(
+    head: Head,
+    extras: Option<Box<Extras>>,
+    sections: [&[u8]; 4],
+    system: Given<'_>,
+    ttl: Option<u32>,
+    id: &[u8; 16],
+) -> Shared<Head, Extras> {
+    let text = GuidText::new(id);
+    let properties = sections::with_message_id(sections[1], &(0..sections[1].len()), text.as_str());
+    let held = System::of_message(sections[1], &[], 0, None);
+    let mut values = match system {
+        Given::All(values) => values,
+        // Those apart are the identifiers that are not strings; the rest are in the
+        // section as they are.
+        Given::Apart(apart) => {
+            let mut values = held.values();
+            for (value, apart) in values.iter_mut().zip(apart) {
+                if apart.is_some() {
+                    *value = apart;
+                }
+            }
+            values
+        }
+    };
+    values[0] = Some(text.as_str());
+    let written = [sections[0], properties.as_slice(), sections[2], sections[3]];
+    assemble(head, extras, written, None, Given::All(values), ttl, None)
+}
+
 /// `header.ttl` as a head keeps it: whole milliseconds up to `u32::MAX`.
 fn ttl_millis(header: &HeaderFields) -> Option<u32> {
     header
@@ -384,7 +441,7 @@ fn ttl_millis(header: &HeaderFields) -> Option<u32> {
 /// properties section holds no message-id (none, or null: a sender's id of another type is
 /// kept as it was sent) and `id` is a GUID in the lower-case text the broker writes, so that
 /// the id written on the way out is exactly `id` (recovery, rebuilt messages).
-fn assignable_id(properties: &[u8], id: Option<&str>) -> Option<[u8; ID_LEN]> {
+fn assignable_id(properties: &[u8], id: Option<&str>) -> Option<[u8; 16]> {
     let bytes = ids::parse_guid_text(id?)?;
     system::holds_no_message_id(properties).then_some(bytes)
 }
@@ -419,7 +476,6 @@ impl Message {
         Head {
             bits: if header.durable { DURABLE } else { 0 },
             priority: header.priority,
-            ..Head::default()
         }
     }
 
@@ -558,7 +614,7 @@ impl Message {
     /// Sets it (at most [`MAX_HOPS`]).
     pub fn set_hop_count(&mut self, hops: u8) {
         self.edit_head(|head| {
-            head.bits = (head.bits & (DURABLE | HAS_TTL)) | (hops.min(MAX_HOPS) << HOP_SHIFT)
+            head.bits = (head.bits & !(MAX_HOPS << HOP_SHIFT)) | (hops.min(MAX_HOPS) << HOP_SHIFT)
         });
     }
 
@@ -578,7 +634,7 @@ impl Message {
             .get(tail.body_end..tail.text_end.saturating_sub(4))
             .unwrap_or_default();
         let assigned = self.assigned_id_in(&tail).map(|id| GuidText::new(&id));
-        System::of_message(properties, text, self.head().system_in_text, assigned)
+        System::of_message(properties, text, tail.in_text, assigned)
     }
 
     /// The GUID bytes of the id the broker assigned this message (the sender set none),
@@ -587,9 +643,10 @@ impl Message {
         self.assigned_id_in(&self.tail())
     }
 
-    fn assigned_id_in(&self, tail: &Tail) -> Option<[u8; ID_LEN]> {
+    fn assigned_id_in(&self, tail: &Tail) -> Option<[u8; 16]> {
         let at = tail.id_at?;
-        self.bytes().get(at..at + ID_LEN)?.try_into().ok()
+        let word = self.bytes().get(at..at + ID_LEN)?.try_into().ok()?;
+        Some(ids::guid_of_word(u64::from_le_bytes(word)))
     }
 
     /// The properties section as a receiver gets it: the stored one, or, when the broker
@@ -655,64 +712,65 @@ impl Message {
         );
     }
 
-    /// Where the text and the trailers lie: read from the back (the kept ends, the time to
-    /// live, the text's length).
+    /// Where the text and the trailers lie: read from the back (the kept ends, the assigned
+    /// id's word, the time to live, the text's length).
     #[inline]
     fn tail(&self) -> Tail {
-        let head = self.head();
-        if head.bits & HAS_TTL == 0 && head.system_in_text == 0 {
-            let end = self.bytes().len();
-            // Most messages: nothing after the body, or only the id the broker assigned
-            // them (a sender that sets no id).
-            if head.trailers == 0 {
-                return Tail {
-                    body_end: end,
-                    text_end: end,
-                    kept_ends: None,
-                    id_at: None,
-                };
-            }
-            if head.trailers == ID_ASSIGNED {
+        let end = self.bytes().len();
+        match self.head().bits & TRAILERS {
+            // Most messages: nothing after the body, or only the word of the id the broker
+            // assigned them (a sender that sets no id).
+            0 => Tail {
+                body_end: end,
+                text_end: end,
+                kept_ends: None,
+                id_at: None,
+                in_text: 0,
+            },
+            ID_ASSIGNED => {
                 let body_end = end.saturating_sub(ID_LEN);
-                return Tail {
+                Tail {
                     body_end,
                     text_end: body_end,
                     kept_ends: None,
                     id_at: Some(body_end),
-                };
+                    in_text: 0,
+                }
             }
+            _ => self.tail_after_body(),
         }
-        self.tail_after_body()
     }
 
-    /// [`Message::tail`] of a message with something after its body.
+    /// [`Message::tail`] of a message with more after its body.
     #[inline(never)]
     fn tail_after_body(&self) -> Tail {
         let bytes = self.bytes();
-        let head = self.head();
+        let bits = self.head().bits;
         let mut end = bytes.len();
         let mut kept_ends = None;
-        if head.trailers & ENDS_KEPT != 0 {
+        if bits & ENDS_KEPT != 0 {
             end = end.saturating_sub(ENDS_LEN);
             let kept = bytes.get(end..end + ENDS_LEN).unwrap_or(&[0; ENDS_LEN]);
             kept_ends =
                 Some([0, 3, 6].map(|at| end_from_bytes([kept[at], kept[at + 1], kept[at + 2]])));
         }
         let mut id_at = None;
-        if head.trailers & ID_ASSIGNED != 0 {
+        if bits & ID_ASSIGNED != 0 {
             end = end.saturating_sub(ID_LEN);
             id_at = Some(end);
         }
-        if head.bits & HAS_TTL != 0 {
+        if bits & HAS_TTL != 0 {
             end = end.saturating_sub(TTL_LEN);
         }
         let text_end = end;
-        let body_end = text_end - text_apart_len(&bytes[..text_end], head.system_in_text);
+        let (text_len, in_text) = text_apart_at_end(&bytes[..text_end], bits & TEXT_APART != 0);
+        let body_end = text_end - text_len;
         Tail {
             body_end,
             text_end,
             kept_ends: kept_ends.map(|ends| ends.map(|end| end.min(body_end))),
             id_at,
+            in_text,
         }
     }
 
@@ -907,7 +965,7 @@ impl Message {
     /// themselves).
     #[cfg(test)]
     pub(crate) fn keeps_section_ends(&self) -> bool {
-        self.head().trailers & ENDS_KEPT != 0
+        self.head().bits & ENDS_KEPT != 0
     }
 }
 

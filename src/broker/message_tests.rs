@@ -261,11 +261,18 @@ fn a_value_the_message_no_longer_has_is_absent_though_the_section_holds_it() {
 }
 
 #[test]
-fn the_fixed_fields_fit_in_4_bytes() {
-    // Issue 16: the head rides in front of the bytes of every stored message; with the
-    // count and the length, 12 bytes.
-    assert_eq!(std::mem::size_of::<Head>(), 4);
+fn the_fixed_fields_fit_in_2_bytes() {
+    // Issues 16 and 43: the head rides in front of the bytes of every stored message; with
+    // the count and the length, 8 bytes.
+    assert_eq!(std::mem::size_of::<Head>(), 2);
     assert_eq!(std::mem::size_of::<Message>(), 8);
+    let message = Message::with_body(b"\x00\x53\x75\xa0\x02hi");
+    let start = message.0.head() as *const Head as usize;
+    assert_eq!(
+        message.bytes().as_ptr() as usize - start,
+        6,
+        "bytes 8 after the count"
+    );
 }
 
 /// The sections of a message as an SDK sends them: properties, application properties, a
@@ -292,7 +299,7 @@ fn sections_found_by_their_descriptors_keep_no_ends() {
         [&[], &[], &[], &body],
     ] {
         let message = Message::from_parts(sections, values);
-        assert_eq!(message.head().trailers & ENDS_KEPT, 0, "{sections:?}");
+        assert_eq!(message.head().bits & ENDS_KEPT, 0, "{sections:?}");
         let held: usize = sections.iter().map(|section| section.len()).sum();
         assert_eq!(
             message.bytes().len(),
@@ -313,7 +320,7 @@ fn the_long_descriptor_form_is_found_as_well() {
     let application = b"\x00\x80\x00\x00\x00\x00\x00\x00\x00\x74\xc1\x01\x00";
     let body = b"\x00\x53\x77\x40";
     let message = Message::from_parts([&[], properties, application, body], [None; 8]);
-    assert_eq!(message.head().trailers & ENDS_KEPT, 0);
+    assert_eq!(message.head().bits & ENDS_KEPT, 0);
     assert_eq!(
         message.sections(),
         [&[][..], &properties[..], &application[..], &body[..]]
@@ -344,7 +351,7 @@ fn sections_that_do_not_delimit_themselves_keep_their_ends() {
         ],
     ] {
         let message = Message::from_parts(sections, [None; 8]);
-        assert_ne!(message.head().trailers & ENDS_KEPT, 0, "{sections:?}");
+        assert_ne!(message.head().bits & ENDS_KEPT, 0, "{sections:?}");
         assert_eq!(message.sections(), sections, "read back where given");
         assert_eq!(message.encoded_size(), sections.concat().len() + 16);
     }
@@ -431,6 +438,33 @@ fn header_fields_and_hop_count_share_a_byte_without_disturbing_each_other() {
     );
     assert_eq!(message.header(), HeaderFields::default());
     assert_eq!(message.system().message_id(), Some("id-1"));
+    // Beside everything else the head says follows the body: a text kept apart (a ulong
+    // correlation id), a time to live, an assigned id's word and kept section ends
+    // (annotations).
+    let section = encoded(&Properties {
+        correlation_id: Some(MessageId::Ulong(7)),
+        ..Properties::default()
+    });
+    let mut apart = [None; 8];
+    apart[SystemField::CorrelationId as usize] = Some("7");
+    let id = crate::encoding::ids::unique_guid_bytes();
+    let annotations = b"\xa3\x01k\xa1\x01v";
+    let mut full = Message::from_parts_apart(
+        header,
+        [annotations, &section, b"", b"\x00\x53\x75\xa0\x02hi"],
+        apart,
+        Some(id),
+    );
+    assert!(full.keeps_section_ends());
+    for hops in 0..=MAX_HOPS {
+        full.set_hop_count(hops);
+        assert_eq!(full.hop_count(), hops);
+        assert_eq!(full.header(), header);
+        assert_eq!(full.assigned_id(), Some(id));
+        assert_eq!(full.system().correlation_id(), Some("7"));
+        assert_eq!(full.annotation_entries(), annotations);
+        assert_eq!(full.body(), b"\x00\x53\x75\xa0\x02hi");
+    }
 }
 
 #[test]
@@ -651,13 +685,93 @@ fn an_assigned_id_stays_the_same_through_every_change_to_the_message() {
     assert_eq!(original.header(), HeaderFields::default());
     assert_eq!(original.assigned_id(), id);
     // Built again from its stored parts (recovery: the sections and the system values),
-    // it keeps the id as 16 bytes.
+    // it keeps the id as its 8-byte word.
     let system = message.system();
     let values = system.values();
     let recovered = Message::from_parts_with_header(message.header(), message.sections(), values);
     assert_eq!(recovered.assigned_id(), id);
     assert_eq!(recovered.system().values(), values);
     assert_eq!(recovered.bytes(), message.bytes());
+}
+
+#[test]
+fn an_assigned_id_is_kept_as_the_word_its_guid_is_made_of() {
+    let body = b"\x00\x53\x75\xa0\x02hi";
+    let id = crate::encoding::ids::unique_guid_bytes();
+    let message = Message::from_joined(
+        HeaderFields::default(),
+        body,
+        [0, 0, 0, 7],
+        [None; 8],
+        Some(id),
+    );
+    assert_eq!(message.assigned_id(), Some(id));
+    assert_eq!(
+        message.held_bytes().len(),
+        body.len() + 8,
+        "the body and the word"
+    );
+    assert_eq!(message.body(), body);
+    let text = crate::encoding::ids::GuidText::new(&id);
+    assert_eq!(message.system().message_id(), Some(text.as_str()));
+}
+
+#[test]
+fn an_assigned_guid_made_elsewhere_is_written_into_the_properties_section() {
+    // An older build's random GUID, read back from its log (recovery gives the system
+    // values), or one given to ingress: no word makes it, so the section holds it.
+    let guid = "60b1549f-3f8d-4cad-a813-01cca7b60a70";
+    let bytes = crate::encoding::ids::parse_guid_text(guid).expect("a GUID");
+    assert_eq!(crate::encoding::ids::guid_word(&bytes), None);
+    let expected = Properties {
+        message_id: Some(MessageId::String(guid.into())),
+        subject: Some("s".into()),
+        ..Properties::default()
+    };
+    let sent = Properties {
+        message_id: None,
+        ..expected.clone()
+    };
+    let section = encoded(&sent);
+    let mut values = [None; 8];
+    values[SystemField::MessageId as usize] = Some(guid);
+    values[SystemField::Subject as usize] = Some("s");
+    let recovered = Message::from_parts([b"", &section, b"", b"\x00\x53\x75\xa0\x02hi"], values);
+    // Ingress with the id given (the subject read from the section, a ulong correlation
+    // id kept apart as text).
+    let with_ulong = Properties {
+        correlation_id: Some(MessageId::Ulong(7)),
+        ..sent.clone()
+    };
+    let section_with_ulong = encoded(&with_ulong);
+    let mut apart = [None; 8];
+    apart[SystemField::CorrelationId as usize] = Some("7");
+    let ingress = Message::from_parts_apart(
+        HeaderFields::default(),
+        [b"", &section_with_ulong, b"", b"\x00\x53\x75\xa0\x02hi"],
+        apart,
+        Some(bytes),
+    );
+    for (message, expected) in [
+        (&recovered, expected.clone()),
+        (
+            &ingress,
+            Properties {
+                correlation_id: Some(MessageId::Ulong(7)),
+                ..expected
+            },
+        ),
+    ] {
+        assert_eq!(message.assigned_id(), None);
+        assert_eq!(message.system().message_id(), Some(guid));
+        assert_eq!(message.system().subject(), Some("s"));
+        let section: Properties =
+            serde_amqp::from_slice(message.properties_section()).expect("a properties section");
+        assert_eq!(section, expected, "the section holds it");
+        assert_eq!(delivered(message), expected);
+        assert_eq!(message.body(), b"\x00\x53\x75\xa0\x02hi");
+    }
+    assert_eq!(ingress.system().correlation_id(), Some("7"));
 }
 
 #[test]

@@ -35,14 +35,46 @@ pub fn unique_u64() -> u64 {
             .wrapping_mul(0x2545_f491_4f6c_dd1d))
 }
 
-/// 16 fresh bytes shaped as a version-4 GUID.
+/// Counts the GUIDs made (apart from [`COUNTER`]: each takes one word).
+static GUIDS: AtomicU64 = AtomicU64::new(0);
+
+/// 16 fresh bytes shaped as a version-4 GUID: [`guid_of_word`] of a word different on every
+/// call and, with the time seed, every process start, so that [`guid_word`] gives the word
+/// back and a message keeps 8 bytes of the id the broker assigned it instead of 16.
 pub fn unique_guid_bytes() -> [u8; 16] {
+    guid_of_word(mix(
+        seed().wrapping_add(GUIDS.fetch_add(1, Ordering::Relaxed))
+    ))
+}
+
+/// Mixed with a word for the GUID's check bits.
+const CHECK_KEY: u64 = 0x6a09_e667_f3bc_c908;
+
+/// The version-4 GUID of `word` (RFC order): the word's 64 bits in the GUID's first 9 bytes
+/// around the version and variant bits, and 58 bits of a hash of it in the rest. Different
+/// words give different GUIDs.
+pub fn guid_of_word(word: u64) -> [u8; 16] {
+    let check = mix(word ^ CHECK_KEY);
     let mut bytes = [0u8; 16];
-    bytes[..8].copy_from_slice(&unique_u64().to_be_bytes());
-    bytes[8..].copy_from_slice(&unique_u64().to_be_bytes());
-    bytes[6] = (bytes[6] & 0x0f) | 0x40;
-    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    bytes[..6].copy_from_slice(&word.to_be_bytes()[..6]);
+    bytes[6] = 0x40 | ((word >> 12) & 0x0f) as u8;
+    bytes[7] = (word >> 4) as u8;
+    bytes[8] = 0x80 | (((word & 0x0f) as u8) << 2) | (check >> 62) as u8;
+    bytes[9..].copy_from_slice(&check.to_be_bytes()[1..]);
     bytes
+}
+
+/// The word whose [`guid_of_word`] is exactly `bytes`, if there is one (every GUID
+/// [`unique_guid_bytes`] made; another GUID only by a 1 in 2^58 chance, and then exactly
+/// too).
+pub fn guid_word(bytes: &[u8; 16]) -> Option<u64> {
+    let mut high = [0u8; 8];
+    high[..6].copy_from_slice(&bytes[..6]);
+    let word = u64::from_be_bytes(high)
+        | (u64::from(bytes[6] & 0x0f) << 12)
+        | (u64::from(bytes[7]) << 4)
+        | u64::from((bytes[8] >> 2) & 0x0f);
+    (guid_of_word(word) == *bytes).then_some(word)
 }
 
 /// Formats RFC-order GUID bytes as `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
@@ -190,6 +222,28 @@ mod tests {
             GuidText::new(&[0xff; 16]).as_str(),
             "ffffffff-ffff-ffff-ffff-ffffffffffff"
         );
+    }
+
+    #[test]
+    fn a_guid_made_here_gives_back_its_word_and_others_do_not() {
+        let mut made = std::collections::HashSet::new();
+        for _ in 0..10_000 {
+            let bytes = unique_guid_bytes();
+            assert_eq!(bytes[6] >> 4, 4, "version 4");
+            assert_eq!(bytes[8] >> 6, 0b10, "RFC 4122 variant");
+            let word = guid_word(&bytes).expect("a word");
+            assert_eq!(guid_of_word(word), bytes);
+            assert!(made.insert(bytes), "unique");
+        }
+        for word in [0, 1, u64::MAX, 0x0123_4567_89ab_cdef] {
+            assert_eq!(guid_word(&guid_of_word(word)), Some(word));
+        }
+        // A GUID made elsewhere (the service's, an older build's random ones).
+        let other = parse_guid_text("60b1549f-3f8d-4cad-a813-01cca7b60a70").expect("a GUID");
+        assert_eq!(guid_word(&other), None);
+        let mut changed = unique_guid_bytes();
+        changed[15] ^= 1;
+        assert_eq!(guid_word(&changed), None, "one bit off");
     }
 
     #[test]

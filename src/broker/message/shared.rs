@@ -1,22 +1,26 @@
 //! One allocation counted by reference: a small fixed head, a pointer to rare fields (only
 //! when there are any) and bytes (issue 16). triomphe's `ThinArc` kept an 8-byte count and
 //! an 8-byte length in front of every message, and the rare fields' pointer in every head;
-//! here the count and the length take 4 bytes each and the pointer is there only for the
-//! few messages that have rare fields: 16 to 24 bytes less per stored message.
+//! here the count takes 2 bytes and the length 4 (a message's head 2 more: an 8-byte
+//! prefix, issue 43) and the pointer is there only for the few messages that have rare
+//! fields.
 //!
-//! Layout, from the start of the allocation: [`Prefix`] (count, length with the rare-fields
-//! flag in its top bit, the head), then, when the flag is set, a `*mut E` (null once the
+//! Layout, from the start of the allocation: [`Prefix`] (count, head, length with the
+//! rare-fields flag in its top bit), then, when the flag is set, a `*mut E` (null once the
 //! rare fields were taken out), then the bytes.
 //!
-//! The reference count follows `std::sync::Arc`: a clone increments it (`Relaxed`; past
-//! [`MAX_REFERENCES`] the process aborts rather than let it wrap), a drop decrements it
-//! (`Release`) and the last one (after an `Acquire` fence) drops the rare fields and frees
-//! the allocation. A handle gives out `&mut` access only while its count is 1.
+//! The reference count follows `std::sync::Arc`: a clone increments it (`Relaxed`), a drop
+//! decrements it (`Release`) and the last one (after an `Acquire` fence) drops the rare
+//! fields and frees the allocation. A handle gives out `&mut` access only while its count
+//! is 1. The count is 16 bits: a clone of an allocation already shared by [`SHARE_LIMIT`]
+//! handles is a copy in an allocation of its own (the same head, rare fields and bytes, so
+//! nothing a reader sees differs), and only [`ABORT_AT`] handles at once, which takes that
+//! many clones racing, abort the process rather than let the count wrap.
 
 use std::alloc::{Layout, handle_alloc_error};
 use std::marker::PhantomData;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, Ordering, fence};
+use std::sync::atomic::{AtomicU16, Ordering, fence};
 
 use super::spare;
 
@@ -27,16 +31,22 @@ const HAS_EXTRAS: u32 = 1 << 31;
 /// 100 MiB).
 pub const MAX_LEN: usize = (HAS_EXTRAS - 1) as usize;
 
-/// The most references to one allocation (a clone past it aborts, as `Arc` does).
-const MAX_REFERENCES: u32 = i32::MAX as u32;
+/// The most handles sharing one allocation: a clone past it copies (a message is shared by
+/// its copies in a topic's subscriptions, at most a few thousand, and for moments by its
+/// deliveries and log writes).
+const SHARE_LIMIT: u16 = 1 << 14;
+
+/// A count this high means clones raced past [`SHARE_LIMIT`] by tens of thousands at once:
+/// the process aborts rather than let the count wrap, as `Arc` does.
+const ABORT_AT: u16 = 0xc000;
 
 /// The start of every allocation.
 #[repr(C)]
 struct Prefix<H> {
-    count: AtomicU32,
+    count: AtomicU16,
+    head: H,
     /// The bytes' length, and [`HAS_EXTRAS`].
     len: u32,
-    head: H,
 }
 
 /// A shared, immutable head, optional rare fields and bytes in one allocation.
@@ -105,9 +115,9 @@ impl<H: Copy, E: Clone> Shared<H, E> {
         // start, with `len` bytes there, which the parts fill; nothing else refers to it yet.
         unsafe {
             start.cast::<Prefix<H>>().write(Prefix {
-                count: AtomicU32::new(1),
-                len: len as u32 | flag,
+                count: AtomicU16::new(1),
                 head,
+                len: len as u32 | flag,
             });
             if let Some(extras) = extras {
                 start
@@ -252,13 +262,28 @@ impl<H: Copy, E: Clone> Shared<H, E> {
 impl<H: Copy, E: Clone> Clone for Shared<H, E> {
     fn clone(&self) -> Self {
         // Relaxed, as `Arc::clone`: a new handle comes from an existing one.
-        if self.prefix().count.fetch_add(1, Ordering::Relaxed) >= MAX_REFERENCES {
-            std::process::abort();
+        let before = self.prefix().count.fetch_add(1, Ordering::Relaxed);
+        if before >= SHARE_LIMIT {
+            if before >= ABORT_AT {
+                std::process::abort();
+            }
+            // Shared by enough handles: this one's increment is taken back (the count
+            // stays above zero, held by `self`) and the clone is a copy.
+            self.prefix().count.fetch_sub(1, Ordering::Relaxed);
+            return self.copy();
         }
         Shared {
             ptr: self.ptr,
             marker: PhantomData,
         }
+    }
+}
+
+impl<H: Copy, E: Clone> Shared<H, E> {
+    /// The same head, rare fields and bytes in an allocation of their own.
+    fn copy(&self) -> Self {
+        let extras = self.extras().map(|extras| Box::new(extras.clone()));
+        Shared::new(*self.head(), extras, &[self.bytes()])
     }
 }
 
@@ -325,7 +350,7 @@ mod tests {
     }
 
     #[test]
-    fn a_handle_is_one_pointer_and_its_prefix_is_eight_bytes_before_the_head() {
+    fn a_handle_is_one_pointer_and_a_two_byte_heads_prefix_is_eight_bytes() {
         assert_eq!(std::mem::size_of::<Handle>(), 8);
         assert_eq!(std::mem::size_of::<Option<Handle>>(), 8);
         assert_eq!(std::mem::size_of::<Prefix<[u8; 16]>>(), 24);
@@ -336,18 +361,18 @@ mod tests {
         // The offsets used to read agree with the layouts allocated.
         assert_eq!(Handle::EXTRAS_AT, extras_at);
         assert_eq!((Handle::bytes_at(false), Handle::bytes_at(true)), (24, 32));
-        // A message's 4-byte head: a 12-byte prefix, and the rare fields' pointer aligned
-        // after it when there is one.
-        type Small = Shared<[u8; 4], Counted>;
-        assert_eq!(std::mem::size_of::<Prefix<[u8; 4]>>(), 12);
+        // A message's 2-byte head: an 8-byte prefix, and the rare fields' pointer after it
+        // when there is one.
+        type Small = Shared<[u8; 2], Counted>;
+        assert_eq!(std::mem::size_of::<Prefix<[u8; 2]>>(), 8);
         let (plain, _, bytes_at) = Small::layout(10, false);
-        assert_eq!((plain.size(), bytes_at), (22, 12));
+        assert_eq!((plain.size(), bytes_at), (18, 8));
         let (rare, extras_at, bytes_at) = Small::layout(10, true);
-        assert_eq!((rare.size(), extras_at, bytes_at), (34, 16, 24));
+        assert_eq!((rare.size(), extras_at, bytes_at), (26, 8, 16));
         assert_eq!(Small::EXTRAS_AT, extras_at);
-        assert_eq!((Small::bytes_at(false), Small::bytes_at(true)), (12, 24));
-        let handle = Small::new([3; 4], counted(7, &Arc::new(AtomicUsize::new(0))), &[b"ab"]);
-        assert_eq!((handle.head(), handle.bytes()), (&[3; 4], &b"ab"[..]));
+        assert_eq!((Small::bytes_at(false), Small::bytes_at(true)), (8, 16));
+        let handle = Small::new([3; 2], counted(7, &Arc::new(AtomicUsize::new(0))), &[b"ab"]);
+        assert_eq!((handle.head(), handle.bytes()), (&[3; 2], &b"ab"[..]));
         assert_eq!(handle.extras().map(|extras| extras.value), Some(7));
     }
 
@@ -392,6 +417,27 @@ mod tests {
             thread.join().expect("reader");
         }
         assert_eq!(drops.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_clone_past_the_share_limit_is_a_copy() {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let first = Handle::new([5; 16], counted(9, &drops), &[b"shared"]);
+        let shared: Vec<Handle> = (1..SHARE_LIMIT).map(|_| first.clone()).collect();
+        assert!(shared.iter().all(|handle| handle.ptr == first.ptr));
+        assert_eq!(first.prefix().count.load(Ordering::SeqCst), SHARE_LIMIT);
+        let copy = first.clone();
+        assert_ne!(copy.ptr, first.ptr, "an allocation of its own");
+        assert_eq!(first.prefix().count.load(Ordering::SeqCst), SHARE_LIMIT);
+        assert_eq!(copy.prefix().count.load(Ordering::SeqCst), 1);
+        assert_eq!((copy.head(), copy.bytes()), (&[5; 16], &b"shared"[..]));
+        assert_eq!(copy.extras().map(|extras| extras.value), Some(9));
+        drop(shared);
+        assert_eq!(first.prefix().count.load(Ordering::SeqCst), 1);
+        drop(first);
+        assert_eq!(drops.load(Ordering::SeqCst), 1, "the shared rare fields");
+        drop(copy);
+        assert_eq!(drops.load(Ordering::SeqCst), 2, "and the copy's");
     }
 
     #[test]

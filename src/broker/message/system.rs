@@ -127,9 +127,10 @@ fn held<'a>(section: &'a [u8], elements: &[Option<usize>; 13], index: usize) -> 
 /// Appends to `text` (which starts empty) the values the properties section does not hold
 /// as they are (identifiers that are not strings, values a rule set): per such field, in
 /// field order, a 16-bit little-endian length ([`ABSENT_TEXT`] for none) and the text;
-/// then, when there is any, the whole text's length (these 4 bytes included) as a 32-bit
-/// little-endian number, so that it is found from the end of the message. Returns which
-/// fields it holds (bit `i`: field `i`). A value too long for its length is held as absent
+/// then, when there is any, the whole text's length (these 4 bytes included) in the low 24
+/// bits of a 32-bit little-endian number whose top 8 say which fields it holds, so that it
+/// is found from the end of the message (issue 43: the message's head keeps only whether
+/// there is a text). Returns which fields it holds (bit `i`: field `i`). A value too long for its length is held as absent
 /// (ingress refuses such messages first; a rule action or an old record is the only way
 /// here). Every other value is read from the section when asked for (issue 16: the head
 /// keeps no offsets).
@@ -165,21 +166,26 @@ fn text_of(values: [Option<&str>; 8], apart: [bool; 8], text: &mut Vec<u8>) -> u
         in_text |= 1 << index;
     }
     if in_text != 0 {
+        // At most 8 values of at most 2 + 65,534 bytes: far below 2^24.
         let length = text.len() + 4;
-        text.extend_from_slice(&(length as u32).to_le_bytes());
+        text.extend_from_slice(&(length as u32 | u32::from(in_text) << 24).to_le_bytes());
     }
     in_text
 }
 
-/// The length of the text [`text_apart`] wrote at the end of `bytes` (0 when `in_text`
-/// says there is none).
-pub(super) fn text_apart_len(bytes: &[u8], in_text: u8) -> usize {
-    if in_text == 0 {
-        return 0;
+/// The length of the text [`text_apart`] wrote at the end of `bytes`, and which fields it
+/// holds (its bits), or `(0, 0)` when `bytes` end with no text (`apart` false).
+pub(super) fn text_apart_at_end(bytes: &[u8], apart: bool) -> (usize, u8) {
+    if !apart {
+        return (0, 0);
     }
     match bytes.last_chunk::<4>() {
-        Some(length) => (u32::from_le_bytes(*length) as usize).min(bytes.len()),
-        None => 0,
+        Some(trailer) => {
+            let trailer = u32::from_le_bytes(*trailer);
+            let length = (trailer & 0x00ff_ffff) as usize;
+            (length.min(bytes.len()), (trailer >> 24) as u8)
+        }
+        None => (0, 0),
     }
 }
 
