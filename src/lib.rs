@@ -47,8 +47,13 @@ use config::{Config, StorageMode};
 use server::{Context, ServerSettings};
 use store::storage::{LogStorage, Recovery, StorageOptions};
 
-/// Checks what the configuration parser cannot: rule SQL compiles.
+/// Checks what the configuration parser cannot: rule SQL compiles, and the TLS certificate
+/// and key files a configuration names can be read and make an identity.
 pub fn validate(config: &Config) -> Result<(), String> {
+    let identity = tls_identity(config);
+    if matches!(identity, admin::tls::Identity::Files { .. }) {
+        admin::tls::load(&identity)?;
+    }
     for topic in &config.topics {
         for subscription in &topic.subscriptions {
             broker::topic::compile_rules(&subscription.rules, 0).map_err(|error| {
@@ -123,13 +128,18 @@ pub struct Listeners {
 /// Where the development TLS certificate's CA is kept: the data directory.
 pub fn tls_identity(config: &Config) -> admin::tls::Identity {
     let files = match (&config.tls.cert, &config.tls.key) {
-        (Some(cert), Some(key)) => (Some(cert), Some(key)),
-        _ => (config.http.tls_cert.as_ref(), config.http.tls_key.as_ref()),
+        (Some(cert), Some(key)) => (Some(cert), Some(key), ("tls.cert", "tls.key")),
+        _ => (
+            config.http.tls_cert.as_ref(),
+            config.http.tls_key.as_ref(),
+            ("http.tls_cert", "http.tls_key"),
+        ),
     };
     match files {
-        (Some(cert), Some(key)) => admin::tls::Identity::Files {
+        (Some(cert), Some(key), keys) => admin::tls::Identity::Files {
             cert: cert.clone(),
             key: key.clone(),
+            keys,
         },
         _ => admin::tls::Identity::Development {
             directory: config.storage.data_dir.clone(),

@@ -29,6 +29,9 @@ pub enum Identity {
         cert: PathBuf,
         /// Private key.
         key: PathBuf,
+        /// The configuration keys that named them (`tls.cert` and `tls.key`, or
+        /// `http.tls_cert` and `http.tls_key`): errors name them.
+        keys: (&'static str, &'static str),
     },
     /// A development certificate signed by the CA in this directory (made if missing).
     Development {
@@ -48,9 +51,13 @@ pub struct Tls {
 /// Loads or makes the identity and builds the server configuration (ALPN `http/1.1`).
 pub fn load(identity: &Identity) -> Result<Tls, String> {
     let (chain, key, dev_ca) = match identity {
-        Identity::Files { cert, key } => {
-            let chain = read_chain(cert)?;
-            let key = read_key(key)?;
+        Identity::Files {
+            cert,
+            key,
+            keys: (cert_name, key_name),
+        } => {
+            let chain = read_chain(cert, cert_name)?;
+            let key = read_key(key, key_name)?;
             (chain, key, None)
         }
         Identity::Development { directory } => {
@@ -73,32 +80,29 @@ pub fn load(identity: &Identity) -> Result<Tls, String> {
     })
 }
 
-fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let text = std::fs::read(path)
-        .map_err(|error| format!("http.tls_cert {}: {error}", path.display()))?;
+/// The certificate chain in `path`, named `name` in the configuration.
+fn read_chain(path: &Path, name: &str) -> Result<Vec<CertificateDer<'static>>, String> {
+    let text =
+        std::fs::read(path).map_err(|error| format!("{name} {}: {error}", path.display()))?;
     let chain: Vec<_> = rustls_pemfile::certs(&mut text.as_slice())
         .collect::<Result<_, _>>()
-        .map_err(|error| format!("http.tls_cert {}: {error}", path.display()))?;
+        .map_err(|error| format!("{name} {}: {error}", path.display()))?;
     if chain.is_empty() {
         return Err(format!(
-            "http.tls_cert {}: no PEM certificate in the file",
+            "{name} {}: no PEM certificate in the file",
             path.display()
         ));
     }
     Ok(chain)
 }
 
-fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
+/// The private key in `path`, named `name` in the configuration.
+fn read_key(path: &Path, name: &str) -> Result<PrivateKeyDer<'static>, String> {
     let text =
-        std::fs::read(path).map_err(|error| format!("http.tls_key {}: {error}", path.display()))?;
+        std::fs::read(path).map_err(|error| format!("{name} {}: {error}", path.display()))?;
     rustls_pemfile::private_key(&mut text.as_slice())
-        .map_err(|error| format!("http.tls_key {}: {error}", path.display()))?
-        .ok_or_else(|| {
-            format!(
-                "http.tls_key {}: no PEM private key in the file",
-                path.display()
-            )
-        })
+        .map_err(|error| format!("{name} {}: {error}", path.display()))?
+        .ok_or_else(|| format!("{name} {}: no PEM private key in the file", path.display()))
 }
 
 /// The CA's parameters: the same every time, so the CA rebuilt from its stored key signs

@@ -143,3 +143,37 @@ fn sigterm_stops_the_broker_cleanly() {
     std::io::Read::read_to_string(&mut stderr, &mut rest).expect("stderr");
     assert!(rest.contains("shutting down"), "{rest}");
 }
+
+#[test]
+fn a_tls_certificate_that_cannot_be_read_is_reported_by_its_key_and_stops_the_broker() {
+    let dir = scratch_dir("tls-files");
+    let path = dir.join("tls.toml");
+    let missing = dir.join("missing-cert.pem");
+    std::fs::write(
+        &path,
+        format!(
+            "[tls]\ncert = \"{}\"\nkey = \"{}\"\n",
+            missing.display(),
+            dir.join("missing-key.pem").display()
+        ),
+    )
+    .expect("write");
+    for flag in ["--check-config", "--config"] {
+        let output = Command::new(BINARY)
+            .args([flag, path.to_str().expect("utf-8 path")])
+            .args(if flag == "--config" {
+                vec!["--listen", "127.0.0.1:0", "--memory"]
+            } else {
+                vec![]
+            })
+            .output()
+            .expect("runs");
+        assert_eq!(output.status.code(), Some(1), "{flag}");
+        let text = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            text.contains("tls.cert") && text.contains("missing-cert.pem"),
+            "{flag}: {text}"
+        );
+        assert!(!text.contains("http.tls_cert"), "{flag}: {text}");
+    }
+}
