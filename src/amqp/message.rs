@@ -218,9 +218,10 @@ pub fn parse_message(bytes: Bytes) -> Result<Message, MessageError> {
     } else {
         sections::read_properties(&bytes, &properties_range)?
     };
-    // A message sent without an id is given one (the SDKs need it, wire contract §5): its
-    // GUID bytes are kept beside the message and written into its properties section on
-    // the way out (issue 16: 16 bytes kept where a section written with the text took 44).
+    // A message sent without an id is given one (the SDKs need it, wire contract §5): the
+    // 8-byte word its GUID is made of is kept beside the message and the GUID written into
+    // its properties section on the way out (issues 16 and 43: 8 bytes kept where a section
+    // written with the text took 44).
     let assigned = values[SystemField::MessageId as usize]
         .is_none()
         .then(ids::unique_guid_bytes);

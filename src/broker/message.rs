@@ -254,8 +254,8 @@ fn self_delimiting(sections: [&[u8]; 4]) -> bool {
 /// properties section, the encoded application-properties section (both descriptor
 /// included, empty if none), the body sections and footer exactly as sent, then the text of
 /// the system properties the properties section does not hold as text (usually none), then
-/// `header.ttl` when the sender set one, then the 16 bytes of the id the broker assigned when
-/// the sender set none ([`ID_ASSIGNED`]), then the sections' ends when they are kept
+/// `header.ttl` when the sender set one, then the 8-byte word of the id the broker assigned
+/// when the sender set none ([`ID_ASSIGNED`]), then the sections' ends when they are kept
 /// ([`ENDS_KEPT`]). The rarer fields are out of line.
 #[derive(Clone)]
 pub struct Message(Shared<Head, Extras>);
@@ -287,12 +287,11 @@ impl std::fmt::Debug for Message {
 
 /// Memory one stored message costs beyond its encoded bytes: its allocation's reference
 /// count, length, fixed fields and rounding, and the record in its sub-queue's `RecordMap`
-/// run — measured by `tests/memory.rs` (counting allocator) at 37–52 bytes for SDK-encoded
-/// messages, 57–64 for messages sent without an id (its 16 bytes included; 772 before issue 16, 229 before the one-allocation layout, 116–125 before the
-/// 24-byte head and the 40-byte record, 76–85 before the 32-byte record and the 24-byte
-/// prefix, 52–61 before the 12-byte prefix), rounded up with room for the allocator's own header and rounding. Counting it
-/// makes `max_size_in_megabytes` bound what a queue of tiny messages really holds (issue 10,
-/// item 9: a 10 MiB queue of empty messages used to hold 143 MiB).
+/// run — measured by `tests/memory.rs` (counting allocator) at 28–37 bytes for SDK-encoded
+/// messages, 33–40 for messages sent without an id (its 8-byte word included) — rounded up
+/// with room for the allocator's own header and rounding. Counting it makes
+/// `max_size_in_megabytes` bound what a queue of tiny messages really holds (issue 10, item
+/// 9: a 10 MiB queue of empty messages used to hold 143 MiB).
 pub const MESSAGE_OVERHEAD: usize = 100;
 
 /// A message's system properties, as given to build it.
