@@ -147,7 +147,7 @@ const ID_LEN: usize = 8;
 const TTL_LEN: usize = 4;
 
 /// How many bytes a message's annotations, properties and application properties may take
-/// together: their ends, when kept ([`ENDS_KEPT`]), are kept in 24 bits, and this leaves
+/// together: their ends, when kept (`ENDS_KEPT`), are kept in 24 bits, and this leaves
 /// room for what the broker adds to them later (rule actions, dead-letter reasons). Service
 /// Bus allows 64 KB of header; ingress refuses more than this with an error naming the size.
 pub const MAX_HEADER_SECTIONS: usize = 8 * 1024 * 1024;
@@ -255,8 +255,8 @@ fn self_delimiting(sections: [&[u8]; 4]) -> bool {
 /// included, empty if none), the body sections and footer exactly as sent, then the text of
 /// the system properties the properties section does not hold as text (usually none), then
 /// `header.ttl` when the sender set one, then the 8-byte word of the id the broker assigned
-/// when the sender set none ([`ID_ASSIGNED`]), then the sections' ends when they are kept
-/// ([`ENDS_KEPT`]). The rarer fields are out of line.
+/// when the sender set none (`ID_ASSIGNED`), then the sections' ends when they are kept
+/// (`ENDS_KEPT`). The rarer fields are out of line.
 #[derive(Clone)]
 pub struct Message(Shared<Head, Extras>);
 
@@ -637,7 +637,7 @@ impl Message {
     }
 
     /// The GUID bytes of the id the broker assigned this message (the sender set none),
-    /// which its properties section does not hold ([`ID_ASSIGNED`]).
+    /// which its properties section does not hold (`ID_ASSIGNED`).
     pub fn assigned_id(&self) -> Option<[u8; 16]> {
         self.assigned_id_in(&self.tail())
     }
@@ -927,7 +927,7 @@ impl Message {
         self.body_end() + 16
     }
 
-    /// Starts loading the message's first `lines` cache lines (see [`Shared::prefetch`]).
+    /// Starts loading the message's first `lines` cache lines (see `Shared::prefetch`).
     #[inline]
     pub fn prefetch(&self, lines: usize) {
         self.0.prefetch(lines)

@@ -208,7 +208,7 @@ fn text_value(text: &[u8], in_text: u8, index: usize) -> Option<&str> {
 }
 
 /// The system properties as text, parsed once at ingress: a view of a message's
-/// ([`Message::system`]) or of an owned [`SystemProperties`].
+/// ([`Message::system`](super::Message::system)) or of an owned [`SystemProperties`].
 #[derive(Clone, Copy)]
 pub struct System<'a> {
     source: Source<'a>,
@@ -358,7 +358,7 @@ impl std::fmt::Debug for System<'_> {
     }
 }
 
-/// System properties to give a message ([`Message::set_system`]).
+/// System properties to give a message ([`Message::set_system`](super::Message::set_system)).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SystemProperties {
     values: [Option<String>; 8],

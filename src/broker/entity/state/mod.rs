@@ -634,7 +634,7 @@ impl EntityState {
 
     /// Gives back an emptied effects list taken by [`Self::take_effects`], so that the
     /// next turn's effects do not grow a new one from nothing (kept only while no new
-    /// effects are pending, and up to [`KEPT_EFFECTS`] entries of room).
+    /// effects are pending, and up to `KEPT_EFFECTS` entries of room).
     pub fn recycle_effects(&mut self, mut spare: Vec<Effect>) {
         if self.effects.is_empty() && spare.capacity() <= KEPT_EFFECTS {
             spare.clear();
