@@ -261,9 +261,15 @@ pub(super) struct Prepared {
 pub(super) struct Preparer {
     requests: Option<mpsc::Sender<()>>,
     ready: mpsc::Receiver<io::Result<Prepared>>,
-    /// A request is out and its answer not taken yet.
-    pending: bool,
+    /// Requests out whose answers are not taken yet (at most [`PREPARED_AHEAD`]).
+    pending: usize,
 }
+
+/// Prepared segments kept ahead of the writer: two, so that a segment started by
+/// compaction and the one after it both find one ready, while the disk also takes the
+/// writer's records (with one, a segment started while it was still being zero-filled
+/// stayed plain, written through the page cache, until it was ready).
+const PREPARED_AHEAD: usize = 2;
 
 impl Preparer {
     /// Starts the thread that prepares segments of `size` bytes in `directory`, after
@@ -302,32 +308,32 @@ impl Preparer {
         Ok(Preparer {
             requests: Some(requests),
             ready,
-            pending: false,
+            pending: 0,
         })
     }
 
-    /// Asks for a prepared segment unless one is on its way or waiting.
+    /// Asks for prepared segments until [`PREPARED_AHEAD`] are on their way or waiting.
     pub fn request(&mut self) {
-        if !self.pending
+        while self.pending < PREPARED_AHEAD
             && let Some(requests) = &self.requests
             && requests.send(()).is_ok()
         {
-            self.pending = true;
+            self.pending += 1;
         }
     }
 
-    /// The prepared segment, if it is ready.
+    /// The oldest prepared segment, if it is ready.
     pub fn take(&mut self) -> Option<Prepared> {
-        if !self.pending {
+        if self.pending == 0 {
             return None;
         }
         match self.ready.try_recv() {
             Ok(Ok(prepared)) => {
-                self.pending = false;
+                self.pending -= 1;
                 Some(prepared)
             }
             Ok(Err(error)) => {
-                self.pending = false;
+                self.pending -= 1;
                 tracing::warn!(%error, "cannot prepare a log segment; the next one is appended to");
                 None
             }
@@ -335,15 +341,15 @@ impl Preparer {
         }
     }
 
-    /// Stops the thread and removes a prepared segment nobody took.
+    /// Stops the thread and removes the prepared segments nobody took.
     pub fn stop(&mut self) {
         self.requests = None;
-        if self.pending
-            && let Ok(Ok(prepared)) = self.ready.recv()
-        {
-            let _ = std::fs::remove_file(&prepared.path);
+        while self.pending > 0 {
+            self.pending -= 1;
+            if let Ok(Ok(prepared)) = self.ready.recv() {
+                let _ = std::fs::remove_file(&prepared.path);
+            }
         }
-        self.pending = false;
     }
 }
 

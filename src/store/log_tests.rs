@@ -279,3 +279,38 @@ async fn records_through_prepared_segments_are_recovered_and_nothing_prepared_is
     assert_eq!(recovered.records, (0..400).map(record).collect::<Vec<_>>());
     assert_eq!(recovered.truncated_bytes, 0);
 }
+
+/// Two prepared segments are kept ahead: after one request, two are taken without another,
+/// and a stop removes what nobody took.
+#[test]
+fn the_preparer_keeps_two_segments_ahead_and_a_stop_removes_them() {
+    use crate::store::active::Preparer;
+    let directory = TempDirectory::new("prepare-ahead");
+    let mut preparer = Preparer::start(&directory.0, 64 * 1024).expect("starts");
+    preparer.request();
+    let take = |preparer: &mut Preparer| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            if let Some(prepared) = preparer.take() {
+                return prepared;
+            }
+            assert!(std::time::Instant::now() < deadline, "no prepared segment");
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    };
+    let first = take(&mut preparer);
+    let second = take(&mut preparer);
+    drop((first, second));
+    // Each take is followed by a request in the log; here one more, then a stop.
+    preparer.request();
+    preparer.stop();
+    let prepared: Vec<_> = std::fs::read_dir(&directory.0)
+        .expect("list")
+        .filter_map(Result::ok)
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".prepared"))
+        .collect();
+    // The two taken were not put into use here, so they stay; the two asked for after
+    // them were removed by the stop.
+    assert_eq!(prepared.len(), 2, "{prepared:?}");
+}
