@@ -31,17 +31,77 @@ pub(super) struct Pending {
     entries: BTreeMap<u64, Entry<TypeConfig>>,
     /// Why the group's log failed, if it did.
     failure: Option<StoreError>,
+    /// In a group of several members: what its applied entries are kept for.
+    kept: Option<Kept>,
 }
 
+/// A multi-member group keeps applied entries in memory until every member has them (as
+/// far as its leader knows; a follower keeps them, since it may lead next), up to
+/// [`KEPT_MAX`] of them: applied entries cannot be read back from the log yet, so a member
+/// further behind than that, or behind a leader that restarted, receives them blank.
+#[derive(Debug, Default)]
+struct Kept {
+    /// The last index applied.
+    applied: Option<u64>,
+    /// The lowest index some member still lacks (as far as this node knows).
+    needed: u64,
+}
+
+/// A multi-member group keeps at most this many applied entries for members that lag.
+const KEPT_MAX: usize = 4096;
+
 impl Pending {
+    /// A group of several members: keeps applied entries that other members lack.
+    pub(super) fn keeping() -> Pending {
+        Pending {
+            kept: Some(Kept::default()),
+            ..Pending::default()
+        }
+    }
+
     /// Why the group's log failed, if it did.
     pub(super) fn failure(&self) -> Option<StoreError> {
         self.failure.clone()
     }
 
-    /// Forgets entries up to `index` (applied).
+    /// Forgets entries up to `index` (applied), except those other members lack.
     pub(super) fn applied(&mut self, index: u64) {
-        self.entries = self.entries.split_off(&(index + 1));
+        match &mut self.kept {
+            None => self.entries = self.entries.split_off(&(index + 1)),
+            Some(kept) => {
+                kept.applied = Some(index);
+                self.trim();
+            }
+        }
+    }
+
+    /// Every member has the entries before `needed` (as far as this node knows).
+    pub(super) fn replicated(&mut self, needed: u64) {
+        if let Some(kept) = &mut self.kept {
+            kept.needed = needed;
+            self.trim();
+        }
+    }
+
+    fn trim(&mut self) {
+        let Some(Kept {
+            applied: Some(applied),
+            needed,
+        }) = self.kept
+        else {
+            return;
+        };
+        let mut keep_from = needed.min(applied + 1);
+        let applied_kept = self.entries.range(..applied + 1).count();
+        if applied_kept > KEPT_MAX
+            && let Some((&index, _)) = self
+                .entries
+                .range(..applied + 1)
+                .nth(applied_kept - KEPT_MAX)
+        {
+            keep_from = keep_from.max(index);
+        }
+        self.entries = self.entries.split_off(&keep_from);
     }
 }
 

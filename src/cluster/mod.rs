@@ -20,15 +20,18 @@
 mod convert;
 mod log_store;
 mod network;
+mod peer;
 mod state_machine;
 mod types;
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use openraft::error::{ClientWriteError, InitializeError, RaftError};
 use openraft::{BasicNode, SnapshotPolicy};
+use tokio::net::TcpListener;
 use tokio::sync::{OnceCell, mpsc, oneshot, watch};
 
 use crate::broker::entity::state::Change;
@@ -152,7 +155,7 @@ async fn propose(
                 Err(_) => break,
             }
         }
-        let outcome = match raft.client_write(Arc::new(records)).await {
+        let outcome = match raft.client_write(types::Turn(Arc::new(records))).await {
             Ok(_) => Proposed::Done,
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))) => {
                 Proposed::Refused(StorageError::Failed(format!(
@@ -210,6 +213,21 @@ pub struct RaftLog {
     /// The metadata group's state; held while its text is written, so that the newest text
     /// is the last one in the group's log.
     metadata: tokio::sync::Mutex<Metadata>,
+    /// The other members and the transport to them; `None` when this node is the only
+    /// member of every group.
+    cluster: Option<Cluster>,
+    /// Set by [`RaftLog::shutdown`]: peers' requests no longer start groups.
+    stopped: AtomicBool,
+}
+
+/// A node's part in a cluster of several members.
+struct Cluster {
+    /// Every group's members (this node included) and their peer addresses.
+    members: BTreeMap<u64, BasicNode>,
+    /// The connections to the other members, shared by every group.
+    peers: Arc<peer::Peers>,
+    /// The peer listener's task (aborted at shutdown, which closes its connections).
+    listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for RaftLog {
@@ -227,8 +245,13 @@ const CHECKPOINT_PART: usize = 1024;
 /// A group's Raft stops after this long without writes (restarting it takes ~0.2 ms).
 const GROUP_IDLE: Duration = Duration::from_secs(30);
 
-/// How long a group may take to elect its one member at start.
+/// How long a group may take to elect its one member at start (or, in a cluster, how long
+/// a write waits for the group to have a leader).
 const ELECTION_WAIT: Duration = Duration::from_secs(30);
+
+/// Groups of several members never retire: a retired leader would stop its heartbeats and
+/// a retired follower would miss entries.
+const NEVER_IDLE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 fn port_error(error: StoreError) -> StorageError {
     match error {
@@ -246,6 +269,105 @@ impl RaftLog {
         groups: &HashMap<String, GroupLog>,
         settings: ClusterConfig,
     ) -> Result<RaftLog, String> {
+        // One-member groups need no heartbeats or elections on a timer: a group elects
+        // itself when it starts.
+        let config = openraft::Config {
+            enable_tick: false,
+            enable_heartbeat: false,
+            enable_elect: false,
+            ..openraft::Config::default()
+        };
+        RaftLog::build(storage, groups, settings, config, None)
+    }
+
+    /// Runs every group with the members `settings.members` names (this node among them),
+    /// reaching them with `secret` and serving them on `listener` (whose address is this
+    /// node's in `settings`). Each group is initialized with all its members when it first
+    /// starts; its members elect its leader.
+    ///
+    /// Configuration still refuses more than one member: this runs the transport and the
+    /// replication on their own until placement and proxying exist.
+    pub fn new_cluster(
+        storage: LogStorage,
+        groups: &HashMap<String, GroupLog>,
+        settings: ClusterConfig,
+        secret: &[u8],
+        listener: TcpListener,
+    ) -> Result<Arc<RaftLog>, String> {
+        if !settings
+            .members
+            .iter()
+            .any(|member| member.id == settings.node_id)
+        {
+            return Err(format!(
+                "node {} is not one of the cluster's members",
+                settings.node_id
+            ));
+        }
+        let config = openraft::Config {
+            heartbeat_interval: 100,
+            election_timeout_min: 400,
+            election_timeout_max: 800,
+            ..openraft::Config::default()
+        };
+        let secret: Arc<[u8]> = secret.into();
+        let peers = Arc::new(peer::Peers::new(
+            settings.node_id,
+            secret.clone(),
+            peer::MAX_FRAME,
+        ));
+        let cluster = Cluster {
+            members: settings
+                .members
+                .iter()
+                .map(|member| (member.id, BasicNode::new(&member.address)))
+                .collect(),
+            peers,
+            listener: Mutex::new(None),
+        };
+        let mut log = RaftLog::build(storage, groups, settings, config, Some(cluster))?;
+        log.idle = NEVER_IDLE;
+        let log = Arc::new(log);
+        let weak = Arc::downgrade(&log);
+        let local: peer::Local = Arc::new(move |group: String| {
+            let weak = weak.clone();
+            Box::pin(async move {
+                let log = weak
+                    .upgrade()
+                    .ok_or_else(|| "the node is stopping".to_string())?;
+                if log.stopped.load(Ordering::Acquire) {
+                    return Err("the node is stopping".to_string());
+                }
+                log.group(&group)
+                    .await
+                    .map(|running| running.raft)
+                    .map_err(|error| error.to_string())
+            })
+        });
+        let task = peer::serve(
+            listener,
+            peer::Serving {
+                secret,
+                max_frame: peer::MAX_FRAME,
+                local,
+            },
+        );
+        if let Some(cluster) = &log.cluster {
+            *cluster
+                .listener
+                .lock()
+                .unwrap_or_else(|poison| poison.into_inner()) = Some(task);
+        }
+        Ok(log)
+    }
+
+    fn build(
+        storage: LogStorage,
+        groups: &HashMap<String, GroupLog>,
+        settings: ClusterConfig,
+        config: openraft::Config,
+        cluster: Option<Cluster>,
+    ) -> Result<RaftLog, String> {
         for (name, log) in groups {
             if let Some((_, membership)) = &log.membership {
                 let member = membership
@@ -262,14 +384,9 @@ impl RaftLog {
         }
         let config = openraft::Config {
             cluster_name: "ferrobus".to_string(),
-            // One-member groups need no heartbeats or elections on a timer: a group elects
-            // itself when it starts.
-            enable_tick: false,
-            enable_heartbeat: false,
-            enable_elect: false,
             // Compaction is the store's (checkpoints and deleted segments).
             snapshot_policy: SnapshotPolicy::Never,
-            ..openraft::Config::default()
+            ..config
         }
         .validate()
         .map_err(|error| format!("the Raft configuration is invalid: {error}"))?;
@@ -280,6 +397,8 @@ impl RaftLog {
             groups: Groups::default(),
             idle: GROUP_IDLE,
             metadata: tokio::sync::Mutex::default(),
+            cluster,
+            stopped: AtomicBool::new(false),
         })
     }
 
@@ -365,13 +484,37 @@ impl RaftLog {
         };
         let node = self.settings.node_id;
         let log = self.storage.group_log(group);
-        let pending = Arc::new(Mutex::new(Pending::default()));
+        let pending = Arc::new(Mutex::new(match self.cluster {
+            None => Pending::default(),
+            Some(_) => Pending::keeping(),
+        }));
         let store = GroupStore::new(group, self.storage.clone(), pending.clone());
         let machine = GroupMachine::recovered(&log, pending.clone());
-        let raft = openraft::Raft::new(node, self.config.clone(), network::NoPeers, store, machine)
-            .await
-            .map_err(|error| failed("openraft", &error))?;
-        if log.membership.is_none() && log.last.is_none() {
+        let raft = match &self.cluster {
+            None => {
+                openraft::Raft::new(node, self.config.clone(), network::NoPeers, store, machine)
+                    .await
+            }
+            Some(cluster) => {
+                let peers = peer::GroupPeers {
+                    group: group.into(),
+                    peers: cluster.peers.clone(),
+                };
+                openraft::Raft::new(node, self.config.clone(), peers, store, machine).await
+            }
+        }
+        .map_err(|error| failed("openraft", &error))?;
+        if let Some(cluster) = &self.cluster {
+            // Every member initializes a new group with the same membership (the same
+            // entry at index 0); the members elect its leader on their timers.
+            if log.membership.is_none() && log.last.is_none() {
+                match raft.initialize(cluster.members.clone()).await {
+                    Ok(()) | Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
+                    Err(error) => return Err(failed("initializing", &error)),
+                }
+            }
+            tokio::spawn(report_replication(raft.clone(), node, pending.clone()));
+        } else if log.membership.is_none() && log.last.is_none() {
             let members = BTreeMap::from([(node, BasicNode::new(&self.settings.address))]);
             match raft.initialize(members).await {
                 Ok(()) | Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
@@ -383,10 +526,12 @@ impl RaftLog {
                 .await
                 .map_err(|error| failed("electing", &error))?;
         }
-        raft.wait(Some(ELECTION_WAIT))
-            .current_leader(node, "the group's one member leads it")
-            .await
-            .map_err(|error| failed("electing", &error))?;
+        if self.cluster.is_none() {
+            raft.wait(Some(ELECTION_WAIT))
+                .current_leader(node, "the group's one member leads it")
+                .await
+                .map_err(|error| failed("electing", &error))?;
+        }
         let (writes, queue) = mpsc::unbounded_channel();
         tokio::spawn(propose(
             group.to_string(),
@@ -412,6 +557,9 @@ impl RaftLog {
         // A group that retires (idle) as the write arrives hands it back: start it again.
         for _ in 0..8 {
             let running = self.group(group).await?;
+            if self.cluster.is_some() {
+                self.elected(group, &running).await?;
+            }
             let (done, answer) = oneshot::channel();
             if let Err(mpsc::error::SendError(write)) = running.writes.send(Write { records, done })
             {
@@ -450,6 +598,31 @@ impl RaftLog {
         Err(stopped())
     }
 
+    /// Waits until the group has a leader (this node or another) and returns its id.
+    async fn elected(&self, group: &str, running: &Group) -> Result<u64, StorageError> {
+        let metrics = running
+            .raft
+            .wait(Some(ELECTION_WAIT))
+            .metrics(
+                |metrics| metrics.current_leader.is_some(),
+                "the group has a leader",
+            )
+            .await
+            .map_err(|error| {
+                StorageError::Failed(format!("the Raft group '{group}' has no leader: {error}"))
+            })?;
+        metrics
+            .current_leader
+            .ok_or_else(|| StorageError::Failed(format!("the Raft group '{group}' has no leader")))
+    }
+
+    /// The node that leads `group` (started here first if it does not run yet), once it
+    /// has a leader.
+    pub async fn leader(&self, group: &str) -> Result<u64, StorageError> {
+        let running = self.group(group).await?;
+        self.elected(group, &running).await
+    }
+
     /// Forgets a stopped group's Raft (a later write starts a new one).
     async fn retire(&self, group: &str, stopped: &Group) {
         remove_if_current(&self.groups, group, &stopped.pending);
@@ -458,6 +631,19 @@ impl RaftLog {
 
     /// Stops every group's Raft (after the entities stopped; before the log closes).
     pub async fn shutdown(&self) {
+        self.stopped.store(true, Ordering::Release);
+        if let Some(cluster) = &self.cluster {
+            let listener = cluster
+                .listener
+                .lock()
+                .unwrap_or_else(|poison| poison.into_inner())
+                .take();
+            if let Some(listener) = listener {
+                listener.abort();
+                let _ = listener.await;
+            }
+            cluster.peers.close();
+        }
         let groups: Vec<Arc<OnceCell<Group>>> = {
             let mut groups = self
                 .groups
@@ -469,6 +655,35 @@ impl RaftLog {
             if let Some(group) = cell.get() {
                 let _ = group.raft.shutdown().await;
             }
+        }
+    }
+}
+
+/// Tells a multi-member group's log store which entries every member has, so that the
+/// leader keeps the others in memory for those that lag; a follower keeps what it applied
+/// (up to the store's bound), since it may lead next.
+async fn report_replication(raft: GroupRaft, node: u64, pending: Arc<Mutex<Pending>>) {
+    let mut metrics = raft.metrics();
+    loop {
+        let needed = {
+            let metrics = metrics.borrow_and_update();
+            match (&metrics.replication, metrics.current_leader == Some(node)) {
+                (Some(replication), true) => replication
+                    .iter()
+                    .filter(|(member, _)| **member != node)
+                    .map(|(_, matched)| matched.map_or(0, |matched| matched.index + 1))
+                    .min()
+                    .unwrap_or(u64::MAX),
+                // A follower keeps them too: as a leader it may have to send them.
+                _ => 0,
+            }
+        };
+        pending
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .replicated(needed);
+        if metrics.changed().await.is_err() {
+            return;
         }
     }
 }
@@ -564,3 +779,7 @@ impl DurableLog for RaftLog {
 #[cfg(test)]
 #[path = "tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "cluster_tests.rs"]
+mod cluster_tests;

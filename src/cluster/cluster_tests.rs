@@ -1,0 +1,328 @@
+//! Three members in one process: groups replicated over the peer transport onto three
+//! nodes' logs, a new leader after the leader stops, peers without the cluster's secret
+//! refused, frames over the limit closing their connection.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use super::*;
+use crate::config::ClusterMember;
+use crate::store::storage::StorageOptions;
+use crate::store::storage::test_support::{counters, next, scratch};
+
+const SECRET: &[u8] = b"the cluster's secret";
+
+/// How long any wait of these tests may take before it fails.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+struct Node {
+    id: u64,
+    address: String,
+    directory: PathBuf,
+    log: Arc<RaftLog>,
+}
+
+/// Starts three members, node `i + 1` with `secrets[i]`, each on its own data directory
+/// and its own listener on 127.0.0.1:0.
+async fn three(name: &str, secrets: [&[u8]; 3]) -> Vec<Node> {
+    let mut listeners = Vec::new();
+    let mut members = Vec::new();
+    for id in 1..=3u64 {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("binds");
+        let address = listener.local_addr().expect("bound").to_string();
+        members.push(ClusterMember { id, address });
+        listeners.push(listener);
+    }
+    let mut nodes = Vec::new();
+    for (index, listener) in listeners.into_iter().enumerate() {
+        let id = index as u64 + 1;
+        let address = members[index].address.clone();
+        let directory = scratch(&format!("{name}-{id}"));
+        let (storage, recovery) = LogStorage::open(StorageOptions::new(&directory)).expect("opens");
+        let settings = ClusterConfig {
+            node_id: id,
+            address: address.clone(),
+            members: members.clone(),
+        };
+        let log = RaftLog::new_cluster(
+            storage,
+            &recovery.groups,
+            settings,
+            secrets[index],
+            listener,
+        )
+        .expect("runs");
+        nodes.push(Node {
+            id,
+            address,
+            directory,
+            log,
+        });
+    }
+    nodes
+}
+
+async fn close(node: &Node) {
+    node.log.shutdown().await;
+    node.log.storage().close();
+}
+
+/// What `node`'s data directory recovers for `entity`.
+fn recovered(node: &Node, entity: &str) -> Vec<i64> {
+    let (storage, recovery) =
+        LogStorage::open(StorageOptions::new(&node.directory)).expect("opens again");
+    storage.close();
+    recovery
+        .entities
+        .get(entity)
+        .map(|changes| counters(changes))
+        .unwrap_or_default()
+}
+
+/// Waits until `node`'s Raft for `group` holds the log up to `index`.
+async fn holds(node: &Node, group: &str, index: u64) {
+    let running = node.log.group(group).await.expect("runs");
+    running
+        .raft
+        .wait(Some(PATIENCE))
+        .metrics(
+            |metrics| metrics.last_log_index >= Some(index),
+            "the node holds the entry",
+        )
+        .await
+        .unwrap_or_else(|error| panic!("node {} lacks index {index}: {error}", node.id));
+}
+
+/// The index of the last entry in `node`'s log of `group`.
+fn last_index(node: &Node, group: &str) -> Option<u64> {
+    node.log
+        .storage()
+        .group_log(group)
+        .last
+        .map(|last| last.index)
+}
+
+/// Warnings and errors logged while the returned guard lives (the test runs on one
+/// thread, so every task it spawns logs here).
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .expect("not poisoned")
+            .extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn start() -> (Captured, tracing::subscriber::DefaultGuard) {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_max_level(tracing::Level::WARN)
+            .with_ansi(false)
+            .finish();
+        (captured, tracing::subscriber::set_default(subscriber))
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().expect("not poisoned")).into_owned()
+    }
+}
+
+/// A write through a group's leader commits, and every member's log holds it: each data
+/// directory, opened again, recovers the write.
+#[tokio::test]
+async fn a_write_through_the_leader_reaches_all_three_logs() {
+    let nodes = three("replicated", [SECRET; 3]).await;
+    let leader = tokio::time::timeout(PATIENCE, nodes[0].log.leader("orders"))
+        .await
+        .expect("elected in time")
+        .expect("a leader");
+    let through = &nodes[leader as usize - 1];
+    tokio::time::timeout(
+        PATIENCE,
+        through.log.append(vec![("orders".into(), vec![next(7)])]),
+    )
+    .await
+    .expect("in time")
+    .expect("committed");
+    let index = last_index(through, "orders").expect("the leader's log has it");
+    for node in &nodes {
+        holds(node, "orders", index).await;
+    }
+    // A follower refuses writes: only the leader proposes.
+    let follower = nodes.iter().find(|node| node.id != leader).expect("two");
+    let refused = follower
+        .log
+        .append(vec![("orders".into(), vec![next(8)])])
+        .await;
+    assert!(refused.is_err(), "a follower does not propose");
+    for node in &nodes {
+        close(node).await;
+    }
+    for node in &nodes {
+        assert_eq!(
+            recovered(node, "orders"),
+            vec![7],
+            "node {} recovers the write",
+            node.id
+        );
+    }
+}
+
+/// With the leader stopped, the other two elect one of them and a write through it
+/// commits on both.
+#[tokio::test]
+async fn the_other_two_elect_a_leader_when_the_leader_stops() {
+    let nodes = three("failover", [SECRET; 3]).await;
+    let first = tokio::time::timeout(PATIENCE, nodes[0].log.leader("orders"))
+        .await
+        .expect("elected in time")
+        .expect("a leader");
+    nodes[first as usize - 1]
+        .log
+        .append(vec![("orders".into(), vec![next(1)])])
+        .await
+        .expect("committed");
+    close(&nodes[first as usize - 1]).await;
+
+    let survivors: Vec<&Node> = nodes.iter().filter(|node| node.id != first).collect();
+    let running = survivors[0].log.group("orders").await.expect("runs");
+    let metrics = running
+        .raft
+        .wait(Some(PATIENCE))
+        .metrics(
+            |metrics| metrics.current_leader.is_some_and(|leader| leader != first),
+            "a new leader",
+        )
+        .await
+        .expect("the survivors elect a leader");
+    let second = metrics.current_leader.expect("a leader");
+    let through = survivors
+        .iter()
+        .find(|node| node.id == second)
+        .expect("a survivor leads");
+    tokio::time::timeout(
+        PATIENCE,
+        through.log.append(vec![("orders".into(), vec![next(2)])]),
+    )
+    .await
+    .expect("in time")
+    .expect("committed by the two survivors");
+    let index = last_index(through, "orders").expect("written");
+    for node in &survivors {
+        holds(node, "orders", index).await;
+    }
+    for node in &survivors {
+        close(node).await;
+    }
+    for node in &survivors {
+        assert_eq!(recovered(node, "orders"), vec![1, 2], "node {}", node.id);
+    }
+}
+
+/// A member without the cluster's secret is refused both ways: its handshake fails, the
+/// refusal is logged with its address, and the group goes on without it.
+#[tokio::test]
+async fn a_peer_without_the_secret_is_refused_and_cannot_join() {
+    let (captured, _guard) = Captured::start();
+    let nodes = three("refused", [SECRET, SECRET, b"another secret"]).await;
+    let leader = tokio::time::timeout(PATIENCE, nodes[0].log.leader("orders"))
+        .await
+        .expect("elected in time")
+        .expect("a leader");
+    assert_ne!(leader, 3, "the outsider cannot be elected");
+    let through = &nodes[leader as usize - 1];
+    through
+        .log
+        .append(vec![("orders".into(), vec![next(5)])])
+        .await
+        .expect("the two members with the secret commit");
+    let index = last_index(through, "orders").expect("written");
+    holds(&nodes[0], "orders", index).await;
+    holds(&nodes[1], "orders", index).await;
+
+    // By hand: the wrong secret's handshake fails against a member.
+    let mut stream = TcpStream::connect(&nodes[0].address)
+        .await
+        .expect("connects");
+    let refused = peer::connect_handshake(&mut stream, 3, b"another secret").await;
+    assert!(refused.is_err(), "the wrong secret is refused");
+
+    let outsider = &nodes[2];
+    assert!(
+        last_index(outsider, "orders").is_none_or(|last| last < index),
+        "the outsider never received the entry"
+    );
+    let text = captured.text();
+    assert!(
+        text.contains("refused a peer connection")
+            && text.contains("does not hold the cluster secret"),
+        "members log the refusal: {text}"
+    );
+    assert!(
+        text.contains(&format!("peer={}", outsider.address)),
+        "a member that cannot join the outsider names its address: {text}"
+    );
+    for node in &nodes {
+        close(node).await;
+    }
+    assert!(recovered(outsider, "orders").is_empty());
+}
+
+/// A frame longer than the limit closes its connection (logged); the node goes on
+/// serving.
+#[tokio::test]
+async fn a_frame_over_the_limit_closes_the_connection() {
+    let (captured, _guard) = Captured::start();
+    let nodes = three("oversized", [SECRET; 3]).await;
+    let mut stream = TcpStream::connect(&nodes[0].address)
+        .await
+        .expect("connects");
+    peer::connect_handshake(&mut stream, 2, SECRET)
+        .await
+        .expect("the secret is accepted");
+    let length = u32::try_from(peer::MAX_FRAME + 1).expect("fits");
+    stream.write_all(&length.to_be_bytes()).await.expect("sent");
+    stream.write_all(&[0u8; 1024]).await.expect("sent");
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(PATIENCE, stream.read_to_end(&mut rest))
+        .await
+        .expect("the node closes the connection in time");
+    assert!(
+        matches!(read, Ok(0)) || read.is_err(),
+        "nothing comes back: {read:?}"
+    );
+    assert!(
+        captured.text().contains("a frame over the limit"),
+        "logged: {}",
+        captured.text()
+    );
+
+    // The node still serves its peers.
+    let leader = tokio::time::timeout(PATIENCE, nodes[0].log.leader("orders"))
+        .await
+        .expect("elected in time")
+        .expect("a leader");
+    nodes[leader as usize - 1]
+        .log
+        .append(vec![("orders".into(), vec![next(1)])])
+        .await
+        .expect("committed");
+    for node in &nodes {
+        close(node).await;
+    }
+}
