@@ -6,8 +6,10 @@
 //! [`RaftLog`] implements the core's storage port: an entity's turn (or a topic's publish
 //! with every subscription's copies) becomes one entry of its group's log, and the append
 //! resolves once openraft reports the entry committed and applied, so the actor's turn
-//! stays the commit point. Today every group has one member, this node: the same path a
-//! multi-node cluster takes, with nobody else to wait for.
+//! stays the commit point. As configured, every group has one member, this node: the same
+//! path a multi-node cluster takes, with nobody else to wait for. [`RaftLog::new_cluster`]
+//! runs groups of several members over the node-to-node transport (`peer`); configuration
+//! does not offer it yet.
 //!
 //! The namespace's run-time changes (entities created, changed or deleted at run time) are
 //! the state of one more group, the metadata group ([`METADATA_GROUP`]): each change is an
@@ -642,7 +644,6 @@ impl RaftLog {
                 listener.abort();
                 let _ = listener.await;
             }
-            cluster.peers.close();
         }
         let groups: Vec<Arc<OnceCell<Group>>> = {
             let mut groups = self
@@ -655,6 +656,10 @@ impl RaftLog {
             if let Some(group) = cell.get() {
                 let _ = group.raft.shutdown().await;
             }
+        }
+        // Last: a group still running could have connected again.
+        if let Some(cluster) = &self.cluster {
+            cluster.peers.close();
         }
     }
 }

@@ -1,5 +1,5 @@
-//! Node-to-node Raft traffic. A one-member group never sends any: every peer is
-//! unreachable until the cluster's transport exists (the multi-node cluster).
+//! The network of a one-member group, which never sends Raft traffic: every peer is
+//! unreachable. Groups of several members use the peer transport (`super::peer`).
 
 use openraft::error::{InstallSnapshotError, RPCError, RaftError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
