@@ -83,6 +83,33 @@ fn recovered(node: &Node, entity: &str) -> Vec<i64> {
         .unwrap_or_default()
 }
 
+/// Writes `value` to `group` through whichever of `nodes` leads it, again while the
+/// leadership moves (a refused write was not proposed); returns the node that took it.
+async fn write_through_leader(nodes: &[&Node], group: &str, value: i64) -> u64 {
+    let running = nodes[0].log.group(group).await.expect("runs");
+    let mut metrics = running.raft.metrics();
+    let written = async {
+        loop {
+            let leader = metrics.borrow_and_update().current_leader;
+            if let Some(node) = nodes.iter().find(|node| Some(node.id) == leader) {
+                match node
+                    .log
+                    .append(vec![(group.into(), vec![next(value)])])
+                    .await
+                {
+                    Ok(()) => return node.id,
+                    Err(error) if error.to_string().contains("does not lead") => {}
+                    Err(error) => panic!("the write through node {} failed: {error}", node.id),
+                }
+            }
+            metrics.changed().await.expect("the group runs");
+        }
+    };
+    tokio::time::timeout(PATIENCE, written)
+        .await
+        .expect("written through a leader in time")
+}
+
 /// Waits until `node`'s Raft for `group` holds the log up to `index`.
 async fn holds(node: &Node, group: &str, index: u64) {
     let running = node.log.group(group).await.expect("runs");
@@ -147,18 +174,9 @@ impl Captured {
 #[tokio::test]
 async fn a_write_through_the_leader_reaches_all_three_logs() {
     let nodes = three("replicated", [SECRET; 3]).await;
-    let leader = tokio::time::timeout(PATIENCE, nodes[0].log.leader("orders"))
-        .await
-        .expect("elected in time")
-        .expect("a leader");
+    let all: Vec<&Node> = nodes.iter().collect();
+    let leader = write_through_leader(&all, "orders", 7).await;
     let through = &nodes[leader as usize - 1];
-    tokio::time::timeout(
-        PATIENCE,
-        through.log.append(vec![("orders".into(), vec![next(7)])]),
-    )
-    .await
-    .expect("in time")
-    .expect("committed");
     let index = last_index(through, "orders").expect("the leader's log has it");
     for node in &nodes {
         holds(node, "orders", index).await;
@@ -188,15 +206,8 @@ async fn a_write_through_the_leader_reaches_all_three_logs() {
 #[tokio::test]
 async fn the_other_two_elect_a_leader_when_the_leader_stops() {
     let nodes = three("failover", [SECRET; 3]).await;
-    let first = tokio::time::timeout(PATIENCE, nodes[0].log.leader("orders"))
-        .await
-        .expect("elected in time")
-        .expect("a leader");
-    nodes[first as usize - 1]
-        .log
-        .append(vec![("orders".into(), vec![next(1)])])
-        .await
-        .expect("committed");
+    let all: Vec<&Node> = nodes.iter().collect();
+    let first = write_through_leader(&all, "orders", 1).await;
     close(&nodes[first as usize - 1]).await;
 
     let survivors: Vec<&Node> = nodes.iter().filter(|node| node.id != first).collect();
@@ -210,18 +221,9 @@ async fn the_other_two_elect_a_leader_when_the_leader_stops() {
         )
         .await
         .expect("the survivors elect a leader");
-    let second = metrics.current_leader.expect("a leader");
-    let through = survivors
-        .iter()
-        .find(|node| node.id == second)
-        .expect("a survivor leads");
-    tokio::time::timeout(
-        PATIENCE,
-        through.log.append(vec![("orders".into(), vec![next(2)])]),
-    )
-    .await
-    .expect("in time")
-    .expect("committed by the two survivors");
+    assert!(metrics.current_leader.is_some_and(|leader| leader != first));
+    let second = write_through_leader(&survivors, "orders", 2).await;
+    let through = &nodes[second as usize - 1];
     let index = last_index(through, "orders").expect("written");
     for node in &survivors {
         holds(node, "orders", index).await;
@@ -240,17 +242,9 @@ async fn the_other_two_elect_a_leader_when_the_leader_stops() {
 async fn a_peer_without_the_secret_is_refused_and_cannot_join() {
     let (captured, _guard) = Captured::start();
     let nodes = three("refused", [SECRET, SECRET, b"another secret"]).await;
-    let leader = tokio::time::timeout(PATIENCE, nodes[0].log.leader("orders"))
-        .await
-        .expect("elected in time")
-        .expect("a leader");
-    assert_ne!(leader, 3, "the outsider cannot be elected");
+    let members = [&nodes[0], &nodes[1]];
+    let leader = write_through_leader(&members, "orders", 5).await;
     let through = &nodes[leader as usize - 1];
-    through
-        .log
-        .append(vec![("orders".into(), vec![next(5)])])
-        .await
-        .expect("the two members with the secret commit");
     let index = last_index(through, "orders").expect("written");
     holds(&nodes[0], "orders", index).await;
     holds(&nodes[1], "orders", index).await;
@@ -313,15 +307,8 @@ async fn a_frame_over_the_limit_closes_the_connection() {
     );
 
     // The node still serves its peers.
-    let leader = tokio::time::timeout(PATIENCE, nodes[0].log.leader("orders"))
-        .await
-        .expect("elected in time")
-        .expect("a leader");
-    nodes[leader as usize - 1]
-        .log
-        .append(vec![("orders".into(), vec![next(1)])])
-        .await
-        .expect("committed");
+    let all: Vec<&Node> = nodes.iter().collect();
+    write_through_leader(&all, "orders", 1).await;
     for node in &nodes {
         close(node).await;
     }
