@@ -1,6 +1,7 @@
 //! Three members in one process: groups replicated over the peer transport onto three
-//! nodes' logs, a new leader after the leader stops, peers without the cluster's secret
-//! refused, frames over the limit closing their connection.
+//! nodes' logs, a new leader after the leader stops, a follower that comes back catching
+//! up, peers without the cluster's secret refused, frames over the limit closing their
+//! connection.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -312,4 +313,79 @@ async fn a_frame_over_the_limit_closes_the_connection() {
     for node in &nodes {
         close(node).await;
     }
+}
+
+/// An entry's records cross the wire in the store's encoding and come back the same.
+#[test]
+fn a_turns_records_cross_the_wire_unchanged() {
+    let turn = types::Turn(Arc::new(vec![
+        LogRecord::Changes {
+            entity: "orders".into(),
+            changes: vec![next(1), next(2)],
+        },
+        LogRecord::Dropped {
+            entity: "gone".into(),
+        },
+    ]));
+    let mut bytes = Vec::new();
+    ciborium::into_writer(&turn, &mut bytes).expect("encodes");
+    let back: types::Turn = ciborium::from_reader(&bytes[..]).expect("decodes");
+    assert_eq!(format!("{back:?}"), format!("{turn:?}"));
+    let mut cut = bytes.clone();
+    cut.truncate(bytes.len() - 3);
+    assert!(ciborium::from_reader::<types::Turn, _>(&cut[..]).is_err());
+}
+
+/// A follower that stops and comes back on its data directory catches up on what was
+/// committed without it: its leader kept those entries for it.
+#[tokio::test]
+async fn a_follower_that_comes_back_catches_up() {
+    let nodes = three("comeback", [SECRET; 3]).await;
+    let all: Vec<&Node> = nodes.iter().collect();
+    let leader = write_through_leader(&all, "orders", 1).await;
+    let follower = nodes.iter().find(|node| node.id != leader).expect("two");
+    let index = last_index(&nodes[leader as usize - 1], "orders").expect("written");
+    holds(follower, "orders", index).await;
+    close(follower).await;
+    let others: Vec<&Node> = nodes.iter().filter(|node| node.id != follower.id).collect();
+    write_through_leader(&others, "orders", 2).await;
+    write_through_leader(&others, "orders", 3).await;
+    let (storage, recovery) =
+        LogStorage::open(StorageOptions::new(&follower.directory)).expect("opens");
+    let listener = TcpListener::bind(&follower.address)
+        .await
+        .expect("binds again");
+    let members: Vec<ClusterMember> = nodes
+        .iter()
+        .map(|node| ClusterMember {
+            id: node.id,
+            address: node.address.clone(),
+        })
+        .collect();
+    let log = RaftLog::new_cluster(
+        storage,
+        &recovery.groups,
+        ClusterConfig {
+            node_id: follower.id,
+            address: follower.address.clone(),
+            members,
+        },
+        SECRET,
+        listener,
+    )
+    .expect("runs");
+    let back = Node {
+        id: follower.id,
+        address: follower.address.clone(),
+        directory: follower.directory.clone(),
+        log,
+    };
+    let leading = write_through_leader(&others, "orders", 4).await;
+    let index = last_index(&nodes[leading as usize - 1], "orders").expect("written");
+    holds(&back, "orders", index).await;
+    close(&back).await;
+    for node in &others {
+        close(node).await;
+    }
+    assert_eq!(recovered(&back, "orders"), vec![1, 2, 3, 4]);
 }
