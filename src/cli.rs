@@ -72,6 +72,9 @@ pub enum Command {
     /// Configuration file tools.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// The operator commands (`queue`, `topic`, `send`, `receive`, …): see `docs/cli.md`.
+    #[command(flatten)]
+    Ops(Box<crate::ops::OpsCommand>),
 }
 
 /// `ferrobus config …`.
@@ -84,6 +87,9 @@ pub enum ConfigCommand {
         #[arg(value_name = "FILE")]
         file: PathBuf,
     },
+    /// Make a running broker re-read its configuration file (the admin API's
+    /// `POST /$config/reload`) and print what it added, changed and removed.
+    Reload(crate::ops::ReloadArgs),
 }
 
 impl Cli {

@@ -3,6 +3,9 @@
 //! # Layout
 //! - [`config`]: the TOML configuration, read raw and validated into typed settings.
 //! - [`cli`]: command-line flags.
+//! - [`ops`]: the operator CLI (`ferrobus queue|send|receive|…`), a client of a running
+//!   broker's HTTP routes and AMQP; it imports `admin`'s ATOM codec and `config`'s duration
+//!   text, nothing of the broker's core.
 //! - [`clock`]: the wall clock injected into the core.
 //! - [`listener`]: accepts sockets and tells AMQP, HTTP and TLS apart by their first bytes,
 //!   handing each connection to `server` or to the admin plane's HTTP front.
@@ -31,6 +34,7 @@ pub mod config;
 pub mod encoding;
 pub mod listener;
 pub mod metrics;
+pub mod ops;
 pub mod server;
 pub mod store;
 

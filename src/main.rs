@@ -61,6 +61,13 @@ fn main() -> ExitCode {
             }
         };
     }
+    match &cli.command {
+        Some(cli::Command::Ops(command)) => return ferrobus::ops::run(command),
+        Some(cli::Command::Config(cli::ConfigCommand::Reload(arguments))) => {
+            return ferrobus::ops::run_reload(arguments);
+        }
+        _ => {}
+    }
     if let Some(path) = &cli.check_config {
         return match Config::load(path)
             .map_err(|error| error.to_string())
