@@ -31,19 +31,26 @@ const DRAIN_GRACE: Duration = Duration::from_millis(500);
 pub async fn receive(arguments: &ReceiveArgs) -> Result<(), OpsError> {
     let target = Target::from_options(arguments.connection.connection_string.as_deref())?;
     let as_table = arguments.connection.output == Some(Output::Table);
-    // A session entity needs a session filter: ask whether this one is (one request).
-    let detail = target
-        .explorer(
-            "GET",
-            &format!("entity?path={}", encode(&arguments.path)),
-            None,
-        )
-        .await?;
-    let sessions = detail
-        .get("requires_session")
-        .and_then(Json::as_bool)
-        .unwrap_or(false)
-        && arguments.queue == SubQueue::Main;
+    // A session entity needs a session filter: ask whether this one is (one request, which
+    // needs the Manage right; a key without it receives as from an entity without sessions
+    // unless --session-id is given).
+    let sessions = arguments.queue == SubQueue::Main
+        && (arguments.session_id.is_some()
+            || match target
+                .explorer(
+                    "GET",
+                    &format!("entity?path={}", encode(&arguments.path)),
+                    None,
+                )
+                .await
+            {
+                Ok(detail) => detail
+                    .get("requires_session")
+                    .and_then(Json::as_bool)
+                    .unwrap_or(false),
+                Err(OpsError::Unauthorized(_)) => false,
+                Err(error) => return Err(error),
+            });
     let address = match arguments.queue {
         SubQueue::Main => arguments.path.clone(),
         SubQueue::Dlq => format!("{}/$DeadLetterQueue", arguments.path),
@@ -290,10 +297,9 @@ fn message_json(delivery: &Delivery<Body<Value>>) -> Json {
                 "DeadLetterErrorDescription" => {
                     put(&mut object, "dead_letter_description", simple_json(value))
                 }
-                _ => {
-                    properties.insert(name.clone(), simple_json(value));
-                }
+                _ => {}
             }
+            properties.insert(name.clone(), simple_json(value));
         }
     }
     put(

@@ -21,6 +21,7 @@ mod limits;
 mod lock_restart;
 mod logs;
 mod memory;
+mod operator_cli;
 mod parity;
 mod process;
 mod publish_windows;
