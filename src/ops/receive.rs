@@ -118,17 +118,19 @@ pub async fn receive(arguments: &ReceiveArgs) -> Result<(), OpsError> {
         }
         match tokio::time::timeout(arguments.wait, receiver.recv::<Body<Value>>()).await {
             Ok(Ok(delivery)) => {
+                // Printed before it is completed: a run cut short between the two leaves
+                // the message to be delivered again, never taken and unseen.
                 let message = message_json(&delivery);
+                print_now(&message, as_table, &mut messages);
                 if !arguments.receive_and_delete
                     && let Err(error) = receiver.accept(&delivery).await
                 {
                     failure = Some(OpsError::Refused(format!(
-                        "cannot complete message {}: {error}",
+                        "cannot complete message {} (it will be delivered again): {error}",
                         output::text(&message, "/sequence_number")
                     )));
                     break;
                 }
-                print_now(&message, as_table, &mut messages);
             }
             Ok(Err(error)) => {
                 failure = Some(receive_error(&address, error));
@@ -142,8 +144,9 @@ pub async fn receive(arguments: &ReceiveArgs) -> Result<(), OpsError> {
                         tokio::time::timeout(DRAIN_GRACE, receiver.recv::<Body<Value>>()).await
                 {
                     let message = message_json(&delivery);
-                    if arguments.receive_and_delete || receiver.accept(&delivery).await.is_ok() {
-                        print_now(&message, as_table, &mut messages);
+                    print_now(&message, as_table, &mut messages);
+                    if !arguments.receive_and_delete {
+                        let _ = receiver.accept(&delivery).await;
                     }
                 }
                 break;
