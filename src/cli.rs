@@ -3,7 +3,9 @@
 //! `ferrobus [--config FILE] [--listen ADDR] [--data-dir DIR | --memory]
 //! [--reset-runtime-changes] [--log-level LEVEL]` runs the broker;
 //! `ferrobus --check-config FILE` validates a file, prints its summary and exits 0 or 1;
-//! `ferrobus config convert FILE` prints the TOML equivalent of an emulator `Config.json`.
+//! `ferrobus config convert FILE` prints the TOML equivalent of an emulator `Config.json`;
+//! `ferrobus health [--url URL]` checks a running broker's `/health` (the container image's
+//! health check).
 //! This module only parses arguments and locates the config file; loading it, applying
 //! `--listen` and initialising logging are `main.rs`'s job.
 
@@ -12,9 +14,25 @@ use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand};
 
-/// Where the broker looks for its configuration when `--config` is not given, relative to
-/// the working directory.
+/// Where the broker looks for its configuration first when `--config` is not given,
+/// relative to the working directory.
 pub const DEFAULT_CONFIG_PATH: &str = "config/ferrobus.toml";
+
+/// Where the official emulator's image reads its `Config.json` (its compose file mounts the
+/// user's file there); the second place looked at without `--config`.
+pub const EMULATOR_CONFIG_PATH: &str = "/ServiceBus_Emulator/ConfigFiles/Config.json";
+
+/// The system-wide configuration (the container image's default); the last place looked at
+/// without `--config`.
+pub const SYSTEM_CONFIG_PATH: &str = "/etc/ferrobus/ferrobus.toml";
+
+/// Without `--config`, the first of these that is a file is loaded; none: the built-in
+/// sample namespace.
+pub const DEFAULT_CONFIG_PATHS: [&str; 3] = [
+    DEFAULT_CONFIG_PATH,
+    EMULATOR_CONFIG_PATH,
+    SYSTEM_CONFIG_PATH,
+];
 
 /// Log filter used when `--log-level` is not given.
 pub const DEFAULT_LOG_LEVEL: &str = "info";
@@ -32,8 +50,9 @@ pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
 
-    /// Configuration file [default: config/ferrobus.toml if it exists, else the built-in
-    /// sample namespace].
+    /// Configuration file [default: the first that exists of config/ferrobus.toml,
+    /// /ServiceBus_Emulator/ConfigFiles/Config.json and /etc/ferrobus/ferrobus.toml, else the
+    /// built-in sample namespace].
     #[arg(long, value_name = "FILE", conflicts_with = "check_config")]
     pub config: Option<PathBuf>,
 
@@ -72,6 +91,14 @@ pub enum Command {
     /// Configuration file tools.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Check a running broker's /health: exit 0 when it answers 200, else 1 (the container
+    /// image's health check; no shell or curl needed).
+    Health {
+        /// The health URL (plain HTTP) [default: http://127.0.0.1:5300/health, the port
+        /// being EMULATOR_HTTP_PORT when set].
+        #[arg(long, value_name = "URL")]
+        url: Option<String>,
+    },
     /// The operator commands (`queue`, `topic`, `send`, `receive`, …): see `docs/cli.md`.
     #[command(flatten)]
     Ops(Box<crate::ops::OpsCommand>),
@@ -119,19 +146,22 @@ fn parse_log_level(text: &str) -> Result<String, String> {
 }
 
 /// The config file to load: the explicit `--config` path (even if missing, so the error
-/// names it); else [`DEFAULT_CONFIG_PATH`] if it exists in the working directory; else
-/// `None`, meaning [`crate::config::Config::builtin_default`].
+/// names it); else the first of [`DEFAULT_CONFIG_PATHS`] that is a file (the first relative
+/// to the working directory); else `None`, meaning
+/// [`crate::config::Config::builtin_default`].
 pub fn resolve_config_path(cli_config: Option<&Path>) -> Option<PathBuf> {
-    resolve_config_path_in(cli_config, Path::new(""))
+    resolve_config_path_in(cli_config, DEFAULT_CONFIG_PATHS.map(PathBuf::from))
 }
 
-/// [`resolve_config_path`] with the working directory given (for tests).
-fn resolve_config_path_in(cli_config: Option<&Path>, working_directory: &Path) -> Option<PathBuf> {
+/// [`resolve_config_path`] with the candidate paths given (for tests).
+fn resolve_config_path_in(
+    cli_config: Option<&Path>,
+    candidates: impl IntoIterator<Item = PathBuf>,
+) -> Option<PathBuf> {
     if let Some(path) = cli_config {
         return Some(path.to_path_buf());
     }
-    let candidate = working_directory.join(DEFAULT_CONFIG_PATH);
-    candidate.is_file().then_some(candidate)
+    candidates.into_iter().find(|candidate| candidate.is_file())
 }
 
 #[cfg(test)]
@@ -235,25 +265,58 @@ mod tests {
     fn explicit_config_path_wins_even_if_missing() {
         let path = Path::new("/nonexistent/ferrobus.toml");
         assert_eq!(
-            resolve_config_path_in(Some(path), Path::new("/nonexistent")),
+            resolve_config_path_in(Some(path), [PathBuf::from("/nonexistent")]),
             Some(path.to_path_buf())
         );
     }
 
     #[test]
-    fn default_config_path_is_used_only_if_it_exists() -> std::io::Result<()> {
+    fn health_takes_an_optional_url_and_no_broker_flags() -> Result<(), clap::Error> {
+        assert_eq!(
+            parse(&["health"])?.command,
+            Some(Command::Health { url: None })
+        );
+        let url = "http://broker:5300/health";
+        assert_eq!(
+            parse(&["health", "--url", url])?.command,
+            Some(Command::Health {
+                url: Some(url.to_string())
+            })
+        );
+        assert!(parse(&["--memory", "health"]).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn default_config_paths_are_tried_in_order() -> std::io::Result<()> {
+        assert_eq!(DEFAULT_CONFIG_PATHS[0], DEFAULT_CONFIG_PATH);
         let directory =
             std::env::temp_dir().join(format!("ferrobus-cli-test-{}", std::process::id()));
-        let empty = directory.join("empty");
-        let with_config = directory.join("with-config");
-        std::fs::create_dir_all(&empty)?;
-        std::fs::create_dir_all(with_config.join("config"))?;
-        std::fs::write(with_config.join(DEFAULT_CONFIG_PATH), "")?;
-        assert_eq!(resolve_config_path_in(None, &empty), None);
+        std::fs::create_dir_all(directory.join("config"))?;
+        let local = directory.join(DEFAULT_CONFIG_PATH);
+        let emulator = directory.join("Config.json");
+        let system = directory.join("ferrobus.toml");
+        let candidates = || [local.clone(), emulator.clone(), system.clone()];
+        assert_eq!(resolve_config_path_in(None, candidates()), None);
+        std::fs::write(&system, "")?;
         assert_eq!(
-            resolve_config_path_in(None, &with_config),
-            Some(with_config.join(DEFAULT_CONFIG_PATH))
+            resolve_config_path_in(None, candidates()),
+            Some(system.clone())
         );
+        std::fs::write(&emulator, "{}")?;
+        assert_eq!(
+            resolve_config_path_in(None, candidates()),
+            Some(emulator.clone())
+        );
+        std::fs::write(&local, "")?;
+        assert_eq!(
+            resolve_config_path_in(None, candidates()),
+            Some(local.clone())
+        );
+        // A directory of that name (a mount point left empty) is not a config file.
+        std::fs::remove_file(&local)?;
+        std::fs::create_dir_all(&local)?;
+        assert_eq!(resolve_config_path_in(None, candidates()), Some(emulator));
         std::fs::remove_dir_all(&directory)
     }
 }

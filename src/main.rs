@@ -7,6 +7,8 @@ use clap::Parser;
 use ferrobus::cli::{self, Cli};
 use ferrobus::config::Config;
 
+mod health_check;
+
 fn load_config(cli: &Cli) -> Result<(Config, String), String> {
     match cli::resolve_config_path(cli.config.as_deref()) {
         Some(path) => Config::load(&path)
@@ -49,6 +51,9 @@ fn shutdown_signal() -> impl std::future::Future<Output = ()> {
 fn main() -> ExitCode {
     ferrobus::server::limits::tune_allocator();
     let cli = Cli::parse();
+    if let Some(cli::Command::Health { url }) = &cli.command {
+        return health_check::run(url.as_deref());
+    }
     if let Some(cli::Command::Config(cli::ConfigCommand::Convert { file })) = &cli.command {
         return match ferrobus::config::emulator::convert_file(file) {
             Ok(toml_text) => {
