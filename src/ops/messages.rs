@@ -1,121 +1,17 @@
-//! Messages from the command line over the explorer's JSON API: `send`, `peek` (the summary,
+//! Messages from the command line over the explorer's JSON API: `peek` (the summary,
 //! detail and raw body routes), `resubmit`, `purge`, and the counts table of `status`. These
 //! go through the entities' actors like any client's request (docs/explorer.md, "How the
 //! actions work").
 
-use std::io::Read as _;
-use std::time::SystemTime;
-
 use serde_json::{Value as Json, json};
 
 use super::client::{OpsError, Target};
-use super::entities::{encode, property_value};
+use super::entities::encode;
 use super::output::{self, print_entities, print_json, print_messages, put, text};
-use super::{Connection, Output, PeekArgs, PurgeArgs, ResubmitArgs, SendArgs, SubQueue};
-use crate::admin::atom::PropertyValue;
+use super::{Connection, Output, PeekArgs, PurgeArgs, ResubmitArgs, SubQueue};
 
 /// Largest page one peek request asks for.
 const PAGE: usize = 100;
-
-/// `ferrobus send`.
-pub async fn send(arguments: &SendArgs) -> Result<(), OpsError> {
-    let target = Target::from_options(arguments.connection.connection_string.as_deref())?;
-    let body = match (&arguments.body, &arguments.file) {
-        (Some(text), _) => text.clone(),
-        (None, Some(path)) => {
-            let bytes = std::fs::read(path).map_err(|error| {
-                OpsError::Usage(format!("cannot read {}: {error}", path.display()))
-            })?;
-            String::from_utf8(bytes).map_err(|_| {
-                OpsError::Usage(format!(
-                    "{} is not UTF-8 text: the CLI sends text bodies",
-                    path.display()
-                ))
-            })?
-        }
-        (None, None) => {
-            let mut text = String::new();
-            std::io::stdin()
-                .read_to_string(&mut text)
-                .map_err(|error| {
-                    OpsError::Usage(format!("cannot read the body from standard input: {error}"))
-                })?;
-            text
-        }
-    };
-    let mut request = json!({ "path": arguments.path, "body": body, "count": arguments.count });
-    if !arguments.properties.is_empty() {
-        let mut properties = serde_json::Map::new();
-        for pair in &arguments.properties {
-            let (name, value) = pair
-                .split_once('=')
-                .ok_or_else(|| OpsError::Usage(format!("--property {pair:?} is not NAME=VALUE")))?;
-            let value = match property_value(value) {
-                PropertyValue::Int(number) => json!(number),
-                PropertyValue::Long(number) => json!(number),
-                PropertyValue::Double(number) => json!(number),
-                PropertyValue::Boolean(value) => json!(value),
-                PropertyValue::String(text) => json!(text),
-                other => json!(other.to_text()),
-            };
-            properties.insert(name.to_string(), value);
-        }
-        request["properties"] = Json::Object(properties);
-    }
-    for (key, value) in [
-        ("message_id", &arguments.message_id),
-        ("content_type", &arguments.content_type),
-        ("session_id", &arguments.session_id),
-    ] {
-        if let Some(value) = value {
-            request[key] = json!(value);
-        }
-    }
-    if let Some(seconds) = arguments.ttl {
-        request["ttl_seconds"] = json!(seconds);
-    }
-    if let Some(schedule) = &arguments.schedule {
-        request["scheduled_enqueue_time"] = json!(schedule_time(schedule)?);
-    }
-    let answer = target.explorer("POST", "send", Some(&request)).await?;
-    if arguments.connection.output == Some(Output::Json) {
-        print_json(&answer);
-    } else {
-        let numbers: Vec<String> = answer
-            .get("sequence_numbers")
-            .and_then(Json::as_array)
-            .map(|numbers| numbers.iter().map(|n| n.to_string()).collect())
-            .unwrap_or_default();
-        println!(
-            "sent {} to {}{}",
-            output::number(&answer, "/sent"),
-            arguments.path,
-            if numbers.is_empty() {
-                String::new()
-            } else {
-                format!(" (sequence numbers {})", numbers.join(", "))
-            }
-        );
-    }
-    Ok(())
-}
-
-/// `--schedule`: RFC 3339 as given, or `+DURATION` from now.
-fn schedule_time(text: &str) -> Result<String, OpsError> {
-    if let Some(delay) = text.strip_prefix('+') {
-        let delay = crate::config::duration::parse_duration(delay)
-            .map_err(|error| OpsError::Usage(format!("--schedule {text:?}: {error}")))?;
-        return Ok(crate::admin::atom::format_timestamp(
-            SystemTime::now() + delay,
-        ));
-    }
-    if crate::admin::atom::parse_timestamp(text).is_none() {
-        return Err(OpsError::Usage(format!(
-            "--schedule {text:?} is neither an RFC 3339 time (2030-01-01T00:00:00Z) nor +DURATION"
-        )));
-    }
-    Ok(text.to_string())
-}
 
 /// `ferrobus peek`.
 pub async fn peek(arguments: &PeekArgs) -> Result<(), OpsError> {

@@ -5,19 +5,22 @@
 //! - [`client`]: the connection string, the HTTP client and the errors with their exit codes.
 //! - [`entities`]: queues, topics, subscriptions and rules (the explorer's JSON API for
 //!   entities, whose definitions are the configuration file's TOML; the admin API for rules).
-//! - [`messages`]: send, peek, resubmit, purge (the explorer's JSON API) and the status table.
-//! - [`receive`]: receiving over AMQP (fe2o3-amqp), the one operation that must hold a link.
+//! - [`messages`]: peek, resubmit, purge (the explorer's JSON API) and the status table.
+//! - [`send`] and [`receive`]: sending and receiving over AMQP (fe2o3-amqp) as an SDK does,
+//!   with the rights a sender or receiver needs; [`amqp`]: their connection and errors.
 //! - [`output`]: tables and the JSON shape of a message.
 //!
 //! Nothing here touches the broker's internals: every operation goes through a route a
 //! client could call, so the CLI sees what any client sees. This module owns only argument
 //! shapes and dispatch.
 
+pub mod amqp;
 pub mod client;
 pub mod entities;
 pub mod messages;
 pub mod output;
 pub mod receive;
+pub mod send;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -82,7 +85,7 @@ pub enum OpsCommand {
         #[command(flatten)]
         connection: Connection,
     },
-    /// Send a message (body from --body, --file or stdin).
+    /// Send a message over AMQP (body from --body, --file or stdin).
     Send(SendArgs),
     /// Print messages without taking them (JSON lines by default).
     Peek(PeekArgs),
@@ -342,7 +345,7 @@ pub struct SendArgs {
     /// The body text (else --file, else standard input).
     #[arg(long, conflicts_with = "file", value_name = "TEXT")]
     pub body: Option<String>,
-    /// Read the body from this file (UTF-8 text).
+    /// Read the body from this file (any bytes).
     #[arg(long, value_name = "FILE")]
     pub file: Option<PathBuf>,
     /// An application property, NAME=VALUE: a number, true or false is sent typed, anything
@@ -352,6 +355,12 @@ pub struct SendArgs {
     /// The message id [default: one the broker makes].
     #[arg(long, value_name = "TEXT")]
     pub message_id: Option<String>,
+    /// The correlation id.
+    #[arg(long, value_name = "TEXT")]
+    pub correlation_id: Option<String>,
+    /// The subject (label).
+    #[arg(long, value_name = "TEXT")]
+    pub subject: Option<String>,
     /// The content type, e.g. application/json.
     #[arg(long, value_name = "TEXT")]
     pub content_type: Option<String>,
@@ -506,7 +515,7 @@ async fn dispatch(command: &OpsCommand) -> Result<(), OpsError> {
             entities::subscription(action, connection).await
         }
         OpsCommand::Rule { action, connection } => entities::rule(action, connection).await,
-        OpsCommand::Send(arguments) => messages::send(arguments).await,
+        OpsCommand::Send(arguments) => send::send(arguments).await,
         OpsCommand::Peek(arguments) => messages::peek(arguments).await,
         OpsCommand::Receive(arguments) => receive::receive(arguments).await,
         OpsCommand::Resubmit(arguments) => messages::resubmit(arguments).await,

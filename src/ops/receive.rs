@@ -3,22 +3,21 @@
 //! A receiver is a link a client holds, with locks, sessions and flow control, which no HTTP
 //! route offers.
 //!
-//! SASL PLAIN with the connection string's key (the broker's whole-connection
-//! authentication), or ANONYMOUS without one. Credit is granted one message at a time, so
+//! The connection is [`super::amqp::Link`]'s. Credit is granted one message at a time, so
 //! receive-and-delete takes no message it will not print; when the wait ends the credit is
 //! drained and whatever the broker sent meanwhile is printed too.
 
 use std::time::Duration;
 
 use fe2o3_amqp::link::{ReceiverAttachError, RecvError};
-use fe2o3_amqp::sasl_profile::SaslProfile;
 use fe2o3_amqp::types::definitions::{ReceiverSettleMode, SenderSettleMode};
 use fe2o3_amqp::types::messaging::{Body, MessageId, Source};
 use fe2o3_amqp::types::primitives::{SimpleValue, Value};
-use fe2o3_amqp::{Connection, Delivery, Receiver, Session};
+use fe2o3_amqp::{Delivery, Receiver};
 use serde_json::{Value as Json, json};
 
-use super::client::{OpsError, REQUEST_TIMEOUT, Target};
+use super::amqp::{Link, condition_error};
+use super::client::{OpsError, Target};
 use super::entities::encode;
 use super::output::{self, print_messages, put};
 use super::{Output, ReceiveArgs, SubQueue};
@@ -56,37 +55,7 @@ pub async fn receive(arguments: &ReceiveArgs) -> Result<(), OpsError> {
         SubQueue::Dlq => format!("{}/$DeadLetterQueue", arguments.path),
         SubQueue::TransferDlq => format!("{}/$Transfer/$DeadLetterQueue", arguments.path),
     };
-    let profile = match &target.key {
-        Some((name, key)) => SaslProfile::Plain {
-            username: name.clone(),
-            password: key.clone(),
-        },
-        None => SaslProfile::Anonymous,
-    };
-    let url = format!("amqp://{}", target.authority());
-    let mut connection = tokio::time::timeout(
-        REQUEST_TIMEOUT,
-        Connection::builder()
-            .container_id(format!("ferrobus-cli-{}", std::process::id()))
-            .sasl_profile(profile)
-            .open(url.as_str()),
-    )
-    .await
-    .map_err(|_| {
-        OpsError::Unreachable(format!(
-            "{} did not open an AMQP connection",
-            target.authority()
-        ))
-    })?
-    .map_err(|error| match error {
-        fe2o3_amqp::connection::OpenError::SaslError { code, .. } => OpsError::Unauthorized(
-            format!("SASL refused the key ({code:?}): unknown key name or wrong key"),
-        ),
-        other => OpsError::Unreachable(format!("{}: {other}", target.authority())),
-    })?;
-    let mut session = Session::begin(&mut connection)
-        .await
-        .map_err(|error| OpsError::Unreachable(format!("cannot begin a session: {error}")))?;
+    let mut link = Link::open(&target).await?;
     let mut source = Source::builder().address(address.clone());
     if sessions {
         let value = match &arguments.session_id {
@@ -106,7 +75,7 @@ pub async fn receive(arguments: &ReceiveArgs) -> Result<(), OpsError> {
         .sender_settle_mode(settle)
         .receiver_settle_mode(ReceiverSettleMode::First)
         .credit_mode(fe2o3_amqp::link::receiver::CreditMode::Manual)
-        .attach(&mut session)
+        .attach(&mut link.session)
         .await
         .map_err(|error| attach_error(&address, error))?;
     let mut messages = Vec::new();
@@ -157,8 +126,7 @@ pub async fn receive(arguments: &ReceiveArgs) -> Result<(), OpsError> {
         print_messages(&messages, true);
     }
     let _ = receiver.close().await;
-    let _ = session.end().await;
-    let _ = connection.close().await;
+    link.close().await;
     match failure {
         Some(error) => Err(error),
         None => Ok(()),
@@ -176,11 +144,7 @@ fn print_now(message: &Json, as_table: bool, messages: &mut Vec<Json>) {
 
 fn attach_error(address: &str, error: ReceiverAttachError) -> OpsError {
     match error {
-        ReceiverAttachError::RemoteClosedWithError(error) => condition_error(
-            address,
-            &format!("{:?}", error.condition),
-            error.description,
-        ),
+        ReceiverAttachError::RemoteClosedWithError(error) => condition_error(address, &error),
         other => OpsError::Refused(format!("cannot receive from '{address}': {other}")),
     }
 }
@@ -192,26 +156,8 @@ fn receive_error(address: &str, error: RecvError) -> OpsError {
         ))
         | RecvError::LinkStateError(fe2o3_amqp::link::LinkStateError::RemoteClosedWithError(
             error,
-        )) => condition_error(
-            address,
-            &format!("{:?}", error.condition),
-            error.description,
-        ),
+        )) => condition_error(address, &error),
         other => OpsError::Refused(format!("receiving from '{address}' failed: {other}")),
-    }
-}
-
-fn condition_error(address: &str, condition: &str, description: Option<String>) -> OpsError {
-    let text = format!(
-        "'{address}': {}",
-        description.unwrap_or_else(|| condition.to_string())
-    );
-    if condition.contains("NotFound") {
-        OpsError::NotFound(text)
-    } else if condition.contains("UnauthorizedAccess") {
-        OpsError::Unauthorized(text)
-    } else {
-        OpsError::Refused(text)
     }
 }
 

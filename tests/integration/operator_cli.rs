@@ -366,6 +366,10 @@ dead_lettering_on_message_expiration = true
             "m1",
             "--content-type",
             "text/plain",
+            "--subject",
+            "new",
+            "--correlation-id",
+            "c1",
         ],
     );
     let file = std::env::temp_dir().join(format!("ferrobus-cli-body-{}", std::process::id()));
@@ -390,6 +394,8 @@ dead_lettering_on_message_expiration = true
     assert_eq!(peeked[0]["body"], "hello");
     assert_eq!(peeked[0]["message_id"], "m1");
     assert_eq!(peeked[0]["content_type"], "text/plain");
+    assert_eq!(peeked[0]["subject"], "new");
+    assert_eq!(peeked[0]["correlation_id"], "c1");
     assert_eq!(peeked[0]["properties"]["colour"], "red");
     assert_eq!(peeked[0]["properties"]["n"], 3);
     assert_eq!(peeked[0]["properties"]["text"], "3");
@@ -573,6 +579,18 @@ dead_lettering_on_message_expiration = true
     assert_eq!(purged["deleted"], 4);
     assert!(ok(c, &["peek", "orders"]).stdout.is_empty());
 
+    // A binary body from a file comes back as base64.
+    let binary = std::env::temp_dir().join(format!("ferrobus-cli-binary-{}", std::process::id()));
+    std::fs::write(&binary, [0xff, 0x00, 0x01]).expect("binary file");
+    ok(
+        c,
+        &["send", "other", "--file", binary.to_str().expect("path")],
+    );
+    let _ = std::fs::remove_file(&binary);
+    let peeked = ok(c, &["peek", "other"]).lines();
+    assert_eq!(peeked[0]["body_base64"], "/wAB");
+    assert!(peeked[0].get("body").is_none());
+
     // Unknown entities.
     fails(c, &["send", "nope", "--body", "x"], 5);
     fails(c, &["peek", "nope"], 5);
@@ -593,6 +611,10 @@ rights = ["Manage"]
 name = "listener"
 key = "listen-secret"
 rights = ["Listen"]
+[[auth.keys]]
+name = "sender"
+key = "send-secret"
+rights = ["Send"]
 [[queues]]
 name = "q"
 [[topics]]
@@ -620,6 +642,16 @@ name = "s"
     let received = ok(listener, &["receive", "q"]).lines();
     assert_eq!(received[0]["properties"]["k"], "v");
     fails(listener, &["queue", "create", "x"], 4);
+    fails(listener, &["send", "q", "--body", "x"], 4);
+    // A Send key sends over AMQP, as an SDK sender; it may not receive or manage.
+    let sender = &connection_string(&broker, Some(("sender", "send-secret")));
+    ok(sender, &["send", "q", "--body", "from the sender"]);
+    fails(sender, &["receive", "q", "--wait", "200ms"], 4);
+    fails(sender, &["peek", "q"], 4);
+    assert_eq!(
+        ok(root, &["peek", "q"]).lines()[0]["body"],
+        "from the sender"
+    );
 
     for refused in [wrong, unknown, anonymous] {
         fails(refused, &["status"], 4);
