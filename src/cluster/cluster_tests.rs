@@ -1,7 +1,7 @@
 //! Three members in one process: groups replicated over the peer transport onto three
 //! nodes' logs, a new leader after the leader stops, a follower that comes back catching
-//! up, peers without the cluster's secret refused, frames over the limit closing their
-//! connection.
+//! up, peers without the cluster's secret or with another node's identity refused, frames
+//! over the limit and stalled or silent connections closed.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -254,7 +254,7 @@ async fn a_peer_without_the_secret_is_refused_and_cannot_join() {
     let mut stream = TcpStream::connect(&nodes[0].address)
         .await
         .expect("connects");
-    let refused = peer::connect_handshake(&mut stream, 3, b"another secret").await;
+    let refused = peer::connect_handshake(&mut stream, 3, 1, b"another secret").await;
     assert!(refused.is_err(), "the wrong secret is refused");
 
     let outsider = &nodes[2];
@@ -287,7 +287,7 @@ async fn a_frame_over_the_limit_closes_the_connection() {
     let mut stream = TcpStream::connect(&nodes[0].address)
         .await
         .expect("connects");
-    peer::connect_handshake(&mut stream, 2, SECRET)
+    peer::connect_handshake(&mut stream, 2, 1, SECRET)
         .await
         .expect("the secret is accepted");
     let length = u32::try_from(peer::MAX_FRAME + 1).expect("fits");
@@ -313,6 +313,103 @@ async fn a_frame_over_the_limit_closes_the_connection() {
     for node in &nodes {
         close(node).await;
     }
+}
+
+/// Holding the secret is not enough: a node id that is not a member, or is the server's
+/// own, is refused by the server; a client that reaches another member than the one it
+/// dialed refuses it. Each refusal names the node.
+#[tokio::test]
+async fn a_peer_that_is_not_the_member_expected_is_refused() {
+    let (captured, _guard) = Captured::start();
+    let nodes = three("identity", [SECRET; 3]).await;
+    let handshake = |node: u64, target: u64| {
+        let address = nodes[0].address.clone();
+        async move {
+            let mut stream = TcpStream::connect(&address).await.expect("connects");
+            peer::connect_handshake(&mut stream, node, target, SECRET).await
+        }
+    };
+    let stranger = handshake(9, 1).await.expect_err("a non-member is refused");
+    assert!(stranger.contains("refused this node"), "{stranger}");
+    let twin = handshake(1, 1)
+        .await
+        .expect_err("the server's own id is refused");
+    assert!(twin.contains("refused this node"), "{twin}");
+    let elsewhere = handshake(2, 3).await.expect_err("node 1 is not node 3");
+    assert!(
+        elsewhere.contains("the peer is node 1, not node 3"),
+        "{elsewhere}"
+    );
+    handshake(2, 1)
+        .await
+        .expect("a member reaching the member it dialed is accepted");
+    let text = captured.text();
+    for expected in [
+        "node 9 is not a member of this cluster",
+        "claims this node's own id 1",
+    ] {
+        assert!(text.contains(expected), "logged {expected:?}: {text}");
+    }
+    // The members still replicate.
+    let all: Vec<&Node> = nodes.iter().collect();
+    write_through_leader(&all, "orders", 1).await;
+    for node in &nodes {
+        close(node).await;
+    }
+}
+
+/// A served connection that stalls in the middle of a frame, or sends no frame at all, is
+/// closed after its timeout (logged), so a stalled or paused peer gives its slot back.
+#[tokio::test]
+async fn a_stalled_or_silent_peer_connection_is_closed() {
+    let (captured, _guard) = Captured::start();
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("binds");
+    let address = listener.local_addr().expect("bound");
+    let local: peer::Local =
+        Arc::new(|_group: String| Box::pin(async { Err("no groups here".to_string()) }));
+    let task = peer::serve(
+        listener,
+        peer::Serving {
+            node: 1,
+            members: Arc::new([1, 2].into_iter().collect()),
+            secret: SECRET.into(),
+            max_frame: peer::MAX_FRAME,
+            timeouts: (Duration::from_millis(200), Duration::from_millis(600)),
+            local,
+        },
+    );
+    // A frame's length, then only part of its body.
+    let mut stalled = TcpStream::connect(address).await.expect("connects");
+    peer::connect_handshake(&mut stalled, 2, 1, SECRET)
+        .await
+        .expect("accepted");
+    stalled
+        .write_all(&100u32.to_be_bytes())
+        .await
+        .expect("sent");
+    stalled.write_all(&[0u8; 10]).await.expect("sent");
+    // Nothing at all after the handshake.
+    let mut silent = TcpStream::connect(address).await.expect("connects");
+    peer::connect_handshake(&mut silent, 2, 1, SECRET)
+        .await
+        .expect("accepted");
+    for stream in [&mut stalled, &mut silent] {
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(PATIENCE, stream.read_to_end(&mut rest))
+            .await
+            .expect("the node closes the connection in time");
+        assert!(
+            matches!(read, Ok(0)) || read.is_err(),
+            "nothing comes back: {read:?}"
+        );
+    }
+    let text = captured.text();
+    assert!(
+        text.contains("a frame's body did not arrive within 200ms"),
+        "logged: {text}"
+    );
+    assert!(text.contains("no frame for 600ms"), "logged: {text}");
+    task.abort();
 }
 
 /// An entry's records cross the wire in the store's encoding and come back the same.

@@ -312,6 +312,9 @@ impl RaftLog {
             election_timeout_max: 800,
             ..openraft::Config::default()
         };
+        let settings_node = settings.node_id;
+        let member_ids: std::collections::BTreeSet<u64> =
+            settings.members.iter().map(|member| member.id).collect();
         let secret: Arc<[u8]> = secret.into();
         let peers = Arc::new(peer::Peers::new(
             settings.node_id,
@@ -349,8 +352,11 @@ impl RaftLog {
         let task = peer::serve(
             listener,
             peer::Serving {
+                node: settings_node,
+                members: Arc::new(member_ids),
                 secret,
                 max_frame: peer::MAX_FRAME,
+                timeouts: (peer::FRAME_TIMEOUT, peer::IDLE_TIMEOUT),
                 local,
             },
         );

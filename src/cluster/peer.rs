@@ -8,13 +8,17 @@
 //!
 //! 1. client → server: [`MAGIC`], the client's node id (8 bytes, big-endian), its nonce
 //!    (32 bytes);
-//! 2. server → client: the server's nonce, then `HMAC(secret, "server" ‖ client id ‖ client
-//!    nonce ‖ server nonce)`;
-//! 3. client → server: `HMAC(secret, "client" ‖ client id ‖ client nonce ‖ server nonce)`;
+//! 2. server → client: the server's nonce, its node id (8 bytes), then `HMAC(secret,
+//!    "server" ‖ client id ‖ server id ‖ client nonce ‖ server nonce)`;
+//! 3. client → server: `HMAC(secret, "client" ‖ client id ‖ server id ‖ client nonce ‖
+//!    server nonce)`;
 //! 4. server → client: one byte, [`ACCEPTED`].
 //!
-//! A side whose check fails closes the connection and logs a warning naming the other
-//! side's address. Then both ways carry frames: a length (4 bytes, big-endian, at most
+//! Besides the secret, each side checks who the other is: the server refuses a client whose
+//! id is not one of the cluster's members or is its own, and the client refuses a server
+//! that is not the member it dialed (two members configured with each other's address, or
+//! with the same id). A side whose check fails closes the connection and logs a warning
+//! naming the other side's address. Then both ways carry frames: a length (4 bytes, big-endian, at most
 //! the frame limit; a bigger one closes the connection) and a CBOR body, a [`Request`]
 //! from the client (an id, the group's name, openraft's AppendEntries, Vote or
 //! InstallSnapshot request) or a [`Response`] from the server (the id, openraft's answer).
@@ -25,8 +29,11 @@
 //!
 //! Every frame is at most the frame limit; the listener serves at most
 //! [`MAX_INBOUND`] connections and each at most [`MAX_IN_FLIGHT`] requests at once (the
-//! next waits); a handshake has [`HANDSHAKE_TIMEOUT`]; a request has the time openraft
-//! gives it ([`RPCOption::hard_ttl`]), connecting included.
+//! next waits); a handshake has [`HANDSHAKE_TIMEOUT`]; a frame whose length has arrived has
+//! [`FRAME_TIMEOUT`] for its body, and a served connection that sends no frame for
+//! [`IDLE_TIMEOUT`] is closed (a leader's heartbeats come every 100 ms), so a stalled or
+//! paused peer does not hold a connection slot; a request has the time openraft gives it
+//! ([`RPCOption::hard_ttl`]), connecting included.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -54,7 +61,7 @@ use tokio::task::{AbortHandle, JoinSet};
 use super::types::{GroupRaft, TypeConfig};
 
 /// The first bytes of a connection: the protocol and its version.
-pub(super) const MAGIC: &[u8; 8] = b"FBRAFT1\0";
+pub(super) const MAGIC: &[u8; 8] = b"FBRAFT2\0";
 
 /// The server's last handshake byte: the client is accepted.
 const ACCEPTED: u8 = 1;
@@ -71,6 +78,12 @@ pub(super) const MAX_IN_FLIGHT: usize = 256;
 
 /// A handshake that takes longer fails.
 pub(super) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A frame's body must arrive within this long of its length (64 MiB at ~2 MB/s).
+pub(super) const FRAME_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A served connection without a frame for this long is closed.
+pub(super) const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 const NONCE: usize = 32;
 const MAC: usize = 32;
@@ -115,12 +128,20 @@ pub(super) type Local = Arc<
     dyn Fn(String) -> Pin<Box<dyn Future<Output = Result<GroupRaft, String>> + Send>> + Send + Sync,
 >;
 
-fn mac(secret: &[u8], role: &[u8], client: u64, ours: &[u8], theirs: &[u8]) -> Hmac<Sha256> {
+/// The handshake's proof of `role`: over both ids and both nonces (the client's first).
+fn mac(
+    secret: &[u8],
+    role: &[u8],
+    (client, server): (u64, u64),
+    client_nonce: &[u8],
+    server_nonce: &[u8],
+) -> Hmac<Sha256> {
     let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes keys of any length");
     mac.update(role);
     mac.update(&client.to_be_bytes());
-    mac.update(ours);
-    mac.update(theirs);
+    mac.update(&server.to_be_bytes());
+    mac.update(client_nonce);
+    mac.update(server_nonce);
     mac
 }
 
@@ -148,12 +169,16 @@ enum FrameError {
     Io(std::io::Error),
     /// The frame's length is over the limit.
     TooLarge(usize),
+    /// The frame's body did not arrive within the frame timeout.
+    Stalled(usize),
 }
 
-/// Reads one frame's body (`None` at a clean end of the connection).
+/// Reads one frame's body (`None` at a clean end of the connection); the body must follow
+/// its length within `body_timeout`.
 async fn read_frame<R: AsyncRead + Unpin>(
     reader: &mut R,
     limit: usize,
+    body_timeout: Duration,
 ) -> Result<Option<Vec<u8>>, FrameError> {
     let mut length = [0u8; 4];
     match reader.read_exact(&mut length).await {
@@ -166,7 +191,10 @@ async fn read_frame<R: AsyncRead + Unpin>(
         return Err(FrameError::TooLarge(length));
     }
     let mut body = vec![0u8; length];
-    reader.read_exact(&mut body).await.map_err(FrameError::Io)?;
+    match tokio::time::timeout(body_timeout, reader.read_exact(&mut body)).await {
+        Ok(read) => read.map_err(FrameError::Io)?,
+        Err(_) => return Err(FrameError::Stalled(length)),
+    };
     Ok(Some(body))
 }
 
@@ -183,8 +211,15 @@ fn decode<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, String> {
 /// The listener's settings.
 #[derive(Clone)]
 pub(super) struct Serving {
+    /// This node's id.
+    pub(super) node: u64,
+    /// The cluster's members: only they are served.
+    pub(super) members: Arc<std::collections::BTreeSet<u64>>,
     pub(super) secret: Arc<[u8]>,
     pub(super) max_frame: usize,
+    /// How long a frame's body may take ([`FRAME_TIMEOUT`]) and a connection may stay
+    /// without a frame ([`IDLE_TIMEOUT`]).
+    pub(super) timeouts: (Duration, Duration),
     pub(super) local: Local,
 }
 
@@ -220,23 +255,26 @@ pub(super) fn serve(listener: TcpListener, serving: Serving) -> tokio::task::Joi
     })
 }
 
-/// The server's half of the handshake: the client's node id once it proved the secret.
-async fn accept_handshake(stream: &mut TcpStream, secret: &[u8]) -> Result<u64, String> {
+/// The server's half of the handshake: the client's node id once it proved the secret and
+/// is one of the other members.
+async fn accept_handshake(stream: &mut TcpStream, serving: &Serving) -> Result<u64, String> {
+    let (secret, server) = (&serving.secret[..], serving.node);
     let mut hello = [0u8; 8 + 8 + NONCE];
     stream
         .read_exact(&mut hello)
         .await
         .map_err(|error| format!("no greeting: {error}"))?;
     if &hello[..8] != MAGIC {
-        return Err("not a ferrobus peer (wrong greeting)".to_string());
+        return Err("not a ferrobus peer of this version (wrong greeting)".to_string());
     }
     let client = u64::from_be_bytes(hello[8..16].try_into().expect("8 bytes"));
     let theirs = &hello[16..];
     let ours = nonce()?;
-    let proof = mac(secret, b"server", client, theirs, &ours).finalize();
-    let mut challenge = [0u8; NONCE + MAC];
+    let proof = mac(secret, b"server", (client, server), theirs, &ours).finalize();
+    let mut challenge = [0u8; NONCE + 8 + MAC];
     challenge[..NONCE].copy_from_slice(&ours);
-    challenge[NONCE..].copy_from_slice(&proof.into_bytes());
+    challenge[NONCE..NONCE + 8].copy_from_slice(&server.to_be_bytes());
+    challenge[NONCE + 8..].copy_from_slice(&proof.into_bytes());
     stream
         .write_all(&challenge)
         .await
@@ -246,9 +284,17 @@ async fn accept_handshake(stream: &mut TcpStream, secret: &[u8]) -> Result<u64, 
         .read_exact(&mut answer)
         .await
         .map_err(|error| format!("no answer to the challenge: {error}"))?;
-    mac(secret, b"client", client, theirs, &ours)
+    mac(secret, b"client", (client, server), theirs, &ours)
         .verify_slice(&answer)
         .map_err(|_| format!("node {client} does not hold the cluster secret"))?;
+    if client == server {
+        return Err(format!(
+            "the peer claims this node's own id {client} (two nodes configured with one id?)"
+        ));
+    }
+    if !serving.members.contains(&client) {
+        return Err(format!("node {client} is not a member of this cluster"));
+    }
     stream
         .write_all(&[ACCEPTED])
         .await
@@ -256,10 +302,11 @@ async fn accept_handshake(stream: &mut TcpStream, secret: &[u8]) -> Result<u64, 
     Ok(client)
 }
 
-/// The client's half of the handshake.
+/// The client's half of the handshake: `node` dials the member `target`.
 pub(super) async fn connect_handshake(
     stream: &mut TcpStream,
     node: u64,
+    target: u64,
     secret: &[u8],
 ) -> Result<(), String> {
     let ours = nonce()?;
@@ -271,25 +318,32 @@ pub(super) async fn connect_handshake(
         .write_all(&hello)
         .await
         .map_err(|error| format!("cannot greet: {error}"))?;
-    let mut challenge = [0u8; NONCE + MAC];
+    let mut challenge = [0u8; NONCE + 8 + MAC];
     stream
         .read_exact(&mut challenge)
         .await
         .map_err(|error| format!("no challenge: {error}"))?;
-    let (theirs, proof) = challenge.split_at(NONCE);
-    mac(secret, b"server", node, &ours, theirs)
+    let theirs = &challenge[..NONCE];
+    let server = u64::from_be_bytes(challenge[NONCE..NONCE + 8].try_into().expect("8 bytes"));
+    let proof = &challenge[NONCE + 8..];
+    mac(secret, b"server", (node, server), &ours, theirs)
         .verify_slice(proof)
         .map_err(|_| "the peer does not hold the cluster secret".to_string())?;
-    let answer = mac(secret, b"client", node, &ours, theirs).finalize();
+    if server != target {
+        return Err(format!(
+            "the peer is node {server}, not node {target} (check the members' addresses)"
+        ));
+    }
+    let answer = mac(secret, b"client", (node, server), &ours, theirs).finalize();
     stream
         .write_all(&answer.into_bytes())
         .await
         .map_err(|error| format!("cannot answer the challenge: {error}"))?;
     let mut accepted = [0u8; 1];
-    stream
-        .read_exact(&mut accepted)
-        .await
-        .map_err(|_| "the peer refused this node (is the cluster secret the same?)".to_string())?;
+    stream.read_exact(&mut accepted).await.map_err(|_| {
+        "the peer refused this node (is the cluster secret the same, and this node one of its members?)"
+            .to_string()
+    })?;
     if accepted[0] != ACCEPTED {
         return Err("the peer refused this node".to_string());
     }
@@ -300,7 +354,7 @@ async fn serve_connection(mut stream: TcpStream, address: SocketAddr, serving: S
     let _ = stream.set_nodelay(true);
     let client = match tokio::time::timeout(
         HANDSHAKE_TIMEOUT,
-        accept_handshake(&mut stream, &serving.secret),
+        accept_handshake(&mut stream, &serving),
     )
     .await
     {
@@ -328,9 +382,25 @@ async fn serve_connection(mut stream: TcpStream, address: SocketAddr, serving: S
     let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     loop {
         while tasks.try_join_next().is_some() {}
-        let body = match read_frame(&mut reader, serving.max_frame).await {
+        let (frame_timeout, idle_timeout) = serving.timeouts;
+        let read = tokio::time::timeout(
+            idle_timeout,
+            read_frame(&mut reader, serving.max_frame, frame_timeout),
+        );
+        let body = match read.await {
+            Err(_) => {
+                tracing::warn!(peer = %address, node = client, "closed a peer connection: no frame for {idle_timeout:?}");
+                break;
+            }
+            Ok(read) => read,
+        };
+        let body = match body {
             Ok(Some(body)) => body,
             Ok(None) => break,
+            Err(FrameError::Stalled(length)) => {
+                tracing::warn!(peer = %address, node = client, length, "closed a peer connection: a frame's body did not arrive within {frame_timeout:?}");
+                break;
+            }
             Err(FrameError::TooLarge(length)) => {
                 tracing::warn!(peer = %address, node = client, length, limit = serving.max_frame, "closed a peer connection: a frame over the limit");
                 break;
@@ -468,7 +538,7 @@ impl Peers {
             .await
             .map_err(|error| format!("cannot connect to {address}: {error}"))?;
         let _ = stream.set_nodelay(true);
-        if let Err(why) = connect_handshake(&mut stream, self.node, &self.secret).await {
+        if let Err(why) = connect_handshake(&mut stream, self.node, target, &self.secret).await {
             tracing::warn!(peer = %address, node = target, "cannot join a peer: {why}");
             return Err(format!("the handshake with {address} failed: {why}"));
         }
@@ -500,11 +570,15 @@ impl Peers {
             let limit = self.max_frame;
             tokio::spawn(async move {
                 loop {
-                    let body = match read_frame(&mut reader, limit).await {
+                    let body = match read_frame(&mut reader, limit, FRAME_TIMEOUT).await {
                         Ok(Some(body)) => body,
                         Ok(None) => break,
                         Err(FrameError::TooLarge(length)) => {
                             tracing::warn!(peer = %address, length, limit, "closed a peer connection: a frame over the limit");
+                            break;
+                        }
+                        Err(FrameError::Stalled(length)) => {
+                            tracing::warn!(peer = %address, length, "closed a peer connection: a frame's body did not arrive within {FRAME_TIMEOUT:?}");
                             break;
                         }
                         Err(FrameError::Io(_)) => break,
