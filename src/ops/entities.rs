@@ -240,12 +240,18 @@ pub async fn reload(connection: &Connection) -> Result<(), OpsError> {
         print_json(&value);
         return Ok(());
     }
-    for change in ["added", "changed", "removed"] {
-        let names: Vec<String> = value
-            .get(change)
+    let list = |key: &str| -> Vec<String> {
+        value
+            .get(key)
             .and_then(Json::as_array)
-            .map(|names| names.iter().map(|name| text(name, "")).collect())
-            .unwrap_or_default();
+            .map(|items| items.iter().map(|item| text(item, "")).collect())
+            .unwrap_or_default()
+    };
+    if value.get("file").is_some() {
+        println!("file: {}", text(&value, "/file"));
+    }
+    for change in ["added", "changed", "removed"] {
+        let names = list(change);
         println!(
             "{change}: {}",
             if names.is_empty() {
@@ -254,6 +260,12 @@ pub async fn reload(connection: &Connection) -> Result<(), OpsError> {
                 names.join(", ")
             }
         );
+    }
+    // What waits for a restart, and the file's entities that run-time changes override.
+    for (key, label) in [("restart", "at next start"), ("overridden", "overridden")] {
+        for line in list(key) {
+            println!("{label}: {line}");
+        }
     }
     Ok(())
 }
