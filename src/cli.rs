@@ -65,6 +65,10 @@ pub struct Cli {
     #[arg(long, value_name = "LEVEL", value_parser = parse_log_level)]
     pub log_level: Option<String>,
 
+    /// Log line format: text, or json (one JSON object per line, for log shippers).
+    #[arg(long, value_name = "FORMAT", value_enum, default_value_t = crate::daemon::LogFormat::Text)]
+    pub log_format: crate::daemon::LogFormat,
+
     /// Data directory, overriding `storage.data_dir` [default: data, relative to the
     /// working directory].
     #[arg(long, value_name = "DIR", conflicts_with = "memory")]

@@ -31,6 +31,7 @@ pub mod cli;
 pub mod clock;
 pub mod cluster;
 pub mod config;
+pub mod daemon;
 pub mod encoding;
 pub mod listener;
 pub mod metrics;
@@ -160,6 +161,19 @@ pub async fn run_listeners(
     shutdown: watch::Receiver<bool>,
     ready: impl FnOnce(),
 ) -> Result<(), String> {
+    run_daemon(listeners, config, storage, shutdown, ready, None).await
+}
+
+/// [`run_listeners`] that can reload its configuration file (`reload`: SIGHUP and
+/// `POST /$config/reload`, see [`daemon::reload`]).
+pub async fn run_daemon(
+    listeners: Listeners,
+    config: &Config,
+    storage: Option<(LogStorage, Recovery)>,
+    shutdown: watch::Receiver<bool>,
+    ready: impl FnOnce(),
+    reload: Option<daemon::reload::ReloadSource>,
+) -> Result<(), String> {
     let store = storage.as_ref().map(|(storage, _)| storage.clone());
     if let Some((storage, recovery)) = &storage {
         let messages: usize = recovery
@@ -212,6 +226,7 @@ pub async fn run_listeners(
         store.clone(),
         shutdown,
         ready,
+        reload,
     )
     .await;
     if let Some(groups) = groups {
@@ -241,7 +256,17 @@ pub async fn run_with_log(
     };
     let storage = Some((broker::storage::Storage::new(log), recovered));
     let start = NamespaceStart::default();
-    serve(listeners, config, storage, start, None, shutdown, || {}).await
+    serve(
+        listeners,
+        config,
+        storage,
+        start,
+        None,
+        shutdown,
+        || {},
+        None,
+    )
+    .await
 }
 
 /// What the start writes of the namespace's run-time changes before the broker serves.
@@ -313,6 +338,7 @@ async fn seed_namespace(
 
 /// Runs the broker on its listeners and the core's storage (`wal`: the node's own log
 /// underneath, for its metrics and to release it at the end).
+#[allow(clippy::too_many_arguments)]
 async fn serve(
     listeners: Listeners,
     config: &Config,
@@ -321,6 +347,7 @@ async fn serve(
     wal: Option<LogStorage>,
     shutdown: watch::Receiver<bool>,
     ready: impl FnOnce(),
+    reload: Option<daemon::reload::ReloadSource>,
 ) -> Result<(), String> {
     let listener = listeners.amqp;
     // Enqueued times never run backwards, even when the system clock was stepped back
@@ -371,6 +398,7 @@ async fn serve(
             metrics: metrics.clone(),
             started: std::time::SystemTime::now(),
             amqp: std::sync::OnceLock::new(),
+            reload: std::sync::OnceLock::new(),
         }),
         tls_identity(config),
     ));
@@ -449,6 +477,10 @@ async fn serve(
         if let Err(error) = http.tls() {
             tracing::warn!(%error, "no development certificate: TLS connections will be refused");
         }
+    }
+    if let Some(source) = reload {
+        let reloader = daemon::reload::Reloader::new(source, registry.clone());
+        daemon::reload::install(reloader, &http.admin, shutdown.clone());
     }
     http.admin
         .serving

@@ -1,5 +1,6 @@
 //! The `ferrobus` binary: parse flags, load the configuration, start logging, bind the
-//! listener and run until SIGINT or SIGTERM. Errors become a message and exit code 1.
+//! listener and run until SIGINT or SIGTERM (SIGHUP reloads the configuration file, see
+//! `ferrobus::daemon`). Errors become a message and exit code 1.
 
 use std::process::ExitCode;
 
@@ -93,11 +94,7 @@ fn main() -> ExitCode {
         .ok()
         .filter(|_| cli.log_level.is_none())
         .unwrap_or_else(|| format!("ferrobus={}", cli.log_filter()));
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    ferrobus::daemon::logging::init(cli.log_format, &filter);
     let (config, origin) = match load_config(&cli) {
         Ok(loaded) => loaded,
         Err(error) => {
@@ -121,14 +118,15 @@ fn main() -> ExitCode {
         }
     }
     let mut config = config;
-    if cli.memory {
-        config.storage.mode = ferrobus::config::StorageMode::Memory;
-    }
-    if let Some(directory) = &cli.data_dir {
-        config.storage.mode = ferrobus::config::StorageMode::Durable;
-        config.storage.data_dir = directory.clone();
-    }
+    let overrides = ferrobus::daemon::reload::command_line_overrides(&cli);
+    overrides(&mut config);
     let listen = cli.listen.unwrap_or(config.server.listen);
+    let reload = ferrobus::daemon::reload::ReloadSource {
+        config: cli.config.clone(),
+        overrides,
+        running: config.clone(),
+        hangup: true,
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -279,15 +277,20 @@ fn main() -> ExitCode {
             };
             // The line the official emulator prints when it serves; Testcontainers modules
             // wait for it.
-            let ready = || println!("Emulator Service is Successfully Up!");
+            let ready = || {
+                println!("Emulator Service is Successfully Up!");
+                ferrobus::daemon::notify::ready("serving");
+            };
             if let Err(error) =
-                ferrobus::run_listeners(listeners, &config, storage, stopped, ready).await
+                ferrobus::run_daemon(listeners, &config, storage, stopped, ready, Some(reload))
+                    .await
             {
                 tracing::error!("{error}");
             }
         });
         signal.await;
         tracing::info!("shutting down");
+        ferrobus::daemon::notify::stopping();
         let _ = stop.send(true);
         // The server returns once every connection has closed (bounded by the grace period).
         let _ = tokio::time::timeout(grace + std::time::Duration::from_secs(8), server).await;

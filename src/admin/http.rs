@@ -12,6 +12,8 @@
 //! - `GET|PUT|DELETE /{queue or topic}` (PUT with `If-Match: *` updates)
 //! - `GET /{topic}/Subscriptions`, `GET|PUT|DELETE /{topic}/Subscriptions/{name}`
 //! - `GET /{topic}/Subscriptions/{name}/Rules`, `GET|PUT|DELETE …/Rules/{rule}`
+//! - `POST /$config/reload`: re-read the configuration file (JSON answer, see
+//!   [`crate::daemon::reload`])
 //!
 //! With `[[auth.keys]]` configured every admin route needs a SAS token with the Manage
 //! right in `Authorization`; without keys anything is accepted. Before any route but
@@ -66,7 +68,18 @@ pub struct Admin {
     /// Starts an AMQP connection on a stream (WebSocket sessions hand theirs over); set once
     /// the broker's connection context exists. `None` inside: WebSockets are switched off.
     pub amqp: std::sync::OnceLock<Option<AmqpEntry>>,
+    /// Re-reads the configuration file (`POST /$config/reload`, [`crate::daemon::reload`]);
+    /// unset (a broker started by a library caller): the route answers 404.
+    pub reload: std::sync::OnceLock<ReloadHook>,
 }
+
+/// Runs a configuration reload: its HTTP status and JSON answer.
+pub type ReloadHook = Arc<
+    dyn Fn()
+            -> std::pin::Pin<Box<dyn std::future::Future<Output = (u16, serde_json::Value)> + Send>>
+        + Send
+        + Sync,
+>;
 
 /// Runs an AMQP connection on the engine's end of a bridged stream until it ends.
 pub type AmqpEntry = Arc<
@@ -412,6 +425,8 @@ async fn route(admin: Arc<Admin>, request: Request) -> Response {
     };
     let method = parts.method.clone();
     match (method, lower.as_slice()) {
+        (Method::POST, ["$config", "reload"]) => reload(&admin).await,
+        (_, ["$config", "reload"]) => not_allowed(),
         (Method::GET, ["$namespaceinfo"]) => context.namespace_info(),
         (Method::GET, ["$resources", "queues"]) => context.list_entities(true).await,
         (Method::GET, ["$resources", "topics"]) => context.list_entities(false).await,
@@ -456,6 +471,29 @@ async fn route(admin: Arc<Admin>, request: Request) -> Response {
             &format!("No administration resource at '/{path}'."),
         ),
     }
+}
+
+/// `POST /$config/reload`: the configuration reload's JSON answer.
+async fn reload(admin: &Admin) -> Response {
+    let (status, body) = match admin.reload.get() {
+        Some(hook) => hook().await,
+        None => (
+            404,
+            serde_json::json!({
+                "error": "This broker was not started from a configuration file it can reload."
+            }),
+        ),
+    };
+    let mut response = (
+        StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        format!("{body}\n"),
+    )
+        .into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
 }
 
 fn not_allowed() -> Response {

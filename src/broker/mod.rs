@@ -10,6 +10,7 @@ pub mod message;
 pub mod namespace;
 pub mod partitions;
 pub mod registry;
+pub mod reload;
 pub mod rules;
 pub mod storage;
 pub mod topic;

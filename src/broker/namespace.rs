@@ -106,7 +106,7 @@ impl Registry {
     fn check(&self, description: &Description) -> Result<(), NamespaceError> {
         let mut config = self.definitions();
         // Cloud-parity mode applies to entities made at run time as to the file's.
-        config.server.strict = self.seed.server.strict;
+        config.server.strict = self.seed().server.strict;
         match description {
             Description::Queue(queue) => {
                 config
@@ -157,6 +157,20 @@ impl Registry {
         description: Description,
     ) -> Result<Slot, NamespaceError> {
         let _guard = self.changes.lock().await;
+        let slot = self.apply_create(description, true).await?;
+        self.namespace_changed().await?;
+        tracing::info!(entity = %slot.description.path(), "entity created");
+        Ok(slot)
+    }
+
+    /// [`Registry::create`] under the caller's hold of the change lock, storing nothing;
+    /// `validate`: check the namespace with the definition added first (a configuration
+    /// reload checks the whole new namespace before it starts).
+    pub(super) async fn apply_create(
+        self: &Arc<Self>,
+        description: Description,
+        validate: bool,
+    ) -> Result<Slot, NamespaceError> {
         let path = description.path();
         if self.slot(&path).is_some() {
             return Err(exists(&path));
@@ -166,7 +180,9 @@ impl Registry {
         {
             return Err(exists(&path));
         }
-        self.check(&description)?;
+        if validate {
+            self.check(&description)?;
+        }
         let now = SystemTime::now();
         let slot = match description {
             Description::Queue(queue) => {
@@ -234,8 +250,6 @@ impl Registry {
             }
         };
         self.insert(slot.clone());
-        self.namespace_changed().await?;
-        tracing::info!(entity = %slot.description.path(), "entity created");
         Ok(slot)
     }
 
@@ -244,6 +258,20 @@ impl Registry {
     /// refuses the first two; rules have their own operations).
     pub async fn update(&self, description: Description) -> Result<Slot, NamespaceError> {
         let _guard = self.changes.lock().await;
+        let path = description.path();
+        self.apply_update(description, true).await?;
+        self.namespace_changed().await?;
+        tracing::info!(entity = %path, "entity updated");
+        self.slot(&path).ok_or_else(|| not_found(&path))
+    }
+
+    /// [`Registry::update`] under the caller's hold of the change lock, storing nothing
+    /// (`validate` as for [`Registry::apply_create`]).
+    pub(super) async fn apply_update(
+        &self,
+        description: Description,
+        validate: bool,
+    ) -> Result<(), NamespaceError> {
         let path = description.path();
         let Some(current) = self.slot(&path) else {
             return Err(not_found(&path));
@@ -296,7 +324,9 @@ impl Registry {
                 )));
             }
         };
-        self.check(&description)?;
+        if validate {
+            self.check(&description)?;
+        }
         match (&current.entity, &description) {
             (Entity::Queue(handle), Description::Queue(queue)) => {
                 update_entity(handle, registry::settings_of_queue(queue)).await?;
@@ -354,15 +384,21 @@ impl Registry {
             _ => {}
         }
         self.redescribe(description, SystemTime::now());
-        self.namespace_changed().await?;
-        tracing::info!(entity = %path, "entity updated");
-        self.slot(&path).ok_or_else(|| not_found(&path))
+        Ok(())
     }
 
     /// Deletes an entity; a topic takes its subscriptions with it. Attached receivers are
     /// detached with `amqp:not-found`, later sends fail with it.
     pub async fn delete(&self, path: &str) -> Result<(), NamespaceError> {
         let _guard = self.changes.lock().await;
+        self.apply_delete(path).await?;
+        self.namespace_changed().await?;
+        tracing::info!(entity = %path, "entity deleted");
+        Ok(())
+    }
+
+    /// [`Registry::delete`] under the caller's hold of the change lock, storing nothing.
+    pub(super) async fn apply_delete(&self, path: &str) -> Result<(), NamespaceError> {
         let Some(slot) = self.slot(path) else {
             return Err(not_found(path));
         };
@@ -417,8 +453,6 @@ impl Registry {
             }
             _ => {}
         }
-        self.namespace_changed().await?;
-        tracing::info!(entity = %path, "entity deleted");
         Ok(())
     }
 
@@ -565,7 +599,7 @@ impl Registry {
 
     /// The namespace's differences from the configuration file it was seeded with.
     pub fn changes(&self) -> NamespaceChanges {
-        let seed = &self.seed;
+        let seed = &self.seed();
         let current = self.definitions();
         let key = |path: &str| path.trim_matches('/').to_ascii_lowercase();
         let mut changes = NamespaceChanges::default();

@@ -95,7 +95,8 @@ pub struct Registry {
     pub(super) changes: tokio::sync::Mutex<()>,
     /// The configuration file's entities: what is stored is the namespace's difference
     /// from them.
-    pub(super) seed: Config,
+    /// Replaced by a configuration reload ([`Registry::reload_file`]).
+    pub(super) seed: RwLock<Config>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -296,7 +297,7 @@ impl Registry {
                 storage: storage.as_ref().map(|(storage, _)| storage.clone()),
             },
             changes: tokio::sync::Mutex::new(()),
-            seed: seed.clone(),
+            seed: RwLock::new(seed.clone()),
         });
         let mut recovered = |path: &str| -> Vec<Change> {
             storage

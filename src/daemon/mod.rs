@@ -1,0 +1,16 @@
+//! Running as a daemon: the configuration reload (SIGHUP and `POST /$config/reload`),
+//! readiness for a service manager (the `NOTIFY_SOCKET` protocol) and the log format.
+//!
+//! - [`reload`]: re-reads the configuration file and applies its entities online through
+//!   the namespace layer ([`crate::broker::reload`]); reports what changed.
+//! - [`notify`]: `READY=1`, `RELOADING=1`, `STOPPING=1` and `STATUS=` datagrams to systemd.
+//! - [`logging`]: `--log-format text|json`.
+//!
+//! Reference: README "Running as a daemon", `docs/admin-api.md` (the reload route),
+//! `packaging/ferrobus.service`.
+
+pub mod logging;
+pub mod notify;
+pub mod reload;
+
+pub use logging::LogFormat;
