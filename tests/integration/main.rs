@@ -7,6 +7,7 @@ mod batched_sends;
 mod cli;
 mod clock_restart;
 mod crash;
+mod daemon;
 mod durability;
 mod emulator_config;
 mod explorer;

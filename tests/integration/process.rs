@@ -92,6 +92,20 @@ impl BrokerProcess {
         BrokerProcess::start_with(config, arguments, "")
     }
 
+    /// The configuration file it was started with (tests rewrite it and reload).
+    pub fn config_path(&self) -> std::path::PathBuf {
+        self.directory.join("broker.toml")
+    }
+
+    /// Sends `signal` (a name `kill` knows: HUP, TERM, …) to the process.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([format!("-{signal}"), self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -{signal} failed");
+    }
+
     /// The stderr lines logged so far.
     pub fn lines(&self) -> Vec<String> {
         self.lines
