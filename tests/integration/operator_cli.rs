@@ -695,3 +695,99 @@ fn an_unreachable_broker_and_a_bad_connection_string_have_their_own_codes() {
     let run = cli(c, &["queue", "frobnicate"]);
     assert_eq!(run.code, 2, "clap's usage errors: {}", run.stderr);
 }
+
+/// A broker process started on a configuration file of the test's (what a reload re-reads);
+/// killed, and its directory removed, on drop.
+struct FileBroker {
+    child: std::process::Child,
+    connection: String,
+    config: std::path::PathBuf,
+    directory: std::path::PathBuf,
+}
+
+impl FileBroker {
+    fn start(name: &str, config: &str) -> FileBroker {
+        use std::io::BufRead as _;
+        let directory = std::env::temp_dir().join(format!(
+            "ferrobus-cli-{name}-{}-{}",
+            std::process::id(),
+            ferrobus::encoding::ids::unique_u64()
+        ));
+        std::fs::create_dir_all(&directory).expect("scratch dir");
+        let config_path = directory.join("broker.toml");
+        std::fs::write(&config_path, config).expect("config");
+        let mut child = Command::new(BINARY)
+            .args(["--memory", "--listen", "127.0.0.1:0", "--config"])
+            .arg(&config_path)
+            .current_dir(&directory)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the broker starts");
+        let mut stderr = std::io::BufReader::new(child.stderr.take().expect("stderr"));
+        let mut seen = Vec::new();
+        let address = loop {
+            let mut line = String::new();
+            if stderr.read_line(&mut line).unwrap_or(0) == 0 || seen.len() > 50 {
+                let _ = child.kill();
+                panic!("the broker did not start: {seen:?}");
+            }
+            if let Some(address) = line
+                .split("listening on ")
+                .nth(1)
+                .and_then(|rest| rest.split_whitespace().next())
+            {
+                break address.to_string();
+            }
+            seen.push(line);
+        };
+        // Keep draining stderr so the broker never blocks on a full pipe.
+        std::thread::spawn(move || {
+            let mut sink = String::new();
+            while stderr.read_line(&mut sink).unwrap_or(0) > 0 {
+                sink.clear();
+            }
+        });
+        FileBroker {
+            child,
+            connection: format!("Endpoint=sb://{address};UseDevelopmentEmulator=true"),
+            config: config_path,
+            directory,
+        }
+    }
+}
+
+impl Drop for FileBroker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.directory);
+    }
+}
+
+#[test]
+fn config_reload_applies_the_file_and_refuses_a_broken_one() {
+    let broker = FileBroker::start("reload", "[[queues]]\nname = \"first\"\n");
+    let c = &broker.connection;
+    fails(c, &["queue", "show", "second"], 5);
+    std::fs::write(
+        &broker.config,
+        "[[queues]]\nname = \"first\"\nmax_delivery_count = 4\n[[queues]]\nname = \"second\"\n",
+    )
+    .expect("config");
+    let report = ok(c, &["config", "reload"]).stdout;
+    assert!(report.contains("added: second"), "{report}");
+    assert!(report.contains("changed: first"), "{report}");
+    ok(c, &["queue", "show", "second"]);
+    let json = ok(c, &["config", "reload", "-o", "json"]).json();
+    assert_eq!(
+        json["added"],
+        serde_json::json!([]),
+        "nothing new the second time"
+    );
+    // A broken file is refused; the running namespace stays.
+    std::fs::write(&broker.config, "[[queues]]\nname = \n").expect("config");
+    let refused = fails(c, &["config", "reload"], 1);
+    assert!(refused.stderr.contains("refused"), "{}", refused.stderr);
+    ok(c, &["queue", "show", "second"]);
+}
