@@ -43,7 +43,7 @@ async fn three(name: &str, secrets: [&[u8]; 3]) -> Vec<Node> {
         let id = index as u64 + 1;
         let address = members[index].address.clone();
         let directory = scratch(&format!("{name}-{id}"));
-        let (storage, recovery) = LogStorage::open(StorageOptions::new(&directory)).expect("opens");
+        let (storage, recovery) = LogStorage::open(member_options(&directory)).expect("opens");
         let settings = ClusterConfig {
             node_id: id,
             address: address.clone(),
@@ -65,6 +65,48 @@ async fn three(name: &str, secrets: [&[u8]; 3]) -> Vec<Node> {
         });
     }
     nodes
+}
+
+/// A cluster member's storage options: entries can be read back.
+fn member_options(directory: &std::path::Path) -> StorageOptions {
+    let mut options = StorageOptions::new(directory);
+    options.keep_entry_locations = true;
+    options
+}
+
+/// The members of `nodes`' cluster.
+fn members(nodes: &[Node]) -> Vec<ClusterMember> {
+    nodes
+        .iter()
+        .map(|node| ClusterMember {
+            id: node.id,
+            address: node.address.clone(),
+        })
+        .collect()
+}
+
+/// Starts `node` again (after [`close`]) on its data directory and its address.
+async fn reopen(node: &Node, members: &[ClusterMember]) -> Node {
+    let (storage, recovery) = LogStorage::open(member_options(&node.directory)).expect("opens");
+    let listener = TcpListener::bind(&node.address).await.expect("binds again");
+    let log = RaftLog::new_cluster(
+        storage,
+        &recovery.groups,
+        ClusterConfig {
+            node_id: node.id,
+            address: node.address.clone(),
+            members: members.to_vec(),
+        },
+        SECRET,
+        listener,
+    )
+    .expect("runs");
+    Node {
+        id: node.id,
+        address: node.address.clone(),
+        directory: node.directory.clone(),
+        log,
+    }
 }
 
 async fn close(node: &Node) {
@@ -433,6 +475,45 @@ fn a_turns_records_cross_the_wire_unchanged() {
     assert!(ciborium::from_reader::<types::Turn, _>(&cut[..]).is_err());
 }
 
+/// A member that was away while its group wrote, and whose peers have restarted since (so
+/// none holds those entries in memory), is sent them read back from the leader's log: it
+/// recovers every write, not blank entries in their place.
+#[tokio::test]
+async fn entries_a_member_lacks_are_read_back_from_the_log() {
+    let nodes = three("read-back", [SECRET; 3]).await;
+    let all: Vec<&Node> = nodes.iter().collect();
+    let leader = write_through_leader(&all, "orders", 1).await;
+    let away = nodes.iter().find(|node| node.id != leader).expect("two");
+    let index = last_index(&nodes[leader as usize - 1], "orders").expect("written");
+    holds(away, "orders", index).await;
+    close(away).await;
+    let others: Vec<&Node> = nodes.iter().filter(|node| node.id != away.id).collect();
+    write_through_leader(&others, "orders", 2).await;
+    write_through_leader(&others, "orders", 3).await;
+    for node in &others {
+        close(node).await;
+    }
+    let members = members(&nodes);
+    let mut restarted = Vec::new();
+    for node in &others {
+        restarted.push(reopen(node, &members).await);
+    }
+    let back = reopen(away, &members).await;
+    let running: Vec<&Node> = restarted.iter().collect();
+    let leading = write_through_leader(&running, "orders", 4).await;
+    let through = restarted
+        .iter()
+        .find(|node| node.id == leading)
+        .expect("a restarted node leads");
+    let index = last_index(through, "orders").expect("written");
+    holds(&back, "orders", index).await;
+    close(&back).await;
+    for node in &restarted {
+        close(node).await;
+    }
+    assert_eq!(recovered(&back, "orders"), vec![1, 2, 3, 4]);
+}
+
 /// A follower that stops and comes back on its data directory catches up on what was
 /// committed without it: its leader kept those entries for it.
 #[tokio::test]
@@ -447,36 +528,7 @@ async fn a_follower_that_comes_back_catches_up() {
     let others: Vec<&Node> = nodes.iter().filter(|node| node.id != follower.id).collect();
     write_through_leader(&others, "orders", 2).await;
     write_through_leader(&others, "orders", 3).await;
-    let (storage, recovery) =
-        LogStorage::open(StorageOptions::new(&follower.directory)).expect("opens");
-    let listener = TcpListener::bind(&follower.address)
-        .await
-        .expect("binds again");
-    let members: Vec<ClusterMember> = nodes
-        .iter()
-        .map(|node| ClusterMember {
-            id: node.id,
-            address: node.address.clone(),
-        })
-        .collect();
-    let log = RaftLog::new_cluster(
-        storage,
-        &recovery.groups,
-        ClusterConfig {
-            node_id: follower.id,
-            address: follower.address.clone(),
-            members,
-        },
-        SECRET,
-        listener,
-    )
-    .expect("runs");
-    let back = Node {
-        id: follower.id,
-        address: follower.address.clone(),
-        directory: follower.directory.clone(),
-        log,
-    };
+    let back = reopen(follower, &members(&nodes)).await;
     let leading = write_through_leader(&others, "orders", 4).await;
     let index = last_index(&nodes[leading as usize - 1], "orders").expect("written");
     holds(&back, "orders", index).await;

@@ -2,8 +2,9 @@
 //! votes, truncations and purges are the store's Raft records tagged by group
 //! (`crate::store::storage::LogStorage::append_entries` and friends), so every group on the
 //! node shares the log's group commit. Entries waiting to be applied stay in memory; once
-//! applied they live on disk only (a one-member group never reads them again, and recovery
-//! replays them into the entities' state).
+//! applied they live on disk (a one-member group never reads them again, and recovery
+//! replays them into the entities' state; in a cluster a leader reads them back for members
+//! that lack them, from where the store noted each entry).
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -19,7 +20,8 @@ use openraft::{
 use tokio::sync::{mpsc, oneshot};
 
 use super::convert;
-use super::types::TypeConfig;
+use super::types::{Turn, TypeConfig};
+use crate::store::codec::Payload;
 use crate::store::log::StoreError;
 use crate::store::storage::LogStorage;
 use crate::store::storage::NewEntry;
@@ -37,8 +39,8 @@ pub(super) struct Pending {
 
 /// A multi-member group keeps applied entries in memory until every member has them (as
 /// far as its leader knows; a follower keeps them, since it may lead next), up to
-/// [`KEPT_MAX`] of them: applied entries cannot be read back from the log yet, so a member
-/// further behind than that, or behind a leader that restarted, receives them blank.
+/// [`KEPT_MAX`] of them, so a member that lags a little is sent them without a read; those
+/// further behind, or behind a leader that restarted, are read back from the log.
 #[derive(Debug, Default)]
 struct Kept {
     /// The last index applied.
@@ -227,15 +229,55 @@ impl RaftLogReader<TypeConfig> for GroupStore {
             return Ok(Vec::new());
         };
         let (start, end) = range_of(&range, last.index);
-        let pending = self.pending();
+        // The entries still in memory; the others are read back from the log.
+        let kept: BTreeMap<u64, Entry<TypeConfig>> = self
+            .pending()
+            .entries
+            .range(start..end)
+            .map(|(index, entry)| (*index, entry.clone()))
+            .collect();
         let mut entries = Vec::with_capacity(end.saturating_sub(start) as usize);
-        for index in start..end {
-            if let Some(entry) = pending.entries.get(&index) {
+        let mut index = start;
+        while index < end {
+            if let Some(entry) = kept.get(&index) {
                 entries.push(entry.clone());
+                index += 1;
                 continue;
             }
-            // Applied entries are on disk only: their identity (and a membership's
-            // configuration) is known here, their records were replayed into the entities.
+            let run_end = kept.range(index..).next().map_or(end, |(next, _)| *next);
+            if self.storage.keeps_entry_locations() {
+                let read = self
+                    .storage
+                    .read_entries(&self.group, index, run_end)
+                    .map_err(|error| StorageError::IO {
+                        source: StorageIOError::read_logs(AnyError::error(error.to_string())),
+                    })?;
+                let complete = read.len() as u64 == run_end - index;
+                for (id, payload) in read {
+                    entries.push(Entry {
+                        log_id: convert::log_id_from(id),
+                        payload: match payload {
+                            Payload::Blank => EntryPayload::Blank,
+                            Payload::Membership(membership) => {
+                                EntryPayload::Membership(convert::membership_from(&membership))
+                            }
+                            Payload::Records(records) => {
+                                EntryPayload::Normal(Turn(Arc::new(records)))
+                            }
+                        },
+                    });
+                }
+                if !complete {
+                    // Not on disk (purged, or its write not durable yet): what comes after
+                    // it waits for the next read.
+                    break;
+                }
+                index = run_end;
+                continue;
+            }
+            // A one-member group never sends its entries: their identity (and a
+            // membership's configuration) is known here, their records were replayed into
+            // the entities.
             let Some(id) = log.id_at(index) else {
                 break;
             };
@@ -249,6 +291,7 @@ impl RaftLogReader<TypeConfig> for GroupStore {
                 log_id: convert::log_id_from(id),
                 payload,
             });
+            index += 1;
         }
         Ok(entries)
     }

@@ -296,6 +296,12 @@ impl RaftLog {
         secret: &[u8],
         listener: TcpListener,
     ) -> Result<Arc<RaftLog>, String> {
+        if !storage.keeps_entry_locations() {
+            return Err(
+                "a cluster member's storage must keep its entries' locations (members read entries back for each other)"
+                    .to_string(),
+            );
+        }
         if !settings
             .members
             .iter()

@@ -7,6 +7,7 @@
 //! every group has purged past it.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::oneshot;
 
@@ -14,7 +15,8 @@ use super::{LogStorage, Replay};
 use crate::store::codec::{
     self, EntryId, LogRecord, Membership, Payload, PayloadRef, RaftRecord, Vote,
 };
-use crate::store::log::StoreError;
+use crate::store::log::{Location, StoreError};
+use crate::store::segment;
 
 /// A placement group's Raft log state: what a log store needs to answer for the group
 /// without keeping entries in memory.
@@ -115,6 +117,54 @@ impl GroupLog {
             self.membership = Some((id, membership));
         }
     }
+}
+
+/// Where one group's entries are on disk, by index.
+pub(super) type GroupLocations = BTreeMap<u64, (EntryId, Location)>;
+
+/// Where every group's entries are on disk.
+pub(super) type EntryLocations = Arc<Mutex<HashMap<String, GroupLocations>>>;
+
+/// Notes at recovery where `record` is, if it is an entry (a truncation forgets the
+/// locations it voids, and a rewritten index those after it).
+pub(super) fn locate(
+    locations: &mut HashMap<String, GroupLocations>,
+    record: &RaftRecord,
+    at: Location,
+) {
+    match record {
+        RaftRecord::Entry { group, id, .. } => {
+            let located = locations.entry(group.clone()).or_default();
+            located.split_off(&id.index);
+            located.insert(id.index, (*id, at));
+        }
+        RaftRecord::Truncate { group, index } => {
+            if let Some(located) = locations.get_mut(group) {
+                located.split_off(index);
+            }
+        }
+        RaftRecord::Vote { .. } | RaftRecord::State { .. } => {}
+    }
+}
+
+/// The recovered locations of the entries each group's log holds (after its purge point,
+/// up to its last entry).
+pub(super) fn kept_locations(
+    mut locations: HashMap<String, GroupLocations>,
+    groups: &HashMap<String, GroupLog>,
+) -> HashMap<String, GroupLocations> {
+    locations.retain(|group, located| {
+        let Some(log) = groups.get(group) else {
+            return false;
+        };
+        let first = log.purged.map_or(0, |purged| purged.index + 1);
+        let end = log.last.map_or(0, |last| last.index + 1);
+        let mut kept = located.split_off(&first);
+        kept.split_off(&end);
+        *located = kept;
+        !located.is_empty()
+    });
+    locations
 }
 
 /// Raft records read at recovery, before they are put in index order.
@@ -245,11 +295,13 @@ impl LogStorage {
         entries: impl IntoIterator<Item = (EntryId, NewEntry<'a>)>,
     ) -> oneshot::Receiver<Result<(), StoreError>> {
         let mut records = Vec::new();
+        let mut ids = Vec::new();
         let mut checkpoint_bytes = 0u64;
         let mut groups = self.inner.groups.lock().expect("groups lock");
         let log = groups.entry(group.to_string()).or_default();
         for (id, entry) in entries {
             log.note_entry(id);
+            ids.push(id);
             let payload = match entry {
                 NewEntry::Blank => PayloadRef::Blank,
                 NewEntry::Membership(membership) => {
@@ -272,9 +324,29 @@ impl LogStorage {
             }
             records.push(bytes);
         }
+        let located = self.inner.locations.as_ref().and_then(|locations| {
+            let first = ids.first()?.index;
+            let locations = locations.clone();
+            let group = group.to_string();
+            // A rewritten index voids where the entries from it on were.
+            locations
+                .lock()
+                .expect("locations lock")
+                .entry(group.clone())
+                .or_default()
+                .split_off(&first);
+            let located: crate::store::log::Located = Box::new(move |at: Vec<Location>| {
+                let mut locations = locations.lock().expect("locations lock");
+                let located = locations.entry(group).or_default();
+                for (id, at) in ids.into_iter().zip(at) {
+                    located.insert(id.index, (id, at));
+                }
+            });
+            Some(located)
+        });
         // Sent while the groups are locked: a compaction round's purge points are exactly
         // the entries before its first segment.
-        let answer = self.inner.log.append(records);
+        let answer = self.inner.log.append_located(records, located);
         drop(groups);
         self.maybe_compact();
         if checkpoint_bytes > 0 {
@@ -297,6 +369,7 @@ impl LogStorage {
     pub fn truncate(&self, group: &str, index: u64) -> oneshot::Receiver<Result<(), StoreError>> {
         let mut groups = self.inner.groups.lock().expect("groups lock");
         groups.entry(group.to_string()).or_default().truncate(index);
+        self.forget_locations(group, index..);
         self.inner
             .log
             .append(vec![codec::encode_truncate(group, index)])
@@ -307,6 +380,7 @@ impl LogStorage {
         let mut groups = self.inner.groups.lock().expect("groups lock");
         let log = groups.entry(group.to_string()).or_default();
         log.purge(id);
+        self.forget_locations(group, ..=id.index);
         let state = state_record(group, log, log.purged);
         self.inner.log.append(vec![state])
     }
@@ -316,9 +390,103 @@ impl LogStorage {
     /// did land are void at recovery: they follow a gap, or the group rewrites their index.
     pub fn void_from(&self, group: &str, index: u64) {
         let mut groups = self.inner.groups.lock().expect("groups lock");
+        self.forget_locations(group, index..);
         if let Some(log) = groups.get_mut(group) {
             log.truncate(index);
         }
+    }
+
+    /// Whether entries can be read back ([`super::StorageOptions::keep_entry_locations`]).
+    pub fn keeps_entry_locations(&self) -> bool {
+        self.inner.locations.is_some()
+    }
+
+    /// Forgets where `group`'s entries in `range` are.
+    fn forget_locations(&self, group: &str, range: impl std::ops::RangeBounds<u64>) {
+        if let Some(locations) = &self.inner.locations
+            && let Some(located) = locations.lock().expect("locations lock").get_mut(group)
+        {
+            located.retain(|index, _| !range.contains(index));
+        }
+    }
+
+    /// `group`'s entries from `start` up to `end` (exclusive) as its log holds them on disk,
+    /// stopping before the first one it cannot read back (purged, not yet durable, or
+    /// without [`super::StorageOptions::keep_entry_locations`]). Reads files.
+    pub fn read_entries(
+        &self,
+        group: &str,
+        start: u64,
+        end: u64,
+    ) -> Result<Vec<(EntryId, Payload)>, StoreError> {
+        let Some(locations) = &self.inner.locations else {
+            return Ok(Vec::new());
+        };
+        let wanted: Vec<(EntryId, Location)> = {
+            let groups = self.inner.groups.lock().expect("groups lock");
+            let locations = locations.lock().expect("locations lock");
+            let (Some(log), Some(located)) = (groups.get(group), locations.get(group)) else {
+                return Ok(Vec::new());
+            };
+            (start..end)
+                .map_while(|index| {
+                    let (id, at) = located.get(&index)?;
+                    (log.id_at(index) == Some(*id)).then_some((*id, *at))
+                })
+                .collect()
+        };
+        let mut entries = Vec::with_capacity(wanted.len());
+        let mut open: Option<(u64, std::fs::File)> = None;
+        for (id, at) in wanted {
+            if open
+                .as_ref()
+                .is_none_or(|(number, _)| *number != at.segment)
+            {
+                let path = self
+                    .inner
+                    .options
+                    .directory
+                    .join(segment::file_name(at.segment));
+                match std::fs::File::open(&path) {
+                    Ok(file) => open = Some((at.segment, file)),
+                    // Compaction deleted the segment since: its entries are purged.
+                    Err(error) if error.kind() == std::io::ErrorKind::NotFound => break,
+                    Err(error) => {
+                        return Err(StoreError::Recovery(format!(
+                            "cannot read {}: {error}",
+                            path.display()
+                        )));
+                    }
+                }
+            }
+            let (_, file) = open.as_ref().expect("opened above");
+            let bytes = segment::read_record(file, at.offset).map_err(|error| {
+                StoreError::Recovery(format!(
+                    "entry {} of group {group} in segment {}: {error}",
+                    id.index, at.segment
+                ))
+            })?;
+            match codec::decode_raft(&bytes) {
+                Ok(RaftRecord::Entry {
+                    group: read_group,
+                    id: read_id,
+                    payload,
+                }) if read_group == group && read_id == id => entries.push((id, payload)),
+                Ok(_) => {
+                    return Err(StoreError::Recovery(format!(
+                        "segment {} at byte {} does not hold entry {} of group {group}",
+                        at.segment, at.offset, id.index
+                    )));
+                }
+                Err(error) => {
+                    return Err(StoreError::Recovery(format!(
+                        "entry {} of group {group} cannot be read: {error}",
+                        id.index
+                    )));
+                }
+            }
+        }
+        Ok(entries)
     }
 
     /// `group`'s log state as recovered and written since.
@@ -407,5 +575,112 @@ mod tests {
         );
         log.truncate(6);
         assert_eq!((log.last, log.id_at(6)), (Some(id(2, 5)), None));
+    }
+
+    /// The values of the entries read back, in order (`None` for one without records).
+    fn values(entries: &[(EntryId, Payload)]) -> Vec<(u64, Vec<i64>)> {
+        use crate::store::storage::test_support::counters;
+        entries
+            .iter()
+            .map(|(id, payload)| match payload {
+                Payload::Records(records) => {
+                    let mut values = Vec::new();
+                    for record in records {
+                        if let LogRecord::Changes { changes, .. } = record {
+                            values.extend(counters(changes));
+                        }
+                    }
+                    (id.index, values)
+                }
+                _ => (id.index, Vec::new()),
+            })
+            .collect()
+    }
+
+    fn turn(value: i64) -> Vec<LogRecord> {
+        vec![LogRecord::Changes {
+            entity: "q".into(),
+            changes: vec![crate::store::storage::test_support::next(value)],
+        }]
+    }
+
+    /// With locations kept, a group's entries read back from disk as written, after a
+    /// restart too; a rewritten suffix reads back as rewritten, and purged or unwritten
+    /// entries are not read.
+    #[tokio::test]
+    async fn entries_read_back_from_the_log_as_written() {
+        use crate::store::storage::StorageOptions;
+        let directory = crate::store::storage::test_support::scratch("read-back");
+        let mut options = StorageOptions::new(&directory);
+        options.keep_entry_locations = true;
+        options.segment_size = 512;
+        let (storage, _) = LogStorage::open(options.clone()).expect("opens");
+        // Enough entries for several segments.
+        for index in 1..=40u64 {
+            let records = turn(index as i64);
+            storage
+                .append_entries("g", [(id(1, index), NewEntry::Records(&records))])
+                .await
+                .expect("answered")
+                .expect("durable");
+        }
+        let segments = segment::list(&directory).expect("lists");
+        assert!(segments.len() > 1, "written over {segments:?}");
+        let expected: Vec<(u64, Vec<i64>)> = (1..=40).map(|i| (i, vec![i as i64])).collect();
+        let read = storage.read_entries("g", 1, 41).expect("reads");
+        assert_eq!(values(&read), expected);
+        assert!(read.iter().all(|(entry, _)| entry.term == 1));
+        assert!(storage.read_entries("g", 41, 50).expect("reads").is_empty());
+        assert!(
+            storage
+                .read_entries("other", 1, 5)
+                .expect("reads")
+                .is_empty()
+        );
+        // A new leader rewrites from 31 on.
+        storage
+            .truncate("g", 31)
+            .await
+            .expect("answered")
+            .expect("durable");
+        let records = turn(310);
+        storage
+            .append_entries("g", [(id(2, 31), NewEntry::Records(&records))])
+            .await
+            .expect("answered")
+            .expect("durable");
+        let read = storage.read_entries("g", 29, 41).expect("reads");
+        assert_eq!(
+            values(&read),
+            vec![(29, vec![29]), (30, vec![30]), (31, vec![310])]
+        );
+        assert_eq!(read[2].0, id(2, 31));
+        storage.close();
+
+        let (storage, _) = LogStorage::open(options.clone()).expect("opens again");
+        let read = storage
+            .read_entries("g", 1, 41)
+            .expect("reads after a restart");
+        let mut expected: Vec<(u64, Vec<i64>)> = (1..=30).map(|i| (i, vec![i as i64])).collect();
+        expected.push((31, vec![310]));
+        assert_eq!(values(&read), expected);
+        storage
+            .purge("g", id(1, 20))
+            .await
+            .expect("answered")
+            .expect("durable");
+        assert!(storage.read_entries("g", 5, 10).expect("reads").is_empty());
+        assert_eq!(
+            values(&storage.read_entries("g", 21, 23).expect("reads")),
+            vec![(21, vec![21]), (22, vec![22])]
+        );
+        storage.close();
+
+        // Without locations kept (a single node) nothing is read back.
+        let (storage, _) = LogStorage::open(StorageOptions::new(&directory)).expect("opens");
+        assert!(!storage.keeps_entry_locations());
+        assert!(storage.read_entries("g", 21, 23).expect("reads").is_empty());
+        storage.close();
+        let _ = std::fs::remove_dir_all(&directory);
     }
 }

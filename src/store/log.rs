@@ -77,11 +77,32 @@ pub enum Fault {
     SyncFails,
 }
 
+/// Where a record is on disk: its segment's number and its header's byte offset there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Location {
+    /// The segment's number.
+    pub segment: u64,
+    /// The record header's offset in the segment file.
+    pub offset: u64,
+}
+
+impl Location {
+    fn new(segment: u64, offset: u64) -> Location {
+        Location { segment, offset }
+    }
+}
+
+/// Told where a submission's records landed (in order, empty ones left out), once they
+/// are durable and before the submission's answer.
+pub type Located = Box<dyn FnOnce(Vec<Location>) + Send>;
+
 /// What recovery read back, in the order it was written.
 #[derive(Debug, Default)]
 pub struct Recovered {
     /// Every durable record.
     pub records: Vec<Vec<u8>>,
+    /// Where each record is: its segment's number and its header's offset in the file.
+    pub locations: Vec<Location>,
     /// Bytes of a torn or corrupt tail that were cut off.
     pub truncated_bytes: u64,
 }
@@ -105,6 +126,7 @@ pub struct LogStatistics {
 
 struct Submission {
     records: Vec<Vec<u8>>,
+    located: Option<Located>,
     done: oneshot::Sender<Result<(), StoreError>>,
 }
 
@@ -195,8 +217,22 @@ impl WriteAheadLog {
     /// An empty record is not stored (it carries nothing, and its encoding would read back
     /// as the end of a segment).
     pub fn append(&self, records: Vec<Vec<u8>>) -> oneshot::Receiver<Result<(), StoreError>> {
+        self.append_located(records, None)
+    }
+
+    /// [`WriteAheadLog::append`], telling `located` where the records landed once they are
+    /// durable (before the answer).
+    pub fn append_located(
+        &self,
+        records: Vec<Vec<u8>>,
+        located: Option<Located>,
+    ) -> oneshot::Receiver<Result<(), StoreError>> {
         let (done, answer) = oneshot::channel();
-        let request = Request::Append(Submission { records, done });
+        let request = Request::Append(Submission {
+            records,
+            located,
+            done,
+        });
         if let Err(mpsc::SendError(Request::Append(submission))) = self.submissions.send(request) {
             let _ = submission.done.send(Err(StoreError::Closed));
         }
@@ -297,6 +333,12 @@ fn recover(directory: &Path) -> Result<(Recovered, Option<LastSegment>), StoreEr
             recovered.truncated_bytes = scanned.invalid_length;
         }
         recovered.records.extend(scanned.records);
+        recovered.locations.extend(
+            scanned
+                .offsets
+                .iter()
+                .map(|offset| Location::new(*number, *offset)),
+        );
         last = Some(LastSegment {
             number: *number,
             valid_length: scanned.valid_length,
@@ -390,8 +432,31 @@ impl Writer {
             for record in records {
                 self.batch.push(record);
             }
+            let (segment, mut offset) = (self.current.number, self.current.length);
             let result = self.commit(count as u64);
             for submission in batch {
+                let records = submission
+                    .records
+                    .iter()
+                    .filter(|record| !record.is_empty());
+                if result.is_ok()
+                    && let Some(located) = submission.located
+                {
+                    let mut at = offset;
+                    located(
+                        records
+                            .clone()
+                            .map(|record| {
+                                let location = Location::new(segment, at);
+                                at += (segment::RECORD_HEADER + record.len()) as u64;
+                                location
+                            })
+                            .collect(),
+                    );
+                }
+                offset += records
+                    .map(|record| (segment::RECORD_HEADER + record.len()) as u64)
+                    .sum::<u64>();
                 let _ = submission.done.send(result.clone());
             }
             for done in rotations.drain(..) {

@@ -65,6 +65,8 @@ pub fn encode_record(output: &mut Vec<u8>, payload: &[u8]) {
 pub struct Scanned {
     /// The valid records, in order.
     pub records: Vec<Vec<u8>>,
+    /// Where each record's header starts in the file (byte offset), in the same order.
+    pub offsets: Vec<u64>,
     /// Bytes of the file that hold the header and the valid records.
     pub valid_length: u64,
     /// Bytes after them (a torn or corrupt tail); 0 for a clean segment.
@@ -76,6 +78,30 @@ pub struct Scanned {
     pub stopped_because: Option<String>,
 }
 
+/// Reads the record whose header starts at `offset` of `file` (checked against its CRC).
+pub fn read_record(file: &File, offset: u64) -> io::Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let mut header = [0u8; RECORD_HEADER];
+    file.read_exact_at(&mut header, offset)?;
+    let length = u32::from_be_bytes([header[0], header[1], header[2], header[3]]);
+    let crc = u32::from_be_bytes([header[4], header[5], header[6], header[7]]);
+    if length == 0 || length > MAX_RECORD {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("no record at byte {offset} (length {length})"),
+        ));
+    }
+    let mut payload = vec![0u8; length as usize];
+    file.read_exact_at(&mut payload, offset + RECORD_HEADER as u64)?;
+    if crc32fast::hash(&payload) != crc {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("the record at byte {offset} fails its CRC"),
+        ));
+    }
+    Ok(payload)
+}
+
 /// Reads a segment and every valid record in it. A missing or wrong header is an error (the
 /// file is not ours); a torn or corrupt record ends the scan.
 pub fn scan(path: &Path) -> io::Result<Scanned> {
@@ -85,6 +111,7 @@ pub fn scan(path: &Path) -> io::Result<Scanned> {
         // A segment created but never written whole: nothing in it was acknowledged.
         return Ok(Scanned {
             records: Vec::new(),
+            offsets: Vec::new(),
             valid_length: 0,
             invalid_length: bytes.len() as u64,
             zeroed_length: 0,
@@ -98,6 +125,7 @@ pub fn scan(path: &Path) -> io::Result<Scanned> {
         ));
     }
     let mut records = Vec::new();
+    let mut offsets = Vec::new();
     let mut position = MAGIC.len();
     let mut stopped_because = None;
     let mut zeroed_length = 0;
@@ -135,10 +163,12 @@ pub fn scan(path: &Path) -> io::Result<Scanned> {
             break;
         }
         records.push(payload.to_vec());
+        offsets.push(position as u64);
         position += RECORD_HEADER + length as usize;
     }
     Ok(Scanned {
         records,
+        offsets,
         valid_length: position as u64,
         invalid_length: (bytes.len() - position) as u64 - zeroed_length,
         zeroed_length,

@@ -46,6 +46,10 @@ pub struct StorageOptions {
     pub free_space_override: Option<Arc<AtomicU64>>,
     /// Test hook: a fault injected into the log's writer.
     pub fault: Option<super::log::Fault>,
+    /// Remember where each group entry is on disk, so that [`LogStorage::read_entries`]
+    /// can read entries back (a cluster's leader sends them to members that lack them).
+    /// Off for a single node, whose groups never read an entry back.
+    pub keep_entry_locations: bool,
 }
 
 impl StorageOptions {
@@ -58,6 +62,7 @@ impl StorageOptions {
             segment_size: 64 * 1024 * 1024,
             free_space_override: None,
             fault: None,
+            keep_entry_locations: false,
         }
     }
 }
@@ -189,6 +194,9 @@ struct Inner {
     written_at_round_end: AtomicU64,
     /// Each placement group's log state; locked while a group's entries are submitted.
     groups: Mutex<HashMap<String, GroupLog>>,
+    /// Where each group's entries are on disk, with
+    /// [`StorageOptions::keep_entry_locations`].
+    locations: Option<groups::EntryLocations>,
     /// The namespace's run-time changes as last written straight to the log (the direct
     /// path, [`DurableLog`] on this type; the broker's path writes them through the
     /// metadata group): written again at the end of each compaction round. Held while a
@@ -245,6 +253,9 @@ impl LogStorage {
         };
         let mut replay = Replay::default();
         let mut groups = groups::Replaying::default();
+        let mut locations = options
+            .keep_entry_locations
+            .then(HashMap::<String, groups::GroupLocations>::new);
         for (index, bytes) in recovered.records.iter().enumerate() {
             recovery.records += 1;
             let unreadable = |error: codec::DecodeError| {
@@ -254,7 +265,11 @@ impl LogStorage {
                 ))
             };
             if codec::is_raft(bytes) {
-                groups.record(codec::decode_raft(bytes).map_err(unreadable)?);
+                let record = codec::decode_raft(bytes).map_err(unreadable)?;
+                if let Some(locations) = &mut locations {
+                    groups::locate(locations, &record, recovered.locations[index]);
+                }
+                groups.record(record);
             } else {
                 replay.record(codec::decode(bytes).map_err(unreadable)?);
             }
@@ -291,6 +306,12 @@ impl LogStorage {
                 compaction: Mutex::new(Compaction::default()),
                 live_bytes: AtomicU64::new(live_bytes / 2),
                 written_at_round_end: AtomicU64::new(0),
+                locations: locations.map(|locations| {
+                    Arc::new(Mutex::new(groups::kept_locations(
+                        locations,
+                        &recovery.groups,
+                    )))
+                }),
                 groups: Mutex::new(recovery.groups.clone()),
                 direct_namespace: Mutex::new(None),
             }),
