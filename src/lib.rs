@@ -479,8 +479,7 @@ async fn serve(
         }
     }
     if let Some(source) = reload {
-        let reloader = daemon::reload::Reloader::new(source, registry.clone());
-        daemon::reload::install(reloader, &http.admin, shutdown.clone());
+        daemon::reload::install(source, registry.clone(), &http.admin, shutdown.clone());
     }
     http.admin
         .serving

@@ -121,11 +121,11 @@ fn main() -> ExitCode {
     let overrides = ferrobus::daemon::reload::command_line_overrides(&cli);
     overrides(&mut config);
     let listen = cli.listen.unwrap_or(config.server.listen);
-    let reload = ferrobus::daemon::reload::ReloadSource {
+    let mut reload = ferrobus::daemon::reload::ReloadSource {
         config: cli.config.clone(),
         overrides,
         running: config.clone(),
-        hangup: true,
+        hangup: None,
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -240,6 +240,7 @@ fn main() -> ExitCode {
             }
         }
         let signal = shutdown_signal();
+        reload.hangup = ferrobus::daemon::reload::hangup_signal();
         let address = listener
             .local_addr()
             .map(|address| address.to_string())

@@ -228,9 +228,8 @@ impl Registry {
                         // change) is what the next start applies.
                         self.redescribe(description.clone(), SystemTime::now());
                         report.restart.push(format!(
-                            "{path}: {} take{} effect at the next start",
-                            waiting.join(", "),
-                            if waiting.len() == 1 { "s" } else { "" }
+                            "{path}: a change of {} takes effect at the next start",
+                            waiting.join(", ")
                         ));
                     }
                     tracing::info!(entity = %path, "entity updated (configuration reload)");

@@ -22,7 +22,6 @@ use crate::config::Config;
 
 /// What a reload needs besides the namespace: where the file is and what the command line
 /// overrides in it.
-#[derive(Clone)]
 pub struct ReloadSource {
     /// `--config` (`None`: the default places, else the built-in sample namespace).
     pub config: Option<PathBuf>,
@@ -31,8 +30,10 @@ pub struct ReloadSource {
     pub overrides: Arc<dyn Fn(&mut Config) + Send + Sync>,
     /// The configuration the broker started with (overrides applied).
     pub running: Config,
-    /// Reload on SIGHUP (the binary; library callers leave it off).
-    pub hangup: bool,
+    /// SIGHUP, when it reloads (the binary installs it before it says it listens, so that
+    /// a SIGHUP never meets the default action, which ends the process); `None`: only the
+    /// route reloads.
+    pub hangup: Option<tokio::signal::unix::Signal>,
 }
 
 impl std::fmt::Debug for ReloadSource {
@@ -40,7 +41,7 @@ impl std::fmt::Debug for ReloadSource {
         formatter
             .debug_struct("ReloadSource")
             .field("config", &self.config)
-            .field("hangup", &self.hangup)
+            .field("hangup", &self.hangup.is_some())
             .finish()
     }
 }
@@ -208,13 +209,16 @@ fn status_line(outcome: &Outcome) -> String {
     }
 }
 
-/// Makes `admin`'s reload route use `reloader`, and with `source.hangup` reloads on every
-/// SIGHUP until `shutdown` turns true. The signal handler is installed before this returns.
+/// Makes `admin`'s reload route reload `registry` from `source`, and reloads on every
+/// SIGHUP of `source.hangup` until `shutdown` turns true.
 pub fn install(
-    reloader: Arc<Reloader>,
+    mut source: ReloadSource,
+    registry: Arc<Registry>,
     admin: &crate::admin::http::Admin,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
+    let hangups = source.hangup.take();
+    let reloader = Reloader::new(source, registry);
     let route = reloader.clone();
     let _ = admin.reload.set(Arc::new(move || {
         let reloader = route.clone();
@@ -223,15 +227,8 @@ pub fn install(
             (outcome.status, outcome.body)
         })
     }));
-    if !reloader.source.hangup {
+    let Some(mut hangups) = hangups else {
         return;
-    }
-    let mut hangups = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
-        Ok(signal) => signal,
-        Err(error) => {
-            tracing::warn!(%error, "cannot listen for SIGHUP: reload through POST /$config/reload");
-            return;
-        }
     };
     tokio::spawn(async move {
         loop {
@@ -264,4 +261,16 @@ pub fn command_line_overrides(cli: &crate::cli::Cli) -> Arc<dyn Fn(&mut Config) 
             config.storage.data_dir = directory.clone();
         }
     })
+}
+
+/// Installs the SIGHUP handler (in a Tokio runtime) for [`ReloadSource::hangup`]; `None`
+/// with a warning when it cannot be.
+pub fn hangup_signal() -> Option<tokio::signal::unix::Signal> {
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(signal) => Some(signal),
+        Err(error) => {
+            tracing::warn!(%error, "cannot listen for SIGHUP: reload through POST /$config/reload");
+            None
+        }
+    }
 }

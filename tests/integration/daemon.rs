@@ -381,3 +381,57 @@ async fn log_format_json_prints_one_json_object_per_line() {
         "{lines:?}"
     );
 }
+
+#[tokio::test]
+async fn a_reload_adds_and_removes_subscriptions_and_keeps_rules_for_the_next_start() {
+    let broker = BrokerProcess::start(
+        "[[topics]]\nname = \"t\"\n\n[[topics.subscriptions]]\nname = \"s1\"\n\n[[topics.subscriptions]]\nname = \"gone\"\n",
+        &["--memory"],
+    );
+    std::fs::write(
+        broker.config_path(),
+        "[[topics]]\nname = \"t\"\n\n[[topics.subscriptions]]\nname = \"s1\"\n\n[[topics.subscriptions.rules]]\nname = \"none\"\nsql_filter = \"1 = 0\"\n\n[[topics.subscriptions]]\nname = \"s2\"\n",
+    )
+    .expect("rewrite the file");
+    let (status, answer) = reload_route(broker.address, &[]).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(names(&answer, "added"), ["t/Subscriptions/s2"], "{answer}");
+    assert_eq!(
+        names(&answer, "removed"),
+        ["t/Subscriptions/gone"],
+        "{answer}"
+    );
+    assert_eq!(
+        names(&answer, "changed"),
+        ["t/Subscriptions/s1"],
+        "{answer}"
+    );
+    assert_eq!(
+        names(&answer, "restart"),
+        ["t/Subscriptions/s1: a change of rules takes effect at the next start"],
+        "{answer}"
+    );
+    assert!(!attaches(broker.address, "t/Subscriptions/gone").await);
+
+    let (mut connection, mut session) = connect(broker.address).await;
+    let mut sender = Sender::attach(&mut session, "sender", "t")
+        .await
+        .expect("a sender attaches to the topic");
+    sender
+        .send("published".to_string())
+        .await
+        .expect("accepted");
+    // The new subscription gets the message; the old one keeps the rule in force (the
+    // file's new rule applies at the next start).
+    for subscription in ["t/Subscriptions/s2", "t/Subscriptions/s1"] {
+        let mut receiver = Receiver::attach(&mut session, "receiver", subscription)
+            .await
+            .expect("a receiver attaches");
+        let delivery = receive(&mut receiver).await;
+        receiver.accept(&delivery).await.expect("completed");
+        receiver.close().await.ok();
+    }
+    sender.close().await.ok();
+    session.end().await.ok();
+    connection.close().await.ok();
+}
