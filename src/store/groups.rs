@@ -396,6 +396,41 @@ impl LogStorage {
         }
     }
 
+    /// Every entity's changes in `group`, rebuilt from the group's entries on disk (after
+    /// its purge point) as recovery at start builds them: what a member that becomes the
+    /// group's leader can start its entities from. Fails when an entry the group's log
+    /// holds cannot be read back (or locations are not kept).
+    pub fn replay_group(
+        &self,
+        group: &str,
+    ) -> Result<HashMap<String, Vec<crate::broker::entity::state::Change>>, StoreError> {
+        let log = self.group_log(group);
+        let (Some(last), Some(first)) = (log.last, log.runs.first()) else {
+            return Ok(HashMap::new());
+        };
+        let first = log
+            .purged
+            .map_or(first.index, |purged| (purged.index + 1).max(first.index));
+        let end = last.index + 1;
+        let entries = self.read_entries(group, first, end)?;
+        if entries.len() as u64 != end.saturating_sub(first) {
+            return Err(StoreError::Recovery(format!(
+                "group {group}'s entries {first} to {} cannot all be read back ({} read)",
+                last.index,
+                entries.len()
+            )));
+        }
+        let mut replay = Replay::default();
+        for (_, payload) in entries {
+            if let Payload::Records(records) = payload {
+                for record in records {
+                    replay.record(record);
+                }
+            }
+        }
+        Ok(replay.entities)
+    }
+
     /// Whether entries can be read back ([`super::StorageOptions::keep_entry_locations`]).
     pub fn keeps_entry_locations(&self) -> bool {
         self.inner.locations.is_some()
@@ -604,6 +639,100 @@ mod tests {
         }]
     }
 
+    /// A group's entities rebuilt from its entries on disk are what recovery at start
+    /// builds: changes in order, a complete checkpoint replacing what came before it, a
+    /// dropped entity gone, a rewritten suffix as rewritten.
+    #[tokio::test]
+    async fn a_group_replayed_from_its_log_is_what_recovery_builds() {
+        use crate::store::storage::StorageOptions;
+        use crate::store::storage::test_support::{counters, next, scratch};
+        let directory = scratch("replay-group");
+        let mut options = StorageOptions::new(&directory);
+        options.keep_entry_locations = true;
+        let (storage, _) = LogStorage::open(options.clone()).expect("opens");
+        let changes = |entity: &str, values: &[i64]| LogRecord::Changes {
+            entity: entity.into(),
+            changes: values.iter().map(|value| next(*value)).collect(),
+        };
+        let entries = [
+            vec![changes("t", &[1]), changes("t/subscriptions/a", &[2])],
+            vec![LogRecord::Batch {
+                entries: vec![
+                    ("t".into(), vec![next(3)]),
+                    ("t/subscriptions/b".into(), vec![next(4)]),
+                ],
+            }],
+            vec![
+                LogRecord::Checkpoint {
+                    entity: "t/subscriptions/a".into(),
+                    first: true,
+                    last: false,
+                    changes: vec![next(20)],
+                },
+                LogRecord::Checkpoint {
+                    entity: "t/subscriptions/a".into(),
+                    first: false,
+                    last: true,
+                    changes: vec![next(21)],
+                },
+            ],
+            vec![LogRecord::Dropped {
+                entity: "t/subscriptions/b".into(),
+            }],
+            vec![changes("t", &[5])],
+            vec![changes("t", &[6])],
+        ];
+        for (index, records) in entries.iter().enumerate() {
+            storage
+                .append_entries("t", [(id(1, index as u64 + 1), NewEntry::Records(records))])
+                .await
+                .expect("answered")
+                .expect("durable");
+        }
+        // Another group's entries are not this group's.
+        let other = [changes("u", &[9])];
+        storage
+            .append_entries("u", [(id(1, 1), NewEntry::Records(&other))])
+            .await
+            .expect("answered")
+            .expect("durable");
+        // A new leader rewrites the last entry.
+        storage
+            .truncate("t", 6)
+            .await
+            .expect("answered")
+            .expect("durable");
+        let rewritten = [changes("t", &[60])];
+        storage
+            .append_entries("t", [(id(2, 6), NewEntry::Records(&rewritten))])
+            .await
+            .expect("answered")
+            .expect("durable");
+        let replayed = storage.replay_group("t").expect("replays");
+        storage.close();
+        let (storage, recovery) = LogStorage::open(options).expect("opens again");
+        let again = storage.replay_group("t").expect("replays after a restart");
+        storage.close();
+        let values = |entities: &HashMap<String, Vec<crate::broker::entity::state::Change>>| {
+            let mut values: Vec<(String, Vec<i64>)> = entities
+                .iter()
+                .filter(|(entity, _)| entity.starts_with('t'))
+                .map(|(entity, changes)| (entity.clone(), counters(changes)))
+                .collect();
+            values.sort();
+            values
+        };
+        let expected = vec![
+            ("t".to_string(), vec![1, 3, 5, 60]),
+            ("t/subscriptions/a".to_string(), vec![20, 21]),
+        ];
+        assert_eq!(values(&replayed), expected);
+        assert_eq!(values(&again), expected);
+        assert_eq!(values(&recovery.entities), expected);
+        assert!(!replayed.contains_key("u"));
+        let _ = std::fs::remove_dir_all(&directory);
+    }
+
     /// With locations kept, a group's entries read back from disk as written, after a
     /// restart too; a rewritten suffix reads back as rewritten, and purged or unwritten
     /// entries are not read.
@@ -677,6 +806,9 @@ mod tests {
         storage.close();
 
         // Without locations kept (a single node) nothing is read back.
+        let (storage, _) = LogStorage::open(options.clone()).expect("opens");
+        assert!(storage.replay_group("g").is_ok());
+        storage.close();
         let (storage, _) = LogStorage::open(StorageOptions::new(&directory)).expect("opens");
         assert!(!storage.keeps_entry_locations());
         assert!(storage.read_entries("g", 21, 23).expect("reads").is_empty());
