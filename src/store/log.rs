@@ -3,7 +3,7 @@
 //! previous `fdatasync` ran goes out in the next write and is covered by the next sync, so
 //! many messages share one sync. A submission's answer arrives only after its sync.
 //! Segments past the first megabyte are prepared ahead (zero-filled, written in blocks with
-//! `O_DIRECT`: [`super::active`]), so a sync only writes the data and flushes the disk.
+//! `O_DIRECT`: `store::active`), so a sync only writes the data and flushes the disk.
 //!
 //! Faults are never hidden: a failed write (disk full) fails the batch and removes what it
 //! wrote (the file is cut back), and the log keeps accepting, so it recovers when space

@@ -224,7 +224,7 @@ thread_local! {
 }
 
 impl BatchedSend {
-    /// An empty list for a batch of sends, with room for [`SEND_LIST_ROOM`]: one this
+    /// An empty list for a batch of sends, with room for `SEND_LIST_ROOM`: one this
     /// thread's actors gave back ([`Self::recycle`]) when there is one. A list made anew
     /// for every batch (3–4 KiB, past glibc's per-thread cache) and freed by the actor
     /// left a hole among the stored messages that the next messages split and could not
@@ -239,8 +239,8 @@ impl BatchedSend {
     }
 
     /// Gives an emptied list back for [`Self::list`] (kept when its room is between
-    /// [`SEND_LIST_ROOM`] and [`SEND_LIST_KEPT_ROOM`] and the thread keeps fewer than
-    /// [`SEND_LISTS_KEPT`]; otherwise freed).
+    /// `SEND_LIST_ROOM` and `SEND_LIST_KEPT_ROOM` and the thread keeps fewer than
+    /// `SEND_LISTS_KEPT`; otherwise freed).
     pub fn recycle(mut list: Vec<BatchedSend>) {
         list.clear();
         if !(SEND_LIST_ROOM..=SEND_LIST_KEPT_ROOM).contains(&list.capacity()) {
