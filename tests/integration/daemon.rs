@@ -435,3 +435,73 @@ async fn a_reload_adds_and_removes_subscriptions_and_keeps_rules_for_the_next_st
     session.end().await.ok();
     connection.close().await.ok();
 }
+
+#[tokio::test]
+async fn readiness_reaches_an_abstract_notify_socket() {
+    use std::os::linux::net::SocketAddrExt;
+    let name = format!(
+        "ferrobus-notify-{}-{}",
+        std::process::id(),
+        ferrobus::encoding::ids::unique_u64()
+    );
+    let address =
+        std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).expect("a name");
+    let socket = std::os::unix::net::UnixDatagram::bind_addr(&address).expect("bind");
+    socket.set_nonblocking(true).expect("non-blocking");
+    let manager = tokio::net::UnixDatagram::from_std(socket).expect("tokio socket");
+    let _broker = BrokerProcess::start_with(
+        "[[queues]]\nname = \"q\"\n",
+        &["--memory"],
+        &format!("export NOTIFY_SOCKET='@{name}';"),
+    );
+    let ready = next_notification(&manager).await;
+    assert!(ready.lines().any(|line| line == "READY=1"), "{ready:?}");
+}
+
+/// `systemd-analyze verify` accepts packaging/ferrobus.service (with ExecStart pointing at
+/// this build); skipped, saying so, where systemd-analyze is missing.
+#[test]
+fn the_systemd_unit_verifies() {
+    let unit = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/packaging/ferrobus.service"
+    ))
+    .expect("the unit");
+    assert!(unit.contains("\nType=notify\n"), "{unit}");
+    assert!(
+        unit.contains("\nExecReload=/bin/kill -HUP $MAINPID\n"),
+        "{unit}"
+    );
+    assert!(unit.contains("\nStateDirectory=ferrobus\n"), "{unit}");
+    let Ok(output) = std::process::Command::new("systemd-analyze")
+        .arg("--version")
+        .output()
+    else {
+        eprintln!("systemd-analyze is not installed: packaging/ferrobus.service not verified");
+        return;
+    };
+    assert!(output.status.success());
+    let directory = scratch("unit");
+    let path = directory.join("ferrobus.service");
+    std::fs::write(
+        &path,
+        unit.replace("/usr/local/bin/ferrobus", env!("CARGO_BIN_EXE_ferrobus")),
+    )
+    .expect("the unit's copy");
+    let output = std::process::Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&path)
+        .output()
+        .expect("systemd-analyze runs");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "{said}");
+    assert!(
+        said.trim().is_empty(),
+        "systemd-analyze verify warns: {said}"
+    );
+    let _ = std::fs::remove_dir_all(&directory);
+}
