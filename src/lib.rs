@@ -6,6 +6,9 @@
 //! - [`ops`]: the operator CLI (`ferrobus queue|send|receive|…`), a client of a running
 //!   broker's HTTP routes and AMQP; it imports `admin`'s ATOM codec and `config`'s duration
 //!   text, nothing of the broker's core.
+//! - [`daemon`]: running as a daemon: the configuration reload (SIGHUP and the admin route),
+//!   the service manager's readiness protocol, the log format; it drives the namespace
+//!   through `broker`'s operations like the admin plane.
 //! - [`clock`]: the wall clock injected into the core.
 //! - [`listener`]: accepts sockets and tells AMQP, HTTP and TLS apart by their first bytes,
 //!   handing each connection to `server` or to the admin plane's HTTP front.
