@@ -127,26 +127,76 @@ impl Reloader {
     }
 }
 
-/// The sections that are read at start only and differ between `running` and `file`.
+/// The sections that are read at start only and differ between `running` and `file`, each
+/// with the keys that differ (names only: `[auth]` values are secrets).
 fn settings_waiting(running: &Config, file: &Config) -> Vec<String> {
     let sections = [
-        ("[server]", running.server != file.server),
-        ("[auth]", running.auth != file.auth),
-        ("[storage]", running.storage != file.storage),
-        ("[http]", running.http != file.http),
-        ("[tls]", running.tls != file.tls),
-        ("[websocket]", running.websocket != file.websocket),
-        ("[cluster]", running.cluster != file.cluster),
+        ("[server]", differing_keys(&running.server, &file.server)),
+        ("[auth]", differing_keys(&running.auth, &file.auth)),
+        ("[storage]", differing_keys(&running.storage, &file.storage)),
+        ("[http]", differing_keys(&running.http, &file.http)),
+        ("[tls]", differing_keys(&running.tls, &file.tls)),
+        (
+            "[websocket]",
+            differing_keys(&running.websocket, &file.websocket),
+        ),
+        ("[cluster]", differing_keys(&running.cluster, &file.cluster)),
     ];
     sections
         .into_iter()
-        .filter(|(_, changed)| *changed)
-        .map(|(section, _)| {
-            format!(
-                "{section} differs from the running settings: it takes effect at the next start"
-            )
+        .filter_map(|(section, keys)| {
+            let keys = keys?;
+            Some(if keys.is_empty() {
+                format!("{section}: a change takes effect at the next start")
+            } else {
+                format!(
+                    "{section} {}: a change takes effect at the next start",
+                    keys.join(", ")
+                )
+            })
         })
         .collect()
+}
+
+/// `None` when the two are equal; else the names of the top-level fields whose values
+/// differ (read from the pretty `Debug` form, where each field starts a line indented by four
+/// spaces), possibly empty when that form shows no difference.
+fn differing_keys<T: std::fmt::Debug + PartialEq>(running: &T, file: &T) -> Option<Vec<String>> {
+    if running == file {
+        return None;
+    }
+    fn fields(text: &str) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = Vec::new();
+        for line in text.lines().skip(1) {
+            let name = line
+                .strip_prefix("    ")
+                .filter(|rest| !rest.starts_with(' '))
+                .and_then(|rest| rest.split_once(':'))
+                .map(|(name, _)| name)
+                .filter(|name| {
+                    !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                });
+            match (name, out.last_mut()) {
+                (Some(name), _) => out.push((name.to_string(), line.to_string())),
+                (None, Some(last)) => {
+                    last.1.push('\n');
+                    last.1.push_str(line);
+                }
+                (None, None) => {}
+            }
+        }
+        out
+    }
+    let before = fields(&format!("{running:#?}"));
+    let after = fields(&format!("{file:#?}"));
+    Some(
+        before
+            .iter()
+            .zip(after.iter())
+            .filter(|(old, new)| old != new)
+            .map(|(old, _)| old.0.clone())
+            .collect(),
+    )
 }
 
 fn refused(file: &str, error: String) -> Outcome {
@@ -272,5 +322,27 @@ pub fn hangup_signal() -> Option<tokio::signal::unix::Signal> {
             tracing::warn!(%error, "cannot listen for SIGHUP: reload through POST /$config/reload");
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_that_wait_for_a_restart_are_named_by_key() {
+        let running = Config::builtin_default();
+        let mut file = running.clone();
+        assert!(settings_waiting(&running, &file).is_empty());
+        file.server.max_connections = 7;
+        file.server.listen = "0.0.0.0:5672".parse().expect("an address");
+        file.http.allowed_hosts = vec!["broker.example".into()];
+        assert_eq!(
+            settings_waiting(&running, &file),
+            [
+                "[server] listen, max_connections: a change takes effect at the next start",
+                "[http] allowed_hosts: a change takes effect at the next start",
+            ]
+        );
     }
 }
