@@ -201,12 +201,14 @@ pub async fn run_daemon(
     // group's Raft log (src/cluster) on the node's write-ahead log.
     let mut groups = None;
     let mut start = NamespaceStart::default();
+    let metrics = crate::metrics::Metrics::new();
     let storage = match storage {
         Some((storage, recovery)) => {
             let raft = Arc::new(
                 cluster::RaftLog::new(storage, &recovery.groups, config.cluster.clone())?
                     .with_namespace(recovery.namespace.clone()),
             );
+            raft.report_to(metrics.groups.clone());
             raft.keep_metadata();
             start = NamespaceStart {
                 file: recovery.namespace_file.clone(),
@@ -227,6 +229,7 @@ pub async fn run_daemon(
         storage,
         start,
         store.clone(),
+        metrics,
         shutdown,
         ready,
         reload,
@@ -265,6 +268,7 @@ pub async fn run_with_log(
         storage,
         start,
         None,
+        crate::metrics::Metrics::new(),
         shutdown,
         || {},
         None,
@@ -348,6 +352,7 @@ async fn serve(
     storage: Option<(broker::storage::Storage, broker::storage::Recovered)>,
     start: NamespaceStart,
     wal: Option<LogStorage>,
+    metrics: Arc<crate::metrics::Metrics>,
     shutdown: watch::Receiver<bool>,
     ready: impl FnOnce(),
     reload: Option<daemon::reload::ReloadSource>,
@@ -381,7 +386,6 @@ async fn serve(
         })
         .collect();
     let admin_keys = keys.clone();
-    let metrics = crate::metrics::Metrics::new();
     if let Some(store) = &wal {
         let _ = store
             .log()

@@ -41,6 +41,8 @@ pub struct Metrics {
     pub delivery_latency: HistogramVec,
     /// Duration of each write-ahead log sync (durable storage only).
     pub storage_sync: Histogram,
+    /// The placement groups' Raft logs (durable storage only).
+    pub groups: crate::cluster::GroupMetrics,
 }
 
 /// Buckets of the delivery latency histogram, in seconds: 100 µs to 5 min.
@@ -170,6 +172,43 @@ impl Metrics {
                 )
                 .expect("valid metric"),
             ),
+            groups: crate::cluster::GroupMetrics {
+                commit_seconds: registered(
+                    &registry,
+                    Histogram::with_opts(
+                        HistogramOpts::new(
+                            "ferrobus_raft_commit_seconds",
+                            "Time from a write handed to its placement group's Raft log to its entry committed and applied (durable storage; a turn's replies wait for it).",
+                        )
+                        .buckets(SYNC_BUCKETS.to_vec()),
+                    )
+                    .expect("valid metric"),
+                ),
+                leader_changes: registered(
+                    &registry,
+                    IntCounter::new(
+                        "ferrobus_raft_leader_changes_total",
+                        "Leaderships of placement groups this node saw begin (a group's first election included).",
+                    )
+                    .expect("valid metric"),
+                ),
+                running: registered(
+                    &registry,
+                    IntGauge::new(
+                        "ferrobus_raft_groups",
+                        "Placement groups whose Raft runs on this node (an idle group stops its Raft until its next write).",
+                    )
+                    .expect("valid metric"),
+                ),
+                led: registered(
+                    &registry,
+                    IntGauge::new(
+                        "ferrobus_raft_groups_led",
+                        "Running placement groups this node leads.",
+                    )
+                    .expect("valid metric"),
+                ),
+            },
             registry,
         })
     }

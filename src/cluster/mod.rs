@@ -46,6 +46,56 @@ use log_store::{GroupStore, Pending};
 use state_machine::GroupMachine;
 use types::GroupRaft;
 
+/// Where the groups report to the broker's metrics.
+#[derive(Clone)]
+pub struct GroupMetrics {
+    /// A write's time from being handed to its group to its entry committed and applied.
+    pub commit_seconds: prometheus::Histogram,
+    /// Leaderships this node saw begin, of any group (a group's first election included).
+    pub leader_changes: prometheus::IntCounter,
+    /// Groups running on this node.
+    pub running: prometheus::IntGauge,
+    /// Running groups this node leads.
+    pub led: prometheus::IntGauge,
+}
+
+/// Follows a group's leadership until its Raft stops: counts each leadership that begins,
+/// and the group among the running and the led ones while it is.
+async fn follow_leadership(raft: GroupRaft, node: u64, metrics: GroupMetrics) {
+    let mut watch = raft.metrics();
+    drop(raft);
+    metrics.running.inc();
+    let mut seen = None;
+    let mut leading = false;
+    loop {
+        let (term, leader) = {
+            let current = watch.borrow_and_update();
+            (current.current_term, current.current_leader)
+        };
+        if let Some(leader) = leader
+            && seen != Some((term, leader))
+        {
+            seen = Some((term, leader));
+            metrics.leader_changes.inc();
+        }
+        if (leader == Some(node)) != leading {
+            leading = !leading;
+            if leading {
+                metrics.led.inc();
+            } else {
+                metrics.led.dec();
+            }
+        }
+        if watch.changed().await.is_err() {
+            break;
+        }
+    }
+    if leading {
+        metrics.led.dec();
+    }
+    metrics.running.dec();
+}
+
 /// The placement group of an entity's log key: a subscription belongs to its topic's
 /// group; a queue or a topic is a group of its own.
 pub fn group_of(entity: &str) -> &str {
@@ -220,6 +270,8 @@ pub struct RaftLog {
     cluster: Option<Cluster>,
     /// Set by [`RaftLog::shutdown`]: peers' requests no longer start groups.
     stopped: AtomicBool,
+    /// Where groups report, once set ([`RaftLog::report_to`]).
+    metrics: std::sync::OnceLock<GroupMetrics>,
 }
 
 /// A node's part in a cluster of several members.
@@ -413,6 +465,7 @@ impl RaftLog {
             metadata: tokio::sync::Mutex::default(),
             cluster,
             stopped: AtomicBool::new(false),
+            metrics: std::sync::OnceLock::new(),
         })
     }
 
@@ -485,6 +538,12 @@ impl RaftLog {
     }
 
     /// The group's Raft, started (and elected) on first use.
+    /// Reports the groups to `metrics` from now on (groups started before are not counted
+    /// among the running ones).
+    pub fn report_to(&self, metrics: GroupMetrics) {
+        let _ = self.metrics.set(metrics);
+    }
+
     async fn group(&self, group: &str) -> Result<Group, StorageError> {
         let cell = self.cell(group);
         cell.get_or_try_init(|| self.start(group)).await.cloned()
@@ -546,6 +605,9 @@ impl RaftLog {
                 .await
                 .map_err(|error| failed("electing", &error))?;
         }
+        if let Some(metrics) = self.metrics.get() {
+            tokio::spawn(follow_leadership(raft.clone(), node, metrics.clone()));
+        }
         let (writes, queue) = mpsc::unbounded_channel();
         tokio::spawn(propose(
             group.to_string(),
@@ -568,6 +630,7 @@ impl RaftLog {
         let stopped =
             || StorageError::Failed(format!("the Raft group '{group}' stopped: its log failed"));
         let mut records = records;
+        let started = std::time::Instant::now();
         // A group that retires (idle) as the write arrives hands it back: start it again.
         for _ in 0..8 {
             let running = self.group(group).await?;
@@ -592,7 +655,14 @@ impl RaftLog {
                 continue;
             }
             match answer.await {
-                Ok(Proposed::Done) => return Ok(()),
+                Ok(Proposed::Done) => {
+                    if let Some(metrics) = self.metrics.get() {
+                        metrics
+                            .commit_seconds
+                            .observe(started.elapsed().as_secs_f64());
+                    }
+                    return Ok(());
+                }
                 Ok(Proposed::Refused(error)) => return Err(error),
                 Ok(Proposed::Stopped(error)) => {
                     // The next write starts the group again from what its log holds.

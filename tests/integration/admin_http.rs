@@ -244,6 +244,67 @@ async fn runtime_counts_health_and_metrics_follow_amqp_traffic() {
     connection.close().await.ok();
 }
 
+/// The value of the `/metrics` sample named `name` (no labels).
+fn sample(body: &str, name: &str) -> f64 {
+    body.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("{name} in: {body}"))
+        .trim()
+        .parse()
+        .expect("a number")
+}
+
+/// A durable broker's placement groups report to `/metrics`: each send's commit through
+/// its queue's Raft log, the groups running and led (a single node leads every group it
+/// runs), and the leaderships that began.
+#[tokio::test]
+async fn metrics_follow_the_placement_groups_raft_logs() {
+    let directory = std::env::temp_dir().join(format!(
+        "ferrobus-raft-metrics-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_nanos()
+    ));
+    let broker = Broker::start_with_storage(
+        "[[queues]]\nname = \"a\"\n[[queues]]\nname = \"b\"\n",
+        ferrobus::store::storage::StorageOptions::new(&directory),
+    )
+    .await;
+    let (_, _, before) = request(broker.address, "GET", "/metrics", &[], "").await;
+    let commits_before = sample(&before, "ferrobus_raft_commit_seconds_count");
+    let (mut connection, mut session) = broker.connect().await;
+    for queue in ["a", "b"] {
+        let mut sender = Sender::attach(&mut session, format!("s-{queue}"), queue)
+            .await
+            .expect("sender");
+        for body in ["one", "two", "three"] {
+            // Each send's acknowledgement waits for its commit: three turns a queue.
+            sender.send(body).await.expect("accepted");
+        }
+        sender.close().await.ok();
+    }
+    let (status, _, body) = request(broker.address, "GET", "/metrics", &[], "").await;
+    assert_eq!(status, 200);
+    let commits = sample(&body, "ferrobus_raft_commit_seconds_count");
+    assert!(
+        commits >= commits_before + 6.0,
+        "{commits_before} -> {commits}: {body}"
+    );
+    let running = sample(&body, "ferrobus_raft_groups");
+    assert!(running >= 2.0, "both queues' groups run: {body}");
+    assert_eq!(sample(&body, "ferrobus_raft_groups_led"), running, "{body}");
+    assert!(
+        sample(&body, "ferrobus_raft_leader_changes_total") >= running,
+        "{body}"
+    );
+    session.end().await.ok();
+    connection.close().await.ok();
+    broker.shut_down();
+    let _ = std::fs::remove_dir_all(&directory);
+}
+
 #[tokio::test]
 async fn with_keys_the_api_needs_a_manage_token() {
     let broker = Broker::start(
