@@ -62,7 +62,8 @@ pub struct GroupMetrics {
 /// Follows a group's leadership until its Raft stops: counts each leadership that begins,
 /// and the group among the running and the led ones while it is.
 async fn follow_leadership(raft: GroupRaft, node: u64, metrics: GroupMetrics) {
-    let mut watch = raft.metrics();
+    // The server metrics change with the vote and the leader only, not with every entry.
+    let mut watch = raft.server_metrics();
     drop(raft);
     metrics.running.inc();
     let mut seen = None;
@@ -70,7 +71,7 @@ async fn follow_leadership(raft: GroupRaft, node: u64, metrics: GroupMetrics) {
     loop {
         let (term, leader) = {
             let current = watch.borrow_and_update();
-            (current.current_term, current.current_leader)
+            (current.vote.leader_id().term, current.current_leader)
         };
         if let Some(leader) = leader
             && seen != Some((term, leader))
