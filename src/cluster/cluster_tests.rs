@@ -11,6 +11,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::*;
+use crate::broker::leadership::Leadership;
 use crate::config::ClusterMember;
 use crate::store::storage::StorageOptions;
 use crate::store::storage::test_support::{counters, next, scratch};
@@ -241,6 +242,67 @@ async fn a_write_through_the_leader_reaches_all_three_logs() {
             "node {} recovers the write",
             node.id
         );
+    }
+}
+
+/// Waits until `node` publishes a leader of `group` that `wanted` accepts; returns it.
+async fn published(node: &Node, group: &str, wanted: impl Fn(Leadership) -> bool) -> Leadership {
+    let mut leaders = node.log.leaders();
+    let seen = tokio::time::timeout(
+        PATIENCE,
+        leaders.wait_for(|leaders| leaders.get(group).copied().is_some_and(&wanted)),
+    )
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "node {} published {:?} for {group}",
+            node.id,
+            node.log.leaders().borrow().get(group)
+        )
+    })
+    .expect("the node runs");
+    seen[group]
+}
+
+/// Every member publishes its groups' leaders: all three agree once a write commits; when
+/// the leader stops, its groups leave its list and the other two agree on a new leader in
+/// a later term.
+#[tokio::test]
+async fn members_publish_the_leader_they_agree_on() {
+    let nodes = three("leaders", [SECRET; 3]).await;
+    let all: Vec<&Node> = nodes.iter().collect();
+    let first = write_through_leader(&all, "orders", 1).await;
+    let mut agreed = Vec::new();
+    for node in &nodes {
+        agreed.push(published(node, "orders", |leadership| leadership.node == first).await);
+    }
+    assert!(
+        agreed.windows(2).all(|pair| pair[0] == pair[1]),
+        "{agreed:?}"
+    );
+    let term = agreed[0].term;
+    let stopped = &nodes[first as usize - 1];
+    close(stopped).await;
+    let mut leaders = stopped.log.leaders();
+    tokio::time::timeout(
+        PATIENCE,
+        leaders.wait_for(|leaders| !leaders.contains_key("orders")),
+    )
+    .await
+    .expect("a stopped node's groups leave its list")
+    .expect("watched");
+    let mut next = Vec::new();
+    for node in nodes.iter().filter(|node| node.id != first) {
+        next.push(
+            published(node, "orders", |leadership| {
+                leadership.node != first && leadership.term > term
+            })
+            .await,
+        );
+    }
+    assert_eq!(next[0], next[1], "the survivors agree");
+    for node in nodes.iter().filter(|node| node.id != first) {
+        close(node).await;
     }
 }
 

@@ -37,6 +37,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{OnceCell, mpsc, oneshot, watch};
 
 use crate::broker::entity::state::Change;
+use crate::broker::leadership::Leadership;
 use crate::broker::storage::{Durable, DurableLog, StorageError};
 use crate::config::ClusterConfig;
 use crate::store::codec::LogRecord;
@@ -59,13 +60,25 @@ pub struct GroupMetrics {
     pub led: prometheus::IntGauge,
 }
 
-/// Follows a group's leadership until its Raft stops: counts each leadership that begins,
-/// and the group among the running and the led ones while it is.
-async fn follow_leadership(raft: GroupRaft, node: u64, metrics: GroupMetrics) {
+/// Each running group's leader as this node knows it.
+pub type Leaders = BTreeMap<String, Leadership>;
+
+/// Follows `group`'s leadership until its Raft stops: publishes it in `leaders` (removed
+/// when the Raft stops here or no leader is known), and with `metrics` counts each
+/// leadership that begins and the group among the running and the led ones while it is.
+async fn follow_leadership(
+    group: String,
+    raft: GroupRaft,
+    node: u64,
+    leaders: Arc<watch::Sender<Leaders>>,
+    metrics: Option<GroupMetrics>,
+) {
     // The server metrics change with the vote and the leader only, not with every entry.
     let mut watch = raft.server_metrics();
     drop(raft);
-    metrics.running.inc();
+    if let Some(metrics) = &metrics {
+        metrics.running.inc();
+    }
     let mut seen = None;
     let mut leading = false;
     loop {
@@ -73,28 +86,38 @@ async fn follow_leadership(raft: GroupRaft, node: u64, metrics: GroupMetrics) {
             let current = watch.borrow_and_update();
             (current.vote.leader_id().term, current.current_leader)
         };
-        if let Some(leader) = leader
-            && seen != Some((term, leader))
-        {
-            seen = Some((term, leader));
-            metrics.leader_changes.inc();
-        }
-        if (leader == Some(node)) != leading {
-            leading = !leading;
-            if leading {
-                metrics.led.inc();
-            } else {
-                metrics.led.dec();
+        let leadership = leader.map(|leader| Leadership { node: leader, term });
+        leaders.send_if_modified(|leaders| match leadership {
+            Some(leadership) => leaders.insert(group.clone(), leadership) != Some(leadership),
+            None => leaders.remove(&group).is_some(),
+        });
+        if let Some(metrics) = &metrics {
+            if let Some(leadership) = leadership
+                && seen != Some(leadership)
+            {
+                seen = Some(leadership);
+                metrics.leader_changes.inc();
+            }
+            if (leader == Some(node)) != leading {
+                leading = !leading;
+                if leading {
+                    metrics.led.inc();
+                } else {
+                    metrics.led.dec();
+                }
             }
         }
         if watch.changed().await.is_err() {
             break;
         }
     }
-    if leading {
-        metrics.led.dec();
+    leaders.send_if_modified(|leaders| leaders.remove(&group).is_some());
+    if let Some(metrics) = &metrics {
+        if leading {
+            metrics.led.dec();
+        }
+        metrics.running.dec();
     }
-    metrics.running.dec();
 }
 
 /// The placement group of an entity's log key: a subscription belongs to its topic's
@@ -273,6 +296,8 @@ pub struct RaftLog {
     stopped: AtomicBool,
     /// Where groups report, once set ([`RaftLog::report_to`]).
     metrics: std::sync::OnceLock<GroupMetrics>,
+    /// Each running group's leader as this node knows it.
+    leaders: Arc<watch::Sender<Leaders>>,
 }
 
 /// A node's part in a cluster of several members.
@@ -467,6 +492,7 @@ impl RaftLog {
             cluster,
             stopped: AtomicBool::new(false),
             metrics: std::sync::OnceLock::new(),
+            leaders: Arc::new(watch::channel(Leaders::new()).0),
         })
     }
 
@@ -539,6 +565,13 @@ impl RaftLog {
     }
 
     /// The group's Raft, started (and elected) on first use.
+    /// Each running group's leader as this node knows it (its term and node), changing as
+    /// leaderships begin and groups start and stop here: where the core will learn which
+    /// groups' entities this node runs.
+    pub fn leaders(&self) -> watch::Receiver<Leaders> {
+        self.leaders.subscribe()
+    }
+
     /// Reports the groups to `metrics` from now on (groups started before are not counted
     /// among the running ones).
     pub fn report_to(&self, metrics: GroupMetrics) {
@@ -606,9 +639,13 @@ impl RaftLog {
                 .await
                 .map_err(|error| failed("electing", &error))?;
         }
-        if let Some(metrics) = self.metrics.get() {
-            tokio::spawn(follow_leadership(raft.clone(), node, metrics.clone()));
-        }
+        tokio::spawn(follow_leadership(
+            group.to_string(),
+            raft.clone(),
+            node,
+            self.leaders.clone(),
+            self.metrics.get().cloned(),
+        ));
         let (writes, queue) = mpsc::unbounded_channel();
         tokio::spawn(propose(
             group.to_string(),
