@@ -367,9 +367,9 @@ pub struct SendArgs {
     /// The session id (needed by session entities).
     #[arg(long, value_name = "TEXT")]
     pub session_id: Option<String>,
-    /// Time to live in seconds.
-    #[arg(long, value_name = "SECONDS")]
-    pub ttl: Option<u64>,
+    /// Time to live: a duration (30s, 5m, PT1H) or a number of seconds.
+    #[arg(long, value_name = "DURATION", value_parser = parse_ttl)]
+    pub ttl: Option<std::time::Duration>,
     /// Scheduled enqueue time: RFC 3339 (2030-01-01T00:00:00Z) or +DURATION from now (+30s,
     /// +5m).
     #[arg(long, value_name = "TIME")]
@@ -470,6 +470,14 @@ pub struct ReloadArgs {
 
 fn parse_wait(text: &str) -> Result<std::time::Duration, String> {
     crate::config::duration::parse_duration(text)
+}
+
+/// `--ttl`: a duration, or a bare number of seconds.
+fn parse_ttl(text: &str) -> Result<std::time::Duration, String> {
+    match text.trim().parse::<u64>() {
+        Ok(seconds) => Ok(std::time::Duration::from_secs(seconds)),
+        Err(_) => crate::config::duration::parse_duration(text),
+    }
 }
 
 /// Runs an operator command to its end and returns the exit status (errors printed to

@@ -153,7 +153,7 @@ fn message(arguments: &SendArgs, body: &[u8]) -> Result<Message<Data>, OpsError>
         durable: true,
         ttl: arguments
             .ttl
-            .map(|seconds| u32::try_from(seconds.saturating_mul(1000)).unwrap_or(u32::MAX)),
+            .map(|ttl| u32::try_from(ttl.as_millis()).unwrap_or(u32::MAX)),
         ..Header::default()
     };
     let mut builder = Message::builder()
@@ -210,7 +210,7 @@ mod tests {
             subject: Some("new".to_string()),
             content_type: Some("text/plain".to_string()),
             session_id: Some("s1".to_string()),
-            ttl: Some(60),
+            ttl: Some(std::time::Duration::from_secs(60)),
             schedule: Some("2030-01-01T00:00:00Z".to_string()),
             count: 1,
             connection: Connection::default(),

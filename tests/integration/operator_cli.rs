@@ -516,12 +516,15 @@ dead_lettering_on_message_expiration = true
             "--body",
             "two",
             "--ttl",
-            "1",
+            "1s",
             "--message-id",
             "e2",
         ],
     );
-    ok(c, &["send", "expiring2", "--body", "three", "--ttl", "1"]);
+    ok(
+        c,
+        &["send", "expiring2", "--body", "three", "--ttl", "PT1S"],
+    );
     let deadline = Instant::now() + Duration::from_secs(15);
     let dead = loop {
         let dead = ok(c, &["peek", "expiring", "--queue", "dlq"]).lines();
