@@ -28,6 +28,11 @@ The checks, with the rule IDs of /work/shared/SEMANTICS.md they rest on:
   included (SEQ-1).
 - ``sequence-order``: if send A was acknowledged before send B was invoked, A's sequence
   number in an entity is lower than B's; within a batch, numbers follow the batch (SEQ-2).
+- ``vanished``: a message seen once is completed in the end (the drain completes everything)
+  or still there in the final peek: abandoned, lock-lost and redelivered messages come back
+  (LCK-1, LCK-2).
+- ``unfinished``: the history has an ``end`` record saying the workload finished its drain;
+  without it the final state is unknown and nothing else is checked.
 - ``enqueued-time``: an acknowledged send's enqueued time lies within its call (SEQ-3).
 - ``completed-redelivered``: after an acknowledged complete, the message is never seen again
   in its entity or its dead-letter queue (LCK-1).
@@ -46,6 +51,8 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
+import sys
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Tuple
@@ -118,6 +125,9 @@ class Sent:
 def check(records: Iterable[Dict[str, Any]]) -> List[Violation]:
     records = list(records)
     meta = next((r for r in records if r.get("op") == "meta"), {})
+    end = next((r for r in records if r.get("op") == "end"), None)
+    if meta and (end is None or end.get("drained") is False):
+        return [Violation("unfinished", "-", "the workload did not finish its drain, so the final state is unknown", [end] if end else [])]
     topics: Dict[str, Dict[str, Dict[str, Any]]] = meta.get("topics", {})
     session_entities = set(meta.get("session_entities", []))
     violations: List[Violation] = []
@@ -189,6 +199,31 @@ def check(records: Iterable[Dict[str, Any]]) -> List[Violation]:
                 violations.append(
                     Violation("duplicate", "SEQ-1", f"send {message_id} ({send.outcome}) enqueued {len(seqs)} times in {target}: sequence numbers {seqs}", evidence)
                 )
+
+    # vanished: seen once, then neither completed nor left at the end
+    drained = "drain_start" in {r.get("op") for r in records}
+    settled = {
+        (family(r["entity"]), r["id"])
+        for r in records
+        if r.get("op") == "complete" and r.get("outcome") in ("ok", "unknown")
+    }
+    for message_id, send in sent.items():
+        if not drained:
+            break
+        for target in send.targets:
+            seen = sightings.get((target, message_id), [])
+            if not seen or (target, message_id) in settled:
+                continue
+            if any(s.how == "peek" for s in seen):  # still there at the end
+                continue
+            violations.append(
+                Violation(
+                    "vanished",
+                    "LCK-1, LCK-2",
+                    f"{message_id} ({send.outcome} send) was seen in {target} but never completed and is not there at the end",
+                    [send.record] + [s.record for s in seen],
+                )
+            )
 
     # phantom
     for (fam, message_id), seen in sightings.items():
@@ -268,6 +303,8 @@ def check(records: Iterable[Dict[str, Any]]) -> List[Violation]:
         at = send.message.get("scheduled_for")
         if at is None:
             continue
+        # The scheduled time travels as an AMQP timestamp, whole milliseconds (truncated).
+        at = math.floor(at * 1000) / 1000
         for target in send.targets:
             for s in sightings.get((target, message_id), []):
                 if s.how != "peek" and s.record["t1"] < at:
@@ -344,9 +381,28 @@ def summary(records: List[Dict[str, Any]], violations: List[Violation]) -> str:
     operations = Counter((r.get("op"), r.get("outcome")) for r in records if r.get("outcome"))
     messages = Counter(r["outcome"] for r in records if r.get("op") in ("send", "schedule") for _ in r.get("messages", []))
     seen = sum(len(r.get("messages", [])) for r in records if r.get("op") in ("receive", "receive_deferred") and r.get("outcome") == "ok")
+    seen_ids = {m["id"] for r in records if r.get("op") in ("receive", "receive_deferred", "peek") and r.get("outcome") == "ok" for m in r.get("messages", [])}
+    indeterminate = [m["id"] for r in records if r.get("op") in ("send", "schedule") and r.get("outcome") == "unknown" for m in r.get("messages", [])]
+    settles = Counter((r["op"], r["outcome"]) for r in records if r.get("op") in ("complete", "abandon", "dead_letter", "defer"))
     lines = [
         "operations: " + ", ".join(f"{op} {outcome} {count}" for (op, outcome), count in sorted(operations.items())),
-        f"messages sent: {messages.get('ok', 0)} acknowledged, {messages.get('unknown', 0)} indeterminate, {messages.get('fail', 0)} failed; {seen} deliveries",
+        f"messages sent: {messages.get('ok', 0)} acknowledged, {messages.get('unknown', 0)} indeterminate "
+        f"({sum(1 for i in indeterminate if i in seen_ids)} of them enqueued), {messages.get('fail', 0)} failed; {seen} deliveries; "
+        f"settlements not acknowledged: {sum(c for (op, outcome), c in settles.items() if outcome != 'ok')}",
         f"violations: {len(violations)}" + ("" if not violations else " (" + ", ".join(f"{k} {c}" for k, c in sorted(Counter(v.kind for v in violations).items())) + ")"),
     ]
     return "\n".join(lines)
+
+
+def main(argv: List[str]) -> int:
+    """``python checker.py HISTORY.jsonl``: checks a recorded history again."""
+    records = [json.loads(line) for line in open(argv[0], encoding="utf-8") if line.strip()]
+    violations = check(records)
+    print(summary(records, violations))
+    for violation in violations:
+        print(f"VIOLATION {violation}")
+    return 1 if violations else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -132,10 +132,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--rounds", type=int, default=3, help="kill -9 and restarts during the traffic")
     parser.add_argument("--duration", type=float, default=None, help="seconds of traffic (default: 20, or 3 per round beyond 6)")
-    parser.add_argument("--ops", type=int, default=20000)
+    parser.add_argument("--ops", type=int, default=1_000_000, help="stop the traffic after this many operations")
     parser.add_argument("--auth", choices=["none", "keys"], default="keys")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (history, broker log)")
-    parser.add_argument("--work-dir", default=None, help="directory for the data, the log and the history")
+    parser.add_argument("--work-dir", default=None, help="directory for the data, the log and the history (kept)")
     args = parser.parse_args(argv)
 
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
@@ -198,7 +198,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     crashed = [r for r in records if r.get("op") == "client_crash"]
     for crash in crashed:
         print(f"workload client crashed: {crash}", file=sys.stderr)
-    if report or failed or crashed or args.keep:
+    if report or failed or crashed or args.keep or args.work_dir:
         print(f"history and broker log kept in {work_dir}")
     else:
         shutil.rmtree(work_dir, ignore_errors=True)

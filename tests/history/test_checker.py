@@ -64,7 +64,17 @@ def clean_history() -> List[Dict[str, Any]]:
         seen(5.0, 5.1, "ht/subscriptions/big", msg("t-big", 1, 2.05), msg("t-maybe", 2, 2.25)),
         seen(5.2, 5.3, "hq-sessions", msg("s1", 1, 2.45, "S")),
         seen(5.4, 5.5, "hq-sessions", msg("s1", 1, 2.45, "S"), msg("s2", 2, 2.65, "S")),
+        {"op": "drain_start", "t0": 5.9},
+        settle("complete", 5.9, 6.0, "hq-sessions", "s1", 1),
+        settle("complete", 5.9, 6.0, "hq-sessions", "s2", 2),
+        settle("complete", 5.9, 6.0, "hq/$DeadLetterQueue", "b", 2),
+        settle("complete", 5.9, 6.0, "ht/subscriptions/all", "t-small", 1),
+        settle("complete", 5.9, 6.0, "ht/subscriptions/all", "t-big", 2),
+        settle("complete", 5.9, 6.0, "ht/subscriptions/all", "t-maybe", 3, outcome="unknown"),
+        settle("complete", 5.9, 6.0, "ht/subscriptions/big", "t-big", 1),
+        seen(6.0, 6.1, "ht/subscriptions/big", msg("t-maybe", 2, 2.25), op="peek"),
         seen(6.0, 6.1, "hq", op="peek"),
+        {"op": "end", "t0": 6.2},
     ]
 
 
@@ -179,10 +189,23 @@ def mutate_session_order(h):
 
 def mutate_topic_partial(h):  # an indeterminate publish in one matching subscription only
     drop_message(find(h, "receive", "ht/subscriptions/big", "t-maybe"), "t-maybe")
+    drop_message(find(h, "peek", "ht/subscriptions/big", "t-maybe"), "t-maybe")
 
 
 def mutate_topic_missing(h):  # an acknowledged publish missing from a matching subscription
     drop_message(find(h, "receive", "ht/subscriptions/big", "t-big"), "t-big")
+
+
+def mutate_vanished(h):  # abandoned, then never delivered again
+    h.remove(find(h, "complete", "hq-sessions", "s2"))
+
+
+def mutate_unfinished(h):
+    h.remove(find(h, "end"))
+
+
+def mutate_drain_timed_out(h):
+    find(h, "end")["drained"] = False
 
 
 def mutate_filter(h):
@@ -213,6 +236,9 @@ def mutate_filter(h):
         (mutate_topic_partial, "topic-partial"),
         (mutate_topic_missing, "lost"),
         (mutate_filter, "filter"),
+        (mutate_vanished, "vanished"),
+        (mutate_unfinished, "unfinished"),
+        (mutate_drain_timed_out, "unfinished"),
     ],
 )
 def test_each_violation_is_found(mutation, expected: str) -> None:
@@ -232,6 +258,7 @@ def test_indeterminate_send_may_be_missing_or_present_once() -> None:
     history = copy.deepcopy(clean_history())
     history.append(seen(5.6, 5.7, "hq", msg("lost-maybe", 7, 1.45)))
     history.append(seen(5.8, 5.9, "hq", msg("lost-maybe", 7, 1.45)))
+    history.append(settle("complete", 5.9, 5.95, "hq", "lost-maybe", 7))
     assert kinds(history) == []
 
 
@@ -240,3 +267,14 @@ def test_indeterminate_complete_may_be_redelivered() -> None:
     find(history, "complete", "hq", "a")["outcome"] = "unknown"
     history.append(seen(5.6, 5.7, "hq", msg("a", 1, 1.05)))
     assert kinds(history) == []
+
+
+def test_scheduled_time_counts_in_whole_milliseconds() -> None:
+    # The SDK sends the scheduled time as an AMQP timestamp (milliseconds, truncated): a
+    # delivery within the scheduled millisecond is on time.
+    history = copy.deepcopy(clean_history())
+    find(history, "schedule", "hq", "sch")["messages"][0]["scheduled_for"] = 4.0009
+    find(history, "receive", "hq", "sch").update(t0=3.9, t1=4.0002)
+    assert kinds(history) == []
+    find(history, "receive", "hq", "sch").update(t0=3.9, t1=3.9995)
+    assert kinds(history) == ["scheduled-early"]

@@ -498,19 +498,23 @@ class Workload:
 
     def peek(self, client: Client, entity: str, make: Callable[[], Any]) -> None:
         """Records what is left in the entity (deferred or scheduled messages show in a peek)."""
-        try:
-            receiver = make()
-        except Exception:  # noqa: BLE001
-            return
-        with receiver:
-            client.run_op(
-                {"op": "peek", "entity": entity},
-                lambda: receiver.peek_messages(max_message_count=250, sequence_number=1),
-                None,
-                lambda messages: {"messages": [received(m) for m in messages]},
-            )
+        for _ in range(20):
+            try:
+                receiver = make()
+                with receiver:
+                    record: Dict[str, Any] = {"op": "peek", "entity": entity}
+                    client.run_op(
+                        record,
+                        lambda: receiver.peek_messages(max_message_count=250, sequence_number=1),
+                        None,
+                        lambda messages: {"messages": [received(m) for m in messages]},
+                    )
+                    if record["outcome"] == "ok":
+                        return
+            except Exception:  # noqa: BLE001 - opening or closing the receiver failed: again
+                time.sleep(ERROR_PAUSE_SECONDS)
 
-    def drain(self, drain_seconds: float) -> None:
+    def drain(self, drain_seconds: float) -> bool:
         """Drains every entity, each on its own client and thread, then peeks it."""
         deadline = time.time() + drain_seconds
 
@@ -542,6 +546,8 @@ class Workload:
             thread.join(timeout=drain_seconds + 30)
         for client in clients:
             client.close()
+        # Every drain ended on an empty entity (not on the deadline).
+        return time.time() < deadline and not any(thread.is_alive() for thread in threads)
 
     # -- running ---------------------------------------------------------------------------
 
@@ -584,8 +590,8 @@ class Workload:
         for client in clients:
             client.close()
         self.history.write({"op": "drain_start", "t0": time.time()})
-        self.drain(drain_seconds)
-        self.history.write({"op": "end", "t0": time.time(), "stuck": stuck})
+        drained = self.drain(drain_seconds)
+        self.history.write({"op": "end", "t0": time.time(), "stuck": stuck, "drained": drained})
         self.history.close()
         if stuck:
             print(f"workload: clients still running at the end: {stuck}", file=sys.stderr)
@@ -605,7 +611,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--history", required=True, help="JSON-lines file to write")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--duration", type=float, default=30.0, help="seconds of traffic")
-    parser.add_argument("--ops", type=int, default=20000, help="stop the traffic after this many operations")
+    parser.add_argument("--ops", type=int, default=1_000_000, help="stop the traffic after this many operations")
     parser.add_argument("--drain-seconds", type=float, default=60.0)
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
