@@ -298,6 +298,31 @@ def check(records: Iterable[Dict[str, Any]]) -> List[Violation]:
                     Violation("deferred", "LCK-4", f"{message_id} (sequence number {record['seq']}) deferred (acknowledged) but never received by number afterwards", [record])
                 )
 
+    # deferred: a deferred message not found by its number, with nothing since its defer
+    # that could have removed it
+    for record in records:
+        if record.get("op") != "receive_deferred" or record.get("error") != "MessageNotFoundError" or len(record.get("seqs", [])) != 1:
+            continue
+        seq, entity = record["seqs"][0], record["entity"]
+        defers = [r for r in records if r.get("op") == "defer" and r.get("outcome") == "ok" and r["entity"] == entity and r["seq"] == seq and r["t1"] < record["t0"]]
+        if not defers:
+            continue
+        last = max(defers, key=lambda r: r["t1"])
+        removers = [
+            r
+            for r in records
+            if r.get("op") in ("complete", "dead_letter")
+            and r.get("outcome") in ("ok", "unknown")
+            and r["entity"] == entity
+            and r["seq"] == seq
+            and r["t1"] > last["t0"]
+            and r["t0"] < record["t1"]
+        ]
+        if not removers:
+            violations.append(
+                Violation("deferred", "LCK-4", f"deferred message {last['id']} (sequence number {seq}) not found by its number", [last, record])
+            )
+
     # scheduled-early
     for message_id, send in sent.items():
         at = send.message.get("scheduled_for")

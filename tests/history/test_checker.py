@@ -176,6 +176,10 @@ def mutate_deferred_plain(h):
     h.append(seen(4.55, 4.6, "hq", msg("c", 3, 1.25)))
 
 
+def mutate_deferred_not_found(h):
+    h.append({"op": "receive_deferred", "client": "r", "entity": "hq", "t0": 4.6, "t1": 4.7, "outcome": "fail", "error": "MessageNotFoundError", "seqs": [3]})
+
+
 def mutate_scheduled_early(h):
     record = find(h, "receive", "hq", "sch")
     record["t0"], record["t1"] = 2.0, 2.5
@@ -231,6 +235,7 @@ def mutate_filter(h):
         (mutate_dead_letter_missing, "dead-letter"),
         (mutate_deferred_lost, "deferred"),
         (mutate_deferred_plain, "deferred"),
+        (mutate_deferred_not_found, "deferred"),
         (mutate_scheduled_early, "scheduled-early"),
         (mutate_session_order, "session-order"),
         (mutate_topic_partial, "topic-partial"),
@@ -278,3 +283,10 @@ def test_scheduled_time_counts_in_whole_milliseconds() -> None:
     assert kinds(history) == []
     find(history, "receive", "hq", "sch").update(t0=3.9, t1=3.9995)
     assert kinds(history) == ["scheduled-early"]
+
+
+def test_deferred_message_may_be_gone_after_an_indeterminate_complete() -> None:
+    history = copy.deepcopy(clean_history())
+    find(history, "complete", "hq", "c")["outcome"] = "unknown"
+    history.append({"op": "receive_deferred", "client": "r", "entity": "hq", "t0": 5.1, "t1": 5.2, "outcome": "fail", "error": "MessageNotFoundError", "seqs": [3]})
+    assert kinds(history) == []

@@ -384,6 +384,17 @@ class Workload:
                     seqs, self.deferred = self.deferred[:3], self.deferred[3:]
                 if seqs:
                     got = self.receive_deferred(client, "receiver", QUEUE, make, seqs)
+                    if got is None and self._last_error.get(client.name) == "MessageNotFoundError":
+                        # One of them is gone (its complete took effect though its answer was
+                        # lost): ask for each alone; one not found is dropped (final).
+                        got = []
+                        for seq in seqs:
+                            one = self.receive_deferred(client, "receiver", QUEUE, make, [seq])
+                            if one is not None:
+                                got += one
+                            elif self._last_error.get(client.name) != "MessageNotFoundError":
+                                with self.lock:
+                                    self.deferred.append(seq)
                     if got is None:
                         with self.lock:
                             self.deferred.extend(seqs)
