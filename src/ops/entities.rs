@@ -138,17 +138,7 @@ pub async fn rule(action: &RuleAction, connection: &Connection) -> Result<(), Op
             if json_out {
                 print_json(&Json::Array(rules));
             } else {
-                let rows: Vec<Vec<String>> = rules
-                    .iter()
-                    .map(|rule| {
-                        vec![
-                            text(rule, "/name"),
-                            text(rule, "/filter"),
-                            text(rule, "/action"),
-                        ]
-                    })
-                    .collect();
-                print_table(&["NAME", "FILTER", "ACTION"], &rows);
+                print_table(&["NAME", "FILTER", "ACTION"], &rule_rows(&rules));
             }
             Ok(())
         }
@@ -360,17 +350,7 @@ async fn show(target: &Target, path: &str, kind: &str, json_out: bool) -> Result
     print!("{}", text(&detail, "/definition"));
     if let Some(rules) = detail.get("rules").and_then(Json::as_array) {
         println!();
-        let rows: Vec<Vec<String>> = rules
-            .iter()
-            .map(|rule| {
-                vec![
-                    text(rule, "/name"),
-                    text(rule, "/filter"),
-                    text(rule, "/action"),
-                ]
-            })
-            .collect();
-        print_table(&["RULE", "FILTER", "ACTION"], &rows);
+        print_table(&["RULE", "FILTER", "ACTION"], &rule_rows(rules));
     }
     Ok(())
 }
@@ -646,6 +626,20 @@ pub fn property_value(text: &str) -> PropertyValue {
         "false" => PropertyValue::Boolean(false),
         _ => PropertyValue::String(text.to_string()),
     }
+}
+
+/// A table's rows of rules: name, filter, action.
+fn rule_rows(rules: &[Json]) -> Vec<Vec<String>> {
+    rules
+        .iter()
+        .map(|rule| {
+            vec![
+                text(rule, "/name"),
+                text(rule, "/filter"),
+                text(rule, "/action"),
+            ]
+        })
+        .collect()
 }
 
 #[cfg(test)]

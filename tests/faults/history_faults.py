@@ -14,7 +14,6 @@ the run itself failed. As root (network namespaces), with ``FERROBUS_BIN`` or
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import shutil
@@ -150,13 +149,9 @@ def main(argv=None) -> int:
         if code != 0:
             print(f"workload exited with {code}", file=sys.stderr)
             failed = True
-    records = [json.loads(line) for line in history.read_text().splitlines() if line.strip()]
-    report = checker.check(records)
-    print(f"history under faults: seed {seed}, broker started {broker.starts} times")
-    print(checker.summary(records, report))
-    for violation in report:
-        print(f"VIOLATION {violation}")
-    crashed = [record for record in records if record.get("op") == "client_crash"]
+    report, crashed = checker.report(
+        history, f"history under faults: seed {seed}, broker started {broker.starts} times"
+    )
     if report or failed or crashed or args.keep:
         print(f"history and broker log kept in {directory}")
     else:

@@ -419,6 +419,23 @@ def summary(records: List[Dict[str, Any]], violations: List[Violation]) -> str:
     return "\n".join(lines)
 
 
+def report(path: Any, heading: str) -> Tuple[List[Violation], List[Dict[str, Any]]]:
+    """Reads the history at ``path``, checks it, and prints ``heading``, the summary, every
+    violation and every workload client that crashed (to stderr); returns the violations
+    and the crashed clients' records (what the runners judge their exit status by)."""
+    with open(path, encoding="utf-8") as lines:
+        records = [json.loads(line) for line in lines if line.strip()]
+    violations = check(records)
+    print(heading)
+    print(summary(records, violations))
+    for violation in violations:
+        print(f"VIOLATION {violation}")
+    crashed = [record for record in records if record.get("op") == "client_crash"]
+    for crash in crashed:
+        print(f"workload client crashed: {crash}", file=sys.stderr)
+    return violations, crashed
+
+
 def main(argv: List[str]) -> int:
     """``python checker.py HISTORY.jsonl``: checks a recorded history again."""
     records = [json.loads(line) for line in open(argv[0], encoding="utf-8") if line.strip()]

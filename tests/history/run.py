@@ -20,7 +20,6 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import re
@@ -189,15 +188,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         broker.stop()
     elapsed = time.monotonic() - started
 
-    records = [json.loads(line) for line in history_path.read_text().splitlines() if line.strip()]
-    report = checker.check(records)
-    print(f"history run: seed {seed}, broker started {broker.starts} times, {elapsed:.1f} s")
-    print(checker.summary(records, report))
-    for violation in report:
-        print(f"VIOLATION {violation}")
-    crashed = [r for r in records if r.get("op") == "client_crash"]
-    for crash in crashed:
-        print(f"workload client crashed: {crash}", file=sys.stderr)
+    report, crashed = checker.report(
+        history_path, f"history run: seed {seed}, broker started {broker.starts} times, {elapsed:.1f} s"
+    )
     if report or failed or crashed or args.keep or args.work_dir:
         print(f"history and broker log kept in {work_dir}")
     else:
