@@ -292,23 +292,9 @@ fn message_id_json(id: &MessageId) -> Json {
     match id {
         MessageId::String(text) => json!(text),
         MessageId::Ulong(number) => json!(number),
-        MessageId::Uuid(uuid) => json!(uuid_text(uuid.as_inner())),
-        MessageId::Binary(bytes) => {
-            json!(bytes.iter().map(|b| format!("{b:02x}")).collect::<String>())
-        }
+        MessageId::Uuid(uuid) => json!(crate::encoding::ids::format_guid(uuid.as_inner())),
+        MessageId::Binary(bytes) => json!(crate::encoding::ids::hex(bytes)),
     }
-}
-
-fn uuid_text(bytes: &[u8; 16]) -> String {
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    )
 }
 
 fn timestamp_json(milliseconds: i64) -> Json {
@@ -332,7 +318,7 @@ fn simple_json(value: &SimpleValue) -> Json {
         SimpleValue::Double(number) => json!(number.into_inner()),
         SimpleValue::Char(character) => json!(character.to_string()),
         SimpleValue::Timestamp(time) => timestamp_json(time.milliseconds()),
-        SimpleValue::Uuid(uuid) => json!(uuid_text(uuid.as_inner())),
+        SimpleValue::Uuid(uuid) => json!(crate::encoding::ids::format_guid(uuid.as_inner())),
         SimpleValue::Binary(bytes) => {
             use base64::Engine as _;
             json!(base64::engine::general_purpose::STANDARD.encode(bytes))
@@ -359,7 +345,7 @@ fn value_json(value: &Value) -> Json {
         Value::Double(number) => json!(number.into_inner()),
         Value::Char(character) => json!(character.to_string()),
         Value::Timestamp(time) => timestamp_json(time.milliseconds()),
-        Value::Uuid(uuid) => json!(uuid_text(uuid.as_inner())),
+        Value::Uuid(uuid) => json!(crate::encoding::ids::format_guid(uuid.as_inner())),
         Value::Binary(bytes) => {
             use base64::Engine as _;
             json!(base64::engine::general_purpose::STANDARD.encode(bytes))
