@@ -1,0 +1,355 @@
+"""A ferrobus cluster of N nodes in network namespaces, and the faults it must survive.
+
+``Cluster`` builds on ``netns.Network``: hosts ``node1`` … ``nodeN`` (one broker each, node id
+``i`` on ``10.77.<net>.i``) and a host ``client``. Every node listens for clients on port
+5672 (HTTP on 5300) and for its peers on 5700 of its own address, with durable storage in a
+directory of its own, the same cluster secret, the same member list and the same entities
+(the history workload's by default, ``workload.ENTITIES_TOML``), with or without keys.
+
+Processes are signalled by the PID this harness started (``ip netns exec`` executes the broker
+in place, so that PID is the broker's; a deposed leader re-executes itself under the same PID):
+
+- ``start`` / ``kill`` (SIGKILL) / ``restart``; ``pause`` / ``resume`` (SIGSTOP / SIGCONT);
+- ``isolate`` / ``heal``: a node drops every packet from and to the other nodes (the client
+  still reaches it); ``lossy``: two nodes drop a share of each other's packets;
+- ``health`` (a node's ``GET /health``, asked from the client host), ``leader`` (the leader a
+  majority of the answering nodes agree on, itself saying it leads), ``wait_leader``.
+
+Everything stops when the ``with`` block ends: the nodes are killed and the namespaces removed.
+Each node's output goes to ``<directory>/nodeI.log``, a ``==== start`` line before each start.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import ctypes
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(REPO / "tests" / "history"))
+
+import netns  # noqa: E402
+from workload import ENTITIES_TOML  # noqa: E402
+
+AMQP_PORT = 5672
+HTTP_PORT = 5300
+PEER_PORT = 5700
+KEY_NAME = "RootManageSharedAccessKey"
+KEY = "SAS_KEY_VALUE"
+SECRET = "ferrobus-fault-harness-cluster-secret"
+START_TIMEOUT_SECONDS = 20.0
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+CLONE_NEWNET = 0x40000000
+
+
+def binary() -> str:
+    return os.environ.get("FERROBUS_BIN", str(REPO / "target" / "release" / "ferrobus"))
+
+
+def node_config(
+    node: int,
+    addresses: Dict[int, str],
+    data_dir: Path,
+    auth: str = "none",
+    entities: str = ENTITIES_TOML,
+    secret: str = SECRET,
+) -> str:
+    """Node ``node``'s configuration file: its listeners on its own address, the cluster's
+    members, durable storage in ``data_dir``, the entities, and the key when ``auth`` is
+    ``keys``."""
+    members = "\n".join(
+        f'  {{ id = {member}, address = "{address}:{PEER_PORT}" }},' for member, address in sorted(addresses.items())
+    )
+    text = (
+        f'[server]\nlisten = "{addresses[node]}:{AMQP_PORT}"\n'
+        f'[storage]\nmode = "durable"\ndata_dir = "{data_dir}"\n'
+        f"[cluster]\nnode_id = {node}\n"
+        f'address = "{addresses[node]}:{PEER_PORT}"\n'
+        f'secret = "{secret}"\n'
+        f"members = [\n{members}\n]\n"
+        f"[tls]\nenabled = false\n[websocket]\nenabled = false\n"
+    )
+    text += entities
+    if auth == "keys":
+        text += f'\n[[auth.keys]]\nname = "{KEY_NAME}"\nkey = "{KEY}"\nrights = ["Manage"]\n'
+    return text
+
+
+def agreed_leader(answers: Dict[int, Optional[dict]], size: int) -> Optional[int]:
+    """The leader that a majority of the cluster's ``size`` nodes name in their ``/health``
+    answers (``None`` for a node that did not answer), provided the leader's own answer, if
+    it gave one, says it leads; else ``None``."""
+    votes: Dict[int, int] = {}
+    for answer in answers.values():
+        leader = ((answer or {}).get("cluster") or {}).get("leader")
+        if leader is not None:
+            votes[leader] = votes.get(leader, 0) + 1
+    for leader, count in votes.items():
+        if count >= size // 2 + 1:
+            own = answers.get(leader)
+            if own is not None and (own.get("cluster") or {}).get("role") != "leader":
+                return None
+            return leader
+    return None
+
+
+class Cluster:
+    """``nodes`` ferrobus processes and a ``client`` host, each in its own namespace."""
+
+    def __init__(
+        self,
+        directory: Path,
+        nodes: int = 3,
+        auth: str = "none",
+        entities: str = ENTITIES_TOML,
+        net: Optional[int] = None,
+    ) -> None:
+        self.directory = Path(directory)
+        self.size = nodes
+        self.ids = list(range(1, nodes + 1))
+        self.auth = auth
+        self.entities = entities
+        self.network = netns.Network([f"node{node}" for node in self.ids] + ["client"], net=net)
+        self.address: Dict[int, str] = {node: self.network.address[f"node{node}"] for node in self.ids}
+        self.processes: Dict[int, subprocess.Popen] = {}
+        self.paused: set = set()
+        self.isolated: set = set()
+        self.starts: Dict[int, int] = {node: 0 for node in self.ids}
+        self._http: Optional[concurrent.futures.ThreadPoolExecutor] = None
+
+    # Life cycle.
+
+    def __enter__(self) -> "Cluster":
+        self.network.__enter__()
+        try:
+            for node in self.ids:
+                (self.directory / f"node{node}").mkdir(parents=True, exist_ok=True)
+                self.config_path(node).write_text(
+                    node_config(node, self.address, self.directory / f"node{node}" / "data", self.auth, self.entities)
+                )
+            self._http = concurrent.futures.ThreadPoolExecutor(
+                max_workers=max(4, self.size), initializer=_enter_namespace, initargs=(self.network.namespace("client"),)
+            )
+            for node in self.ids:
+                self.start(node, wait=False)
+            for node in self.ids:
+                self.wait_listening(node)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for node in list(self.processes):
+            self._kill_process(node)
+        if self._http is not None:
+            self._http.shutdown(wait=False, cancel_futures=True)
+            self._http = None
+        self.network.close()
+
+    def config_path(self, node: int) -> Path:
+        return self.directory / f"node{node}.toml"
+
+    def log_path(self, node: int) -> Path:
+        return self.directory / f"node{node}.log"
+
+    def connection_string(self, node: int) -> str:
+        return (
+            f"Endpoint=sb://{self.address[node]};SharedAccessKeyName={KEY_NAME};"
+            f"SharedAccessKey={KEY};UseDevelopmentEmulator=true"
+        )
+
+    # Processes.
+
+    def running(self, node: int) -> bool:
+        process = self.processes.get(node)
+        return process is not None and process.poll() is None
+
+    def live(self) -> List[int]:
+        """The nodes running and not paused (isolated ones included)."""
+        return [node for node in self.ids if self.running(node) and node not in self.paused]
+
+    def start(self, node: int, wait: bool = True) -> None:
+        """Starts node ``node`` on its data directory (of earlier starts) and, with ``wait``,
+        waits for its "listening on" line."""
+        if self.running(node):
+            raise RuntimeError(f"node {node} is running")
+        log_path = self.log_path(node)
+        with open(log_path, "ab") as log:
+            log.write(f"==== start {self.starts[node]} at {time.time():.3f}\n".encode())
+        self._log_offset = getattr(self, "_log_offset", {})
+        self._log_offset[node] = log_path.stat().st_size
+        log = open(log_path, "ab")
+        self.processes[node] = self.network.start(
+            f"node{node}",
+            [binary(), "--config", str(self.config_path(node))],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            env=dict(os.environ, NO_COLOR="1"),
+        )
+        log.close()
+        self.starts[node] += 1
+        self.paused.discard(node)
+        if wait:
+            self.wait_listening(node)
+
+    def log_since_start(self, node: int) -> str:
+        with open(self.log_path(node), "rb") as reading:
+            reading.seek(self._log_offset.get(node, 0))
+            return ANSI_ESCAPE.sub("", reading.read().decode(errors="replace"))
+
+    def wait_listening(self, node: int, timeout: float = START_TIMEOUT_SECONDS) -> None:
+        wanted = f"listening on {self.address[node]}:{AMQP_PORT}"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if wanted in self.log_since_start(node):
+                return
+            if not self.running(node):
+                raise RuntimeError(f"node {node} exited; see {self.log_path(node)}")
+            time.sleep(0.05)
+        raise RuntimeError(f"node {node} printed no '{wanted}' in {timeout:.0f} s; see {self.log_path(node)}")
+
+    def kill(self, node: int) -> None:
+        """SIGKILL: a crash; nothing the node had not made durable survives."""
+        if not self.running(node):
+            raise RuntimeError(f"node {node} is not running")
+        self._kill_process(node)
+
+    def _kill_process(self, node: int) -> None:
+        process = self.processes.get(node)
+        if process is None:
+            return
+        if process.poll() is None:
+            try:
+                os.kill(process.pid, signal.SIGCONT)
+                os.kill(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        self.paused.discard(node)
+
+    def restart(self, node: int) -> None:
+        """Kills node ``node`` if it runs, then starts it again and waits for it to listen."""
+        if self.running(node):
+            self._kill_process(node)
+        self.start(node)
+
+    def pause(self, node: int) -> None:
+        os.kill(self.processes[node].pid, signal.SIGSTOP)
+        self.paused.add(node)
+
+    def resume(self, node: int) -> None:
+        os.kill(self.processes[node].pid, signal.SIGCONT)
+        self.paused.discard(node)
+
+    # Packets.
+
+    def others(self, node: int) -> List[str]:
+        return [f"node{other}" for other in self.ids if other != node]
+
+    def isolate(self, node: int) -> None:
+        """Node ``node`` neither hears from nor reaches any other node (it drops their packets
+        both ways); the client host still reaches it."""
+        self.network.cut(f"node{node}", self.others(node), "inbound")
+        self.network.cut(f"node{node}", self.others(node), "outbound")
+        self.isolated.add(node)
+
+    def lossy(self, first: int, second: int, percent: int) -> None:
+        """Nodes ``first`` and ``second`` each drop ``percent`` % of the packets from the other."""
+        self.network.cut(f"node{first}", [f"node{second}"], "inbound", percent)
+        self.network.cut(f"node{second}", [f"node{first}"], "inbound", percent)
+
+    def heal(self) -> None:
+        """Every node drops nothing any more."""
+        for node in self.ids:
+            self.network.heal(f"node{node}")
+        self.isolated.clear()
+
+    # Health.
+
+    def health(self, node: int, timeout: float = 1.0) -> Optional[dict]:
+        """Node ``node``'s ``GET /health`` answer (503 included), or ``None`` without one."""
+        assert self._http is not None
+        return self._http.submit(_get_health, self.address[node], timeout).result(timeout + 2)
+
+    def healths(self, nodes: Optional[Sequence[int]] = None, timeout: float = 1.0) -> Dict[int, Optional[dict]]:
+        """Every live node's answer, asked in parallel."""
+        assert self._http is not None
+        asked = list(nodes) if nodes is not None else self.live()
+        futures = {node: self._http.submit(_get_health, self.address[node], timeout) for node in asked}
+        return {node: future.result(timeout + 2) for node, future in futures.items()}
+
+    def leader(self, timeout: float = 1.0) -> Optional[int]:
+        """The leader a majority of the cluster agrees on now (``agreed_leader``), or ``None``."""
+        return agreed_leader(self.healths(timeout=timeout), self.size)
+
+    def wait_leader(self, timeout: float = 10.0, excluding: Optional[int] = None) -> int:
+        """Polls until a majority agrees on a leader (other than ``excluding``); raises after
+        ``timeout`` seconds, with every node's last answer."""
+        deadline = time.monotonic() + timeout
+        answers: Dict[int, Optional[dict]] = {}
+        while time.monotonic() < deadline:
+            answers = self.healths(timeout=min(1.0, max(0.1, deadline - time.monotonic())))
+            leader = agreed_leader(answers, self.size)
+            if leader is not None and leader != excluding:
+                return leader
+            time.sleep(0.05)
+        raise RuntimeError(f"no leader agreed in {timeout:.0f} s: {json.dumps(answers)}")
+
+    def wait_whole(self, timeout: float = 20.0) -> int:
+        """Polls until every node runs, answers, and names one leader; returns it."""
+        deadline = time.monotonic() + timeout
+        answers: Dict[int, Optional[dict]] = {}
+        while time.monotonic() < deadline:
+            answers = self.healths(self.ids, timeout=min(1.0, max(0.1, deadline - time.monotonic())))
+            leaders = {((answer or {}).get("cluster") or {}).get("leader") for answer in answers.values()}
+            if None not in answers.values() and len(leaders) == 1 and None not in leaders:
+                return leaders.pop()
+            time.sleep(0.05)
+        raise RuntimeError(f"the cluster was not whole in {timeout:.0f} s: {json.dumps(answers)}")
+
+
+def _enter_namespace(name: str) -> None:
+    """Moves the calling thread (only it: a network namespace is per thread) into network
+    namespace ``name``, so the sockets it opens are the client host's."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    with open(f"/run/netns/{name}", "rb") as handle:
+        if libc.setns(handle.fileno(), CLONE_NEWNET) != 0:
+            error = ctypes.get_errno()
+            raise OSError(error, f"setns into {name}: {os.strerror(error)}")
+
+
+# No proxy from the environment: the nodes are reached directly.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def _get_health(address: str, timeout: float) -> Optional[dict]:
+    try:
+        with _OPENER.open(f"http://{address}:{HTTP_PORT}/health", timeout=timeout) as answer:
+            return json.loads(answer.read())
+    except urllib.error.HTTPError as error:
+        try:
+            return json.loads(error.read())
+        except (ValueError, OSError):
+            return None
+    except (OSError, ValueError):
+        return None
