@@ -1,0 +1,280 @@
+"""The history workload against a ferrobus cluster under seeded faults, then checked.
+
+A cluster of ``--nodes`` nodes (``cluster.Cluster``: one network namespace per node, another
+for the clients) elects a leader; the workload (``tests/history/workload.py``, the official
+Python SDK) runs on the client host with its connection string naming one node, the entry,
+chosen among the followers of the first election so that it is usually not the one failing.
+Between rounds, at moments and with parameters drawn from the seed, one fault at a time:
+
+- ``kill-leader``: the leader is killed with SIGKILL and restarted after the hold;
+- ``kill-follower``: a follower is, likewise;
+- ``pause-leader``: the leader gets SIGSTOP, and SIGCONT after the hold;
+- ``isolate-leader``: the leader drops every packet from and to the other nodes (the client
+  host still reaches it), healed after the hold;
+- ``loss``: the leader and a follower each drop 10-30 % of the other's packets for the hold.
+
+After each fault the runner waits until every node runs and names the same leader, so never
+more than one node is down. Then the workload drains every entity and the history checker
+(``tests/history/checker.py``) judges it. For each ``kill-leader`` the failover time is the
+time from the kill to the end of the first send the workload started after it and saw
+acknowledged (the history's wall-clock ``t0``/``t1``); the runner prints each, their median
+and maximum, and the time until the surviving nodes agreed on a new leader.
+
+    python tests/faults/cluster_faults.py [--rounds N] [--seed S] [--auth none|keys]
+                                          [--nodes 3|5] [--duration SECONDS] [--keep]
+
+Prints the seed, the entry node, each fault with its time, the counts and every violation;
+exits 1 on a violation, 2 when the run itself failed (a node did not start or rejoin, no
+leader was elected, the workload crashed). ``--seed`` replays the faults' choices and
+moments (not the threads' interleaving or the broker's timing). As root (network namespaces),
+with ``FERROBUS_BIN`` or ``target/release/ferrobus``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List, Optional
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(REPO / "tests" / "history"))
+
+import checker  # noqa: E402
+import cluster as cluster_module  # noqa: E402
+import netns  # noqa: E402
+
+FAULTS = ("kill-leader", "kill-follower", "pause-leader", "isolate-leader", "loss")
+# Seconds a fault round takes at most beyond its gap and hold (a restart, an election, a
+# rejoin): no fault starts later than this before the traffic ends.
+ROUND_MARGIN_SECONDS = 5.0
+RECOVERY_TIMEOUT_SECONDS = 30.0
+
+
+class Fault:
+    """One injected fault: what, on which node, when (wall clock), and what followed."""
+
+    def __init__(self, kind: str, node: int, at: float, hold: float, entry: int, detail: str = "") -> None:
+        self.kind = kind
+        self.node = node
+        self.at = at
+        self.hold = hold
+        self.on_entry = node == entry
+        self.detail = detail
+        # Seconds from the fault to the surviving majority agreeing on another leader
+        # (kill-leader only), and from the fault to the next acknowledged send.
+        self.election: Optional[float] = None
+        self.next_ack: Optional[float] = None
+
+
+def next_acknowledged(sends: List[Dict], after: float) -> Optional[float]:
+    """Seconds from ``after`` to the end of the first acknowledged send started at or after
+    it, or ``None``."""
+    ends = [record["t1"] for record in sends if record["t0"] >= after]
+    return min(ends) - after if ends else None
+
+
+def acknowledged_sends(history: Path) -> List[Dict]:
+    sends = []
+    with open(history, encoding="utf-8") as lines:
+        for line in lines:
+            if not line.strip():
+                continue
+            record = json.loads(line)
+            if record.get("op") in ("send", "schedule") and record.get("outcome") == "ok":
+                sends.append(record)
+    return sends
+
+
+def inject(cluster: cluster_module.Cluster, fault: str, hold: float, pick: int, percent: int, entry: int) -> Fault:
+    """Injects ``fault`` on the current leader (or the follower ``pick`` indexes), holds it
+    ``hold`` seconds, undoes it and waits until the cluster is whole again."""
+    leader = cluster.wait_leader(RECOVERY_TIMEOUT_SECONDS)
+    followers = [node for node in cluster.ids if node != leader]
+    follower = followers[pick % len(followers)]
+    at = time.time()
+    if fault == "kill-leader":
+        record = Fault(fault, leader, at, hold, entry)
+        cluster.kill(leader)
+        new = cluster.wait_leader(RECOVERY_TIMEOUT_SECONDS, excluding=leader)
+        record.election = time.time() - at
+        record.detail = f"node {new} leads after {record.election:.2f} s"
+        time.sleep(max(0.0, at + hold - time.time()))
+        cluster.start(leader)
+    elif fault == "kill-follower":
+        record = Fault(fault, follower, at, hold, entry)
+        cluster.kill(follower)
+        time.sleep(hold)
+        cluster.start(follower)
+    elif fault == "pause-leader":
+        record = Fault(fault, leader, at, hold, entry)
+        cluster.pause(leader)
+        record.detail = hold_watching(cluster, leader, at, hold)
+        cluster.resume(leader)
+    elif fault == "isolate-leader":
+        record = Fault(fault, leader, at, hold, entry)
+        cluster.isolate(leader)
+        record.detail = hold_watching(cluster, leader, at, hold)
+        cluster.heal()
+    else:
+        record = Fault(fault, leader, at, hold, entry, f"{percent} % loss with node {follower}")
+        cluster.lossy(leader, follower, percent)
+        time.sleep(hold)
+        cluster.heal()
+    whole = cluster.wait_whole(RECOVERY_TIMEOUT_SECONDS)
+    record.detail = "; ".join(part for part in (record.detail, f"whole again after {time.time() - at:.1f} s, node {whole} leads") if part)
+    return record
+
+
+def hold_watching(cluster: cluster_module.Cluster, leader: int, at: float, hold: float) -> str:
+    """Holds a fault on ``leader`` until ``hold`` seconds after ``at``, meanwhile watching
+    for the other nodes to agree on another leader; says whether and when they did."""
+    try:
+        new = cluster.wait_leader(max(0.1, at + hold - time.time()), excluding=leader)
+        detail = f"node {new} leads after {time.time() - at:.2f} s"
+    except RuntimeError:
+        detail = "no other leader during the hold"
+    time.sleep(max(0.0, at + hold - time.time()))
+    return detail
+
+
+def describe(fault: Fault, started: float) -> str:
+    entry = " (the entry node)" if fault.on_entry else ""
+    return f"  {fault.at - started:6.1f} s  {fault.kind} node {fault.node}{entry} for {fault.hold:.1f} s: {fault.detail}"
+
+
+def print_failovers(faults: List[Fault], sends: List[Dict]) -> List[float]:
+    """Fills in each fault's next acknowledged send and prints the kill-leader failovers;
+    returns them (seconds)."""
+    for fault in faults:
+        fault.next_ack = next_acknowledged(sends, fault.at)
+    kills = [fault for fault in faults if fault.kind == "kill-leader"]
+    times = [fault.next_ack for fault in kills if fault.next_ack is not None]
+    if not kills:
+        return times
+    listed = ", ".join(
+        f"{fault.next_ack:.2f}" + ("*" if fault.on_entry else "") if fault.next_ack is not None else "none" for fault in kills
+    )
+    print(f"failover (kill -9 of the leader to the next acknowledged send), s: {listed}")
+    if times:
+        print(f"failover: median {statistics.median(times):.2f} s, max {max(times):.2f} s over {len(times)} kills")
+    if any(fault.on_entry for fault in kills):
+        print("  * the killed leader was the entry node: the workload reached the cluster again only once it restarted")
+    return times
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=5, help="faults to inject")
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--auth", choices=["none", "keys"], default="keys")
+    parser.add_argument("--nodes", type=int, choices=[3, 5], default=3)
+    parser.add_argument("--duration", type=float, default=None, help="seconds of traffic (default: 9 a round plus 10, at least 30)")
+    parser.add_argument("--faults", default=",".join(FAULTS), help="the kinds to draw from, comma-separated")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory (history, node logs)")
+    args = parser.parse_args(argv)
+    why = netns.available()
+    if why:
+        print(f"skipped: {why}")
+        return 0
+    kinds = [kind for kind in args.faults.split(",") if kind]
+    unknown = set(kinds) - set(FAULTS)
+    if unknown or not kinds:
+        parser.error(f"--faults: from {', '.join(FAULTS)}")
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
+    duration = args.duration if args.duration is not None else max(30.0, 9.0 * args.rounds + 10.0)
+    rng = random.Random(seed)
+    print(
+        f"cluster under faults: seed {seed}, {args.nodes} nodes, {args.rounds} rounds, "
+        f"{duration:.0f} s of traffic, auth {args.auth}",
+        flush=True,
+    )
+    directory = Path(tempfile.mkdtemp(prefix="ferrobus-cluster-faults-"))
+    history = directory / "history.jsonl"
+    failed = False
+    faults: List[Fault] = []
+    with cluster_module.Cluster(directory, nodes=args.nodes, auth=args.auth) as cluster:
+        try:
+            leader = cluster.wait_whole(RECOVERY_TIMEOUT_SECONDS)
+        except RuntimeError as error:
+            print(f"the cluster did not form: {error}; logs in {directory}", file=sys.stderr)
+            return 2
+        entry = min(node for node in cluster.ids if node != leader)
+        print(f"node {leader} leads; the workload connects to node {entry} ({cluster.address[entry]})", flush=True)
+        workload = cluster.network.start(
+            "client",
+            [
+                sys.executable,
+                str(REPO / "tests" / "history" / "workload.py"),
+                "--connection-string",
+                cluster.connection_string(entry),
+                "--history",
+                str(history),
+                "--seed",
+                str(seed),
+                "--duration",
+                str(duration),
+            ],
+            stdout=subprocess.DEVNULL,
+        )
+        started = time.time()
+        for round_number in range(args.rounds):
+            # Every choice is drawn before anything is timed, so a seed replays them all.
+            gap = rng.uniform(1.0, 3.0)
+            kind = rng.choice(kinds)
+            hold = rng.uniform(0.5, 3.0)
+            pick = rng.randrange(1 << 16)
+            percent = rng.choice((10, 20, 30))
+            if time.time() + gap + hold + ROUND_MARGIN_SECONDS > started + duration:
+                print(f"  the traffic ends: {round_number} of {args.rounds} faults injected", flush=True)
+                break
+            time.sleep(gap)
+            if workload.poll() is not None:
+                break
+            try:
+                fault = inject(cluster, kind, hold, pick, percent, entry)
+            except RuntimeError as error:
+                print(f"  {time.time() - started:6.1f} s  {kind}: the cluster did not recover: {error}", flush=True)
+                failed = True
+                break
+            faults.append(fault)
+            print(describe(fault, started), flush=True)
+        try:
+            code = workload.wait(timeout=duration + 240)
+        except subprocess.TimeoutExpired:
+            print("the workload did not end; killed", file=sys.stderr)
+            workload.kill()
+            code = -9
+        if code != 0:
+            print(f"workload exited with {code}", file=sys.stderr)
+            failed = True
+    counts = ", ".join(f"{kind} {sum(1 for fault in faults if fault.kind == kind)}" for kind in FAULTS)
+    starts = ", ".join(f"node {node} {count}" for node, count in cluster.starts.items())
+    if not history.exists():
+        print(f"no history written; logs in {directory}", file=sys.stderr)
+        return 2
+    report, crashed = checker.report(
+        history,
+        f"cluster under faults: seed {seed}, entry node {entry}, {len(faults)} faults ({counts}), starts: {starts}",
+    )
+    print_failovers(faults, acknowledged_sends(history))
+    if report or failed or crashed or args.keep:
+        print(f"history and node logs kept in {directory}")
+    else:
+        shutil.rmtree(directory, ignore_errors=True)
+    if report:
+        return 1
+    return 2 if failed or crashed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
