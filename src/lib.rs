@@ -86,6 +86,12 @@ pub fn open_storage(config: &Config) -> Result<Option<(LogStorage, Recovery)>, S
     let mut options = StorageOptions::new(&config.storage.data_dir);
     options.min_free_space = config.storage.min_free_space;
     options.compaction_min_bytes = config.storage.compaction_threshold;
+    if config.cluster.is_multi_node() {
+        // Members read entries back for each other and for taking over; and a member keeps
+        // its whole log (compaction with snapshots for members behind it is not built yet).
+        options.keep_entry_locations = true;
+        options.compaction_min_bytes = u64::MAX;
+    }
     let (storage, mut recovery) = LogStorage::open(options).map_err(|error| error.to_string())?;
     recovery.elapsed = started.elapsed();
     Ok(Some((storage, recovery)))
@@ -233,6 +239,7 @@ pub async fn run_daemon(
         shutdown,
         ready,
         reload,
+        None,
     )
     .await;
     if let Some(groups) = groups {
@@ -272,13 +279,21 @@ pub async fn run_with_log(
         shutdown,
         || {},
         None,
+        None,
     )
     .await
 }
 
+/// A cluster leader's part in serving: its lease (connections send nothing without it)
+/// and its view of the cluster for `/health`.
+pub(crate) struct MemberRole {
+    pub(crate) lease: Arc<broker::leadership::Lease>,
+    pub(crate) view: admin::http::ClusterView,
+}
+
 /// What the start writes of the namespace's run-time changes before the broker serves.
 #[derive(Debug, Default)]
-struct NamespaceStart {
+pub(crate) struct NamespaceStart {
     /// A `namespace.toml` left by an older build, whose text was recovered: written to the
     /// log, then removed.
     file: Option<std::path::PathBuf>,
@@ -346,7 +361,7 @@ async fn seed_namespace(
 /// Runs the broker on its listeners and the core's storage (`wal`: the node's own log
 /// underneath, for its metrics and to release it at the end).
 #[allow(clippy::too_many_arguments)]
-async fn serve(
+pub(crate) async fn serve(
     listeners: Listeners,
     config: &Config,
     storage: Option<(broker::storage::Storage, broker::storage::Recovered)>,
@@ -356,6 +371,7 @@ async fn serve(
     shutdown: watch::Receiver<bool>,
     ready: impl FnOnce(),
     reload: Option<daemon::reload::ReloadSource>,
+    member: Option<MemberRole>,
 ) -> Result<(), String> {
     let listener = listeners.amqp;
     // Enqueued times never run backwards, even when the system clock was stepped back
@@ -406,6 +422,7 @@ async fn serve(
             started: std::time::SystemTime::now(),
             amqp: std::sync::OnceLock::new(),
             reload: std::sync::OnceLock::new(),
+            cluster: member.as_ref().map(|member| member.view.clone()),
         }),
         tls_identity(config),
     ));
@@ -425,6 +442,7 @@ async fn serve(
         next_receiver_id: AtomicU64::new(1),
         connection_permits: Arc::new(tokio::sync::Semaphore::new(config.server.max_connections)),
         metrics,
+        lease: member.map(|member| member.lease),
     });
     let registry = context.registry.clone();
     let mut http_tasks = tokio::task::JoinSet::new();

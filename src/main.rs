@@ -282,10 +282,25 @@ fn main() -> ExitCode {
                 println!("Emulator Service is Successfully Up!");
                 ferrobus::daemon::notify::ready("serving");
             };
-            if let Err(error) =
-                ferrobus::run_daemon(listeners, &config, storage, stopped, ready, Some(reload))
+            let served = match storage {
+                Some(storage) if config.cluster.is_multi_node() => {
+                    ferrobus::daemon::member::run_member(
+                        listeners,
+                        &config,
+                        storage,
+                        stopped,
+                        ready,
+                        Some(reload),
+                        std::sync::Arc::new(restart_in_place),
+                    )
                     .await
-            {
+                }
+                storage => {
+                    ferrobus::run_daemon(listeners, &config, storage, stopped, ready, Some(reload))
+                        .await
+                }
+            };
+            if let Err(error) = served {
                 tracing::error!("{error}");
             }
         });
@@ -297,6 +312,21 @@ fn main() -> ExitCode {
         let _ = tokio::time::timeout(grace + std::time::Duration::from_secs(8), server).await;
         ExitCode::SUCCESS
     })
+}
+
+/// A cluster member that stopped leading starts again as a follower: the same process
+/// (pid, arguments, environment) runs the binary anew, which closes every connection and
+/// drops every lock and in-memory state at once, as `kill -9` and a restart would. Every
+/// file and socket closes on exec; the data directory's lock goes with them.
+fn restart_in_place() {
+    use std::os::unix::process::CommandExt;
+    let arguments: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    let error = match std::env::current_exe() {
+        Ok(binary) => std::process::Command::new(binary).args(arguments).exec(),
+        Err(error) => error,
+    };
+    eprintln!("ferrobus: cannot start again as a follower: {error}");
+    std::process::exit(75);
 }
 
 /// Binds the HTTP listener: `http.listen`, else port `EMULATOR_HTTP_PORT` or 5300 on the

@@ -71,7 +71,12 @@ pub struct Admin {
     /// Re-reads the configuration file (`POST /$config/reload`, [`crate::daemon::reload`]);
     /// unset (a broker started by a library caller): the route answers 404.
     pub reload: std::sync::OnceLock<ReloadHook>,
+    /// In a cluster, what this node knows of it (`/health` shows it under `cluster`).
+    pub cluster: Option<ClusterView>,
 }
+
+/// What a cluster node knows of the cluster, as JSON.
+pub type ClusterView = Arc<dyn Fn() -> Option<serde_json::Value> + Send + Sync>;
 
 /// Runs a configuration reload: its HTTP status and JSON answer.
 pub type ReloadHook = Arc<
@@ -505,19 +510,23 @@ fn not_allowed() -> Response {
 
 /// `GET /health`: the official emulator's contract.
 fn health(admin: &Admin) -> Response {
-    let mut response = if admin.serving.load(Ordering::Acquire) {
+    let (status, text) = if admin.serving.load(Ordering::Acquire) {
         (
             StatusCode::OK,
             r#"{"status":"healthy","message":"Service is healthy."}"#,
         )
-            .into_response()
     } else {
         (
             StatusCode::SERVICE_UNAVAILABLE,
             r#"{"status":"unhealthy","message":"Service is starting."}"#,
         )
-            .into_response()
     };
+    let body = match admin.cluster.as_ref().and_then(|view| view()) {
+        // The emulator's two fields first, then this node's view of the cluster.
+        Some(view) => format!("{},\"cluster\":{view}}}", &text[..text.len() - 1]),
+        None => text.to_string(),
+    };
+    let mut response = (status, body).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),

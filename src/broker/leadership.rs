@@ -84,3 +84,50 @@ mod tests {
         }
     }
 }
+
+/// A leader's lease in a cluster: how long its view of the log is known to be current.
+/// The leader extends it each time a majority acknowledges it (`docs/scale-out.md` §4
+/// "Reads"); a leader cut off from the majority sees it run out before the others can elect
+/// a new leader, and from then on sends its clients nothing (so a peek or a delivery never
+/// answers from state a newer leader has changed). A single node holds it for ever.
+#[derive(Debug)]
+pub struct Lease {
+    /// The instant the nanosecond counts below start from.
+    base: std::time::Instant,
+    /// Nanoseconds after `base` until which the lease holds (0: not held).
+    until: AtomicU64,
+}
+
+impl Lease {
+    /// A lease not held yet.
+    pub fn new() -> Lease {
+        Lease {
+            base: std::time::Instant::now(),
+            until: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether the lease holds now.
+    pub fn held(&self) -> bool {
+        let now = self.base.elapsed().as_nanos() as u64;
+        now < self.until.load(Ordering::Acquire)
+    }
+
+    /// Holds the lease until `until` (never shortens it: acknowledgements may be reported
+    /// out of order).
+    pub fn extend_to(&self, until: std::time::Instant) {
+        let nanos = until.saturating_duration_since(self.base).as_nanos() as u64;
+        self.until.fetch_max(nanos, Ordering::AcqRel);
+    }
+
+    /// Gives the lease up at once (the leadership ended).
+    pub fn revoke(&self) {
+        self.until.store(0, Ordering::Release);
+    }
+}
+
+impl Default for Lease {
+    fn default() -> Lease {
+        Lease::new()
+    }
+}

@@ -49,6 +49,7 @@ async fn three(name: &str, secrets: [&[u8]; 3]) -> Vec<Node> {
             node_id: id,
             address: address.clone(),
             members: members.clone(),
+            secret: None,
         };
         let log = RaftLog::new_cluster(
             storage,
@@ -97,6 +98,7 @@ async fn reopen(node: &Node, members: &[ClusterMember]) -> Node {
             node_id: node.id,
             address: node.address.clone(),
             members: members.to_vec(),
+            secret: None,
         },
         SECRET,
         listener,

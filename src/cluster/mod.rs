@@ -21,6 +21,7 @@
 
 mod convert;
 mod log_store;
+mod member;
 mod network;
 mod peer;
 mod state_machine;
@@ -298,6 +299,9 @@ pub struct RaftLog {
     metrics: std::sync::OnceLock<GroupMetrics>,
     /// Each running group's leader as this node knows it.
     leaders: Arc<watch::Sender<Leaders>>,
+    /// Every entity's writes go to the metadata group (a cluster of several members: one
+    /// leader runs the whole namespace, `member`).
+    single_group: bool,
 }
 
 /// A node's part in a cluster of several members.
@@ -374,6 +378,29 @@ impl RaftLog {
         secret: &[u8],
         listener: TcpListener,
     ) -> Result<Arc<RaftLog>, String> {
+        RaftLog::cluster_with(storage, groups, settings, secret, listener, false)
+    }
+
+    /// [`RaftLog::new_cluster`] with every entity's writes in the metadata group: one
+    /// leader for the whole namespace, how a cluster member runs today (`member`).
+    pub fn new_member(
+        storage: LogStorage,
+        groups: &HashMap<String, GroupLog>,
+        settings: ClusterConfig,
+        secret: &[u8],
+        listener: TcpListener,
+    ) -> Result<Arc<RaftLog>, String> {
+        RaftLog::cluster_with(storage, groups, settings, secret, listener, true)
+    }
+
+    fn cluster_with(
+        storage: LogStorage,
+        groups: &HashMap<String, GroupLog>,
+        settings: ClusterConfig,
+        secret: &[u8],
+        listener: TcpListener,
+        single_group: bool,
+    ) -> Result<Arc<RaftLog>, String> {
         if !storage.keeps_entry_locations() {
             return Err(
                 "a cluster member's storage must keep its entries' locations (members read entries back for each other)"
@@ -391,9 +418,9 @@ impl RaftLog {
             ));
         }
         let config = openraft::Config {
-            heartbeat_interval: 100,
-            election_timeout_min: 400,
-            election_timeout_max: 800,
+            heartbeat_interval: member::HEARTBEAT.as_millis() as u64,
+            election_timeout_min: member::ELECTION_TIMEOUT.0.as_millis() as u64,
+            election_timeout_max: member::ELECTION_TIMEOUT.1.as_millis() as u64,
             ..openraft::Config::default()
         };
         let settings_node = settings.node_id;
@@ -416,6 +443,7 @@ impl RaftLog {
         };
         let mut log = RaftLog::build(storage, groups, settings, config, Some(cluster))?;
         log.idle = NEVER_IDLE;
+        log.single_group = single_group;
         let log = Arc::new(log);
         let weak = Arc::downgrade(&log);
         let local: peer::Local = Arc::new(move |group: String| {
@@ -493,6 +521,7 @@ impl RaftLog {
             stopped: AtomicBool::new(false),
             metrics: std::sync::OnceLock::new(),
             leaders: Arc::new(watch::channel(Leaders::new()).0),
+            single_group: false,
         })
     }
 
@@ -556,6 +585,15 @@ impl RaftLog {
         &self.storage
     }
 
+    /// The group an entity's writes go to.
+    fn group_for<'a>(&self, entity: &'a str) -> &'a str {
+        if self.single_group {
+            METADATA_GROUP
+        } else {
+            group_of(entity)
+        }
+    }
+
     fn cell(&self, group: &str) -> Arc<OnceCell<Group>> {
         let mut groups = self
             .groups
@@ -596,7 +634,7 @@ impl RaftLog {
             Some(_) => Pending::keeping(),
         }));
         let store = GroupStore::new(group, self.storage.clone(), pending.clone());
-        let machine = GroupMachine::recovered(&log, pending.clone());
+        let machine = GroupMachine::recovered(&log, pending.clone(), self.cluster.is_some());
         let raft = match &self.cluster {
             None => {
                 openraft::Raft::new(node, self.config.clone(), network::NoPeers, store, machine)
@@ -828,7 +866,7 @@ impl DurableLog for RaftLog {
             let Some((first, _)) = batch.first() else {
                 return Ok(());
             };
-            let group = group_of(first).to_string();
+            let group = self.group_for(first).to_string();
             self.write(&group, vec![one_record(batch)]).await
         })
     }
@@ -839,7 +877,7 @@ impl DurableLog for RaftLog {
             let record = LogRecord::Dropped {
                 entity: entity.clone(),
             };
-            let result = self.write(group_of(&entity), vec![record]).await;
+            let result = self.write(self.group_for(&entity), vec![record]).await;
             self.storage.unregister(&entity);
             result
         })
@@ -859,7 +897,7 @@ impl DurableLog for RaftLog {
                     changes: changes.by_ref().take(CHECKPOINT_PART).collect(),
                 });
             }
-            self.write(group_of(&entity), records).await?;
+            self.write(self.group_for(&entity), records).await?;
             self.storage.checkpoint_done(&entity, epoch).await;
             Ok(())
         })

@@ -28,9 +28,23 @@ pub(super) struct GroupMachine {
 }
 
 impl GroupMachine {
-    /// The state after recovery: every entry in the group's log was replayed into its
-    /// entities, so all of it counts as applied.
-    pub(super) fn recovered(log: &GroupLog, pending: Arc<Mutex<Pending>>) -> GroupMachine {
+    /// The state after recovery: on a single node every entry in the group's log was
+    /// replayed into its entities, so all of it counts as applied. A cluster member applies
+    /// nothing in memory (its leader replays the log when it takes over), and its log may
+    /// end with entries that were never committed and that a new leader replaces; so it
+    /// starts with nothing applied and applies again what the group has committed.
+    pub(super) fn recovered(
+        log: &GroupLog,
+        pending: Arc<Mutex<Pending>>,
+        member_of_cluster: bool,
+    ) -> GroupMachine {
+        if member_of_cluster && log.purged.is_none() {
+            return GroupMachine {
+                applied: None,
+                membership: StoredMembership::default(),
+                pending,
+            };
+        }
         let membership = match &log.membership {
             Some((at, membership)) => StoredMembership::new(
                 Some(convert::log_id_from(*at)),

@@ -62,15 +62,28 @@ fn cluster_address(context: &str, text: &str) -> Result<String, ConfigError> {
     }
 }
 
+/// The shortest cluster secret accepted.
+const MIN_CLUSTER_SECRET: usize = 16;
+
 fn convert_cluster(raw: super::raw::RawCluster) -> Result<super::ClusterConfig, ConfigError> {
     let node_id = raw.node_id.unwrap_or(1);
     if node_id == 0 {
         return Err(ConfigError::invalid("cluster", "node_id must be 1 or more"));
     }
-    let address = match raw.address {
-        Some(text) => cluster_address("cluster", &text)?,
-        None => super::DEFAULT_CLUSTER_ADDRESS.to_string(),
+    let configured = match raw.address {
+        Some(text) => Some(cluster_address("cluster", &text)?),
+        None => None,
     };
+    // Without `address`, this node's entry in `members` names it.
+    let own_entry = raw.members.as_ref().and_then(|members| {
+        members
+            .iter()
+            .find(|member| member.id == node_id)
+            .map(|member| member.address.trim().to_string())
+    });
+    let address = configured
+        .or(own_entry)
+        .unwrap_or_else(|| super::DEFAULT_CLUSTER_ADDRESS.to_string());
     let members = match raw.members {
         None => vec![super::ClusterMember {
             id: node_id,
@@ -97,19 +110,48 @@ fn convert_cluster(raw: super::raw::RawCluster) -> Result<super::ClusterConfig, 
             format!("members must include this node (node_id {node_id})"),
         ));
     }
+    let secret = raw.secret.filter(|secret| !secret.is_empty());
     if members.len() > 1 {
-        return Err(ConfigError::invalid(
-            "cluster",
-            format!(
-                "members lists {} nodes: this version runs one-node groups only (list this node alone, or leave members out)",
-                members.len()
-            ),
-        ));
+        match &secret {
+            None => {
+                return Err(ConfigError::invalid(
+                    "cluster",
+                    format!(
+                        "members lists {} nodes: set secret, the same text of at least {MIN_CLUSTER_SECRET} characters on every member (the members prove it to each other)",
+                        members.len()
+                    ),
+                ));
+            }
+            Some(text) if text.chars().count() < MIN_CLUSTER_SECRET => {
+                return Err(ConfigError::invalid(
+                    "cluster",
+                    format!(
+                        "secret is {} characters: it must have at least {MIN_CLUSTER_SECRET}",
+                        text.chars().count()
+                    ),
+                ));
+            }
+            Some(_) => {}
+        }
+        let own = members
+            .iter()
+            .find(|member| member.id == node_id)
+            .map(|member| member.address.clone())
+            .unwrap_or_default();
+        if own != address {
+            return Err(ConfigError::invalid(
+                "cluster",
+                format!(
+                    "address {address:?} differs from member {node_id}'s address {own:?}: the members reach this node at the address its entry in members names"
+                ),
+            ));
+        }
     }
     Ok(super::ClusterConfig {
         node_id,
         address,
         members,
+        secret,
     })
 }
 

@@ -136,8 +136,18 @@ pub struct ClusterConfig {
     pub node_id: u64,
     /// The address other members reach this node's Raft traffic at (`host:port`).
     pub address: String,
-    /// The members of every group: today this node alone.
+    /// The members of the cluster, this node among them (alone without `members`).
     pub members: Vec<ClusterMember>,
+    /// The secret every member proves it knows on each peer connection (required with
+    /// more than one member).
+    pub secret: Option<String>,
+}
+
+impl ClusterConfig {
+    /// Whether this node runs in a cluster of several members.
+    pub fn is_multi_node(&self) -> bool {
+        self.members.len() > 1
+    }
 }
 
 /// A member of the cluster.
@@ -161,6 +171,7 @@ impl Default for ClusterConfig {
                 id: 1,
                 address: DEFAULT_CLUSTER_ADDRESS.to_string(),
             }],
+            secret: None,
         }
     }
 }

@@ -41,6 +41,7 @@ pub(super) struct RawCluster {
     pub node_id: Option<u64>,
     pub address: Option<String>,
     pub members: Option<Vec<RawMember>>,
+    pub secret: Option<String>,
 }
 
 /// `[[cluster.members]]`.

@@ -561,11 +561,34 @@ fn cluster_table_names_what_is_wrong() {
         "[cluster]\nmembers = [{ id = 1, address = \"a:1\" }, { id = 1, address = \"b:1\" }]\n",
         &["cluster member 1", "listed twice"],
     );
+    let two = "[storage]\nmode = \"durable\"\n[cluster]\nmembers = [{ id = 1, address = \"a:1\" }, { id = 2, address = \"b:1\" }]\n";
+    assert_error(two, &["cluster", "lists 2 nodes", "set secret"]);
     assert_error(
-        "[cluster]\nmembers = [{ id = 1, address = \"a:1\" }, { id = 2, address = \"b:1\" }]\n",
-        &["cluster", "lists 2 nodes", "one-node groups only"],
+        &format!("{two}secret = \"too short\"\n"),
+        &["cluster", "secret is 9 characters", "at least 16"],
+    );
+    assert_error(
+        &format!("{two}secret = \"0123456789abcdef\"\naddress = \"c:1\"\n"),
+        &["cluster", "address \"c:1\" differs from member 1's address \"a:1\""],
+    );
+    assert_error(
+        "[storage]\nmode = \"memory\"\n[cluster]\nsecret = \"0123456789abcdef\"\nmembers = [{ id = 1, address = \"a:1\" }, { id = 2, address = \"b:1\" }]\n",
+        &["cluster", "storage is in memory", "mode = \"durable\""],
     );
     assert_error("[cluster]\nnode = 1\n", &["node"]);
+}
+
+#[test]
+fn a_cluster_of_three_takes_its_address_from_its_own_entry() {
+    let config = Config::from_toml_str(
+        "[storage]\nmode = \"durable\"\n[cluster]\nnode_id = 2\nsecret = \"0123456789abcdef\"\nmembers = [\n  { id = 1, address = \"10.0.0.1:5700\" },\n  { id = 2, address = \"10.0.0.2:5700\" },\n  { id = 3, address = \"10.0.0.3:5700\" },\n]\n",
+        "test.toml",
+    )
+    .expect("loads");
+    assert!(config.cluster.is_multi_node());
+    assert_eq!(config.cluster.address, "10.0.0.2:5700");
+    assert_eq!(config.cluster.secret.as_deref(), Some("0123456789abcdef"));
+    assert_eq!(config.cluster.members.len(), 3);
 }
 
 #[test]

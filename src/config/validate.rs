@@ -38,6 +38,15 @@ pub(super) fn rule_context(subscription_context: &str, index: usize, name: &str)
 pub(super) fn validate(config: &Config) -> Result<(), ConfigError> {
     validate_server(config)?;
     validate_auth(config)?;
+    if config.cluster.is_multi_node() && config.storage.mode == super::StorageMode::Memory {
+        return Err(ConfigError::invalid(
+            "cluster",
+            format!(
+                "members lists {} nodes and storage is in memory: a cluster keeps its log on every member's disk (set [storage] mode = \"durable\")",
+                config.cluster.members.len()
+            ),
+        ));
+    }
     // Lower-cased queue/topic name → the context of the entity that has it.
     let mut entity_names: HashMap<String, String> = HashMap::new();
     let contexts = config

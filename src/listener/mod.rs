@@ -5,6 +5,7 @@
 //! One set of connection permits (`server.max_connections`) and one drain at shutdown cover
 //! every connection it accepts, whatever its protocol.
 
+pub mod forward;
 pub mod sniff;
 
 use std::sync::Arc;

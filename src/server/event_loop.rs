@@ -37,6 +37,18 @@ fn flush_now<S: RawStream>(
     connection: &mut Connection,
 ) -> Result<bool, ConnectionError> {
     let mut wrote = false;
+    if let Some(lease) = &connection.context.lease
+        && connection.output_len() > 0
+        && !lease.held()
+    {
+        // A leader cut off from its majority answers nothing: what it would send may come
+        // from state a newer leader has changed. The client reconnects to the new one.
+        connection.output.clear();
+        connection.output_ahead.clear();
+        connection.output_ahead_len = 0;
+        tracing::debug!("closing a connection: this node's leader lease has run out");
+        return Err(ConnectionError::Closed);
+    }
     loop {
         let chunk: &[u8] = match connection.output_ahead.front() {
             Some(front) => front,

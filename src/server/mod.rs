@@ -72,6 +72,9 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// One per open connection (`server.max_connections`), whatever its transport.
     pub connection_permits: Arc<Semaphore>,
+    /// In a cluster, the leader's lease: while it does not hold, connections send nothing
+    /// and close (`None` on a single node).
+    pub lease: Option<Arc<crate::broker::leadership::Lease>>,
 }
 
 impl Context {

@@ -18,6 +18,9 @@ use crate::store::codec::{
 use crate::store::log::{Location, StoreError};
 use crate::store::segment;
 
+/// Every entity's changes in a group, replayed.
+pub type GroupChanges = HashMap<String, Vec<crate::broker::entity::state::Change>>;
+
 /// A placement group's Raft log state: what a log store needs to answer for the group
 /// without keeping entries in memory.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -400,13 +403,20 @@ impl LogStorage {
     /// its purge point) as recovery at start builds them: what a member that becomes the
     /// group's leader can start its entities from. Fails when an entry the group's log
     /// holds cannot be read back (or locations are not kept).
-    pub fn replay_group(
+    pub fn replay_group(&self, group: &str) -> Result<GroupChanges, StoreError> {
+        self.replay_group_with_namespace(group)
+            .map(|(entities, _)| entities)
+    }
+
+    /// [`LogStorage::replay_group`], with the newest namespace text among the group's
+    /// entries (the metadata group's, or a cluster's one group's).
+    pub fn replay_group_with_namespace(
         &self,
         group: &str,
-    ) -> Result<HashMap<String, Vec<crate::broker::entity::state::Change>>, StoreError> {
+    ) -> Result<(GroupChanges, Option<String>), StoreError> {
         let log = self.group_log(group);
         let (Some(last), Some(first)) = (log.last, log.runs.first()) else {
-            return Ok(HashMap::new());
+            return Ok((HashMap::new(), None));
         };
         let first = log
             .purged
@@ -428,7 +438,7 @@ impl LogStorage {
                 }
             }
         }
-        Ok(replay.entities)
+        Ok((replay.entities, replay.namespace))
     }
 
     /// Whether entries can be read back ([`super::StorageOptions::keep_entry_locations`]).

@@ -1,0 +1,238 @@
+//! A node's part in a cluster of several members: one Raft group, the metadata group,
+//! holds the whole namespace (every entity's turns and the run-time definitions), so one
+//! node at a time leads everything. The leader runs the broker's entities; the others keep
+//! the log on their disks and forward their clients' connections to it. Taking over is
+//! recovery: the new leader waits until its term's first entry is committed (so its whole
+//! log is), replays the group's entries from its disk and starts the entities from them.
+//!
+//! A leader holds a [`Lease`] while a majority acknowledges it: the lease runs out
+//! ([`LEASE`]) before the other members' election timeout, so a leader cut off from them
+//! stops answering before anyone else can lead.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use openraft::ServerState;
+use serde::Serialize;
+use tokio::sync::watch;
+
+use super::{METADATA_GROUP, RaftLog};
+use crate::broker::leadership::{Leadership, Lease};
+use crate::broker::storage::{Recovered, StorageError};
+
+/// How often a leader sends heartbeats.
+pub(super) const HEARTBEAT: Duration = Duration::from_millis(100);
+
+/// A follower that hears nothing from its leader for a time in this range (random per
+/// round) stands for election.
+pub(super) const ELECTION_TIMEOUT: (Duration, Duration) =
+    (Duration::from_millis(500), Duration::from_millis(1000));
+
+/// How long after a majority's acknowledgement a leader still answers clients: well under
+/// the shortest election timeout, for clock drift and for the time a reply takes to leave.
+pub const LEASE: Duration = Duration::from_millis(350);
+
+/// What a node knows of the cluster (`/health`).
+#[derive(Debug, Clone, Serialize)]
+pub struct MemberView {
+    /// This node's id.
+    pub node: u64,
+    /// `leader`, `follower`, `candidate` or `learner`.
+    pub role: &'static str,
+    /// The leader this node knows of.
+    pub leader: Option<u64>,
+    /// The current term.
+    pub term: u64,
+    /// The index of the last entry in this node's log.
+    pub last_index: Option<u64>,
+    /// On the leader: each member's replication progress.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<MemberProgress>,
+}
+
+/// A member's replication progress as its leader sees it.
+#[derive(Debug, Clone, Serialize)]
+pub struct MemberProgress {
+    /// The member's id.
+    pub id: u64,
+    /// The index of the last entry known to be on its disk.
+    pub matched: Option<u64>,
+    /// Entries of the leader's log it does not have yet.
+    pub lag: u64,
+}
+
+impl RaftLog {
+    /// Starts the cluster's group on this node: it takes part in elections and replication
+    /// from now on.
+    pub async fn start_member(&self) -> Result<(), StorageError> {
+        self.group(METADATA_GROUP).await.map(|_| ())
+    }
+
+    /// Waits until this node leads the cluster's group and every entry in its log is
+    /// committed (its term's first entry is), then returns the leadership.
+    pub async fn lead(&self) -> Result<Leadership, StorageError> {
+        let node = self.settings.node_id;
+        let mut leaders = self.leaders();
+        loop {
+            let leading = leaders
+                .borrow_and_update()
+                .get(METADATA_GROUP)
+                .copied()
+                .filter(|leadership| leadership.node == node);
+            if let Some(leadership) = leading {
+                let running = self.group(METADATA_GROUP).await?;
+                if running.raft.ensure_linearizable().await.is_ok() {
+                    let still = self.leaders().borrow().get(METADATA_GROUP).copied();
+                    if still == Some(leadership) {
+                        return Ok(leadership);
+                    }
+                }
+                continue;
+            }
+            if leaders.changed().await.is_err() {
+                return Err(StorageError::Failed(
+                    "the cluster's group stopped".to_string(),
+                ));
+            }
+        }
+    }
+
+    /// Everything the cluster's group holds, replayed from this node's disk: what its
+    /// leader starts the entities and the namespace from.
+    pub async fn replay_member(&self) -> Result<Recovered, String> {
+        let (entities, namespace) = self
+            .storage
+            .replay_group_with_namespace(METADATA_GROUP)
+            .map_err(|error| format!("cannot replay the cluster's log: {error}"))?;
+        self.metadata.lock().await.text = namespace.clone();
+        Ok(Recovered {
+            entities,
+            namespace,
+        })
+    }
+
+    /// Keeps `lease` extended while this node leads the cluster's group in `leadership`
+    /// and a majority acknowledges it; revokes it when the leadership ends.
+    pub async fn hold_lease(&self, lease: Arc<Lease>, leadership: Leadership) {
+        let Ok(running) = self.group(METADATA_GROUP).await else {
+            lease.revoke();
+            return;
+        };
+        let mut metrics = running.raft.metrics();
+        drop(running);
+        loop {
+            let held = {
+                let current = metrics.borrow_and_update();
+                let leads = current.state == ServerState::Leader
+                    && current.current_leader == Some(leadership.node)
+                    && current.current_term == leadership.term;
+                if leads && let Some(millis) = current.millis_since_quorum_ack {
+                    let acknowledged = Instant::now()
+                        .checked_sub(Duration::from_millis(millis))
+                        .unwrap_or_else(Instant::now);
+                    lease.extend_to(acknowledged + LEASE);
+                }
+                leads
+            };
+            if !held {
+                lease.revoke();
+                return;
+            }
+            if metrics.changed().await.is_err() {
+                lease.revoke();
+                return;
+            }
+        }
+    }
+
+    /// What this node knows of the cluster now (`None` before its group runs).
+    pub fn member_view(&self) -> Option<MemberView> {
+        let running = {
+            let groups = self
+                .groups
+                .lock()
+                .unwrap_or_else(|poison| poison.into_inner());
+            groups.get(METADATA_GROUP)?.get()?.raft.clone()
+        };
+        let metrics = running.metrics();
+        let metrics = metrics.borrow();
+        let role = match metrics.state {
+            ServerState::Leader => "leader",
+            ServerState::Follower => "follower",
+            ServerState::Candidate => "candidate",
+            ServerState::Learner => "learner",
+            ServerState::Shutdown => "stopped",
+        };
+        let last = metrics.last_log_index.unwrap_or(0);
+        let members = metrics
+            .replication
+            .as_ref()
+            .map(|replication| {
+                replication
+                    .iter()
+                    .map(|(id, matched)| MemberProgress {
+                        id: *id,
+                        matched: matched.map(|matched| matched.index),
+                        lag: last.saturating_sub(matched.map_or(0, |matched| matched.index)),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Some(MemberView {
+            node: self.settings.node_id,
+            role,
+            leader: metrics.current_leader,
+            term: metrics.current_term,
+            last_index: metrics.last_log_index,
+            members,
+        })
+    }
+
+    /// The host (without the port) other members reach `node` at.
+    pub fn member_host(&self, node: u64) -> Option<String> {
+        let member = self
+            .settings
+            .members
+            .iter()
+            .find(|member| member.id == node)?;
+        let (host, _) = member.address.rsplit_once(':')?;
+        Some(
+            host.trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string(),
+        )
+    }
+
+    /// The node leading the cluster's group as this node knows it, as it changes.
+    pub fn cluster_leader(&self) -> watch::Receiver<Option<u64>> {
+        let mut leaders = self.leaders();
+        let (sender, receiver) = watch::channel(
+            leaders
+                .borrow_and_update()
+                .get(METADATA_GROUP)
+                .map(|leadership| leadership.node),
+        );
+        tokio::spawn(async move {
+            while leaders.changed().await.is_ok() {
+                let leader = leaders
+                    .borrow_and_update()
+                    .get(METADATA_GROUP)
+                    .map(|leadership| leadership.node);
+                sender.send_if_modified(|current| {
+                    let changed = *current != leader;
+                    *current = leader;
+                    changed
+                });
+                if sender.is_closed() {
+                    break;
+                }
+            }
+        });
+        receiver
+    }
+
+    /// This node's id.
+    pub fn node_id(&self) -> u64 {
+        self.settings.node_id
+    }
+}

@@ -1,0 +1,240 @@
+//! Running as a member of a cluster (`[cluster]` with several members, `docs/cluster.md`).
+//!
+//! A member starts as a follower: it takes part in the cluster's Raft group and forwards
+//! its clients' connections to the leader ([`crate::listener::forward`]). When it becomes
+//! the leader, it replays the group's log from its disk and serves the namespace itself, as
+//! a single node does after a restart. A leader that loses the leadership stops at once
+//! (`deposed`: the binary executes itself again, so it comes back as a follower with every
+//! lock released and every connection closed), because its entities' state may differ from
+//! what the new leader commits.
+
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::broker::leadership::Lease;
+use crate::cluster::{METADATA_GROUP, RaftLog};
+use crate::config::Config;
+use crate::listener::forward::{Forwarding, forward_until};
+use crate::store::storage::{LogStorage, Recovery};
+use crate::{Listeners, MemberRole, NamespaceStart};
+
+/// Runs this node as a member of its cluster until `shutdown` turns true: a follower until
+/// it leads, then the broker. `ready` is called once the listeners forward (or serve);
+/// `deposed` when the node led and no longer does (it must not go on serving: the binary
+/// starts itself again).
+pub async fn run_member(
+    listeners: Listeners,
+    config: &Config,
+    storage: (LogStorage, Recovery),
+    mut shutdown: watch::Receiver<bool>,
+    ready: impl FnOnce(),
+    reload: Option<super::reload::ReloadSource>,
+    deposed: Arc<dyn Fn() + Send + Sync>,
+) -> Result<(), String> {
+    let (store, recovery) = storage;
+    let settings = &config.cluster;
+    let secret = settings
+        .secret
+        .clone()
+        .ok_or_else(|| "[cluster] secret is not set".to_string())?;
+    let peers = TcpListener::bind(&settings.address)
+        .await
+        .map_err(|error| {
+            format!(
+                "cannot listen for the cluster's members on {} (cluster.address): {error}",
+                settings.address
+            )
+        })?;
+    let metrics = crate::metrics::Metrics::new();
+    let raft = RaftLog::new_member(
+        store.clone(),
+        &recovery.groups,
+        settings.clone(),
+        secret.as_bytes(),
+        peers,
+    )?;
+    drop(recovery);
+    raft.report_to(metrics.groups.clone());
+    raft.start_member()
+        .await
+        .map_err(|error| format!("cannot join the cluster: {error}"))?;
+    tracing::info!(
+        node = settings.node_id,
+        "member of a cluster of {} nodes; peers on {}",
+        settings.members.len(),
+        settings.address
+    );
+    ready();
+
+    // A follower until this node leads (or the broker stops).
+    let led = {
+        let mut leading = {
+            let raft = raft.clone();
+            tokio::spawn(async move { raft.lead().await })
+        };
+        let mut outcome = None;
+        let mut stop = shutdown.clone();
+        let until = async {
+            tokio::select! {
+                led = &mut leading => outcome = led.ok(),
+                _ = stop.wait_for(|stop| *stop) => leading.abort(),
+            }
+        };
+        let forwarding = Forwarding {
+            own: settings.node_id,
+            leader: raft.cluster_leader(),
+            host_of: {
+                let raft = raft.clone();
+                Arc::new(move |node| raft.member_host(node))
+            },
+            health: {
+                let raft = raft.clone();
+                Arc::new(move || follower_health(&raft))
+            },
+        };
+        let (flat, shape) = flatten(listeners);
+        let forwarded = forward_until(flat, forwarding, until).await;
+        (forwarded, shape, outcome)
+    };
+    let (forwarded, shape, outcome) = led;
+    let leadership = match outcome {
+        None => {
+            raft.shutdown().await;
+            store.close();
+            return Ok(());
+        }
+        Some(Err(error)) => return Err(format!("cannot lead the cluster: {error}")),
+        Some(Ok(leadership)) => leadership,
+    };
+    let listeners = unflatten(forwarded, shape)?;
+
+    // The leader: the whole log is committed; replay it and serve.
+    let started = std::time::Instant::now();
+    let recovered = raft.replay_member().await?;
+    raft.keep_metadata();
+    tracing::info!(
+        node = settings.node_id,
+        term = leadership.term,
+        "this node leads the cluster: {} entities replayed in {:.1} ms",
+        recovered.entities.len(),
+        started.elapsed().as_secs_f64() * 1000.0
+    );
+    let lease = Arc::new(Lease::new());
+    {
+        let raft = raft.clone();
+        let lease = lease.clone();
+        tokio::spawn(async move { raft.hold_lease(lease, leadership).await });
+    }
+    {
+        // The leadership ends: stop serving at once.
+        let mut leaders = raft.leaders();
+        let deposed = deposed.clone();
+        let mut stop = shutdown.clone();
+        tokio::spawn(async move {
+            let ended = leaders
+                .wait_for(|leaders| leaders.get(METADATA_GROUP).copied() != Some(leadership));
+            tokio::select! {
+                _ = ended => {
+                    tracing::warn!(
+                        term = leadership.term,
+                        "this node no longer leads the cluster: restarting as a follower"
+                    );
+                    deposed();
+                }
+                _ = stop.wait_for(|stop| *stop) => {}
+            }
+        });
+    }
+    let view: crate::admin::http::ClusterView = {
+        let raft = raft.clone();
+        Arc::new(move || {
+            raft.member_view()
+                .and_then(|view| serde_json::to_value(view).ok())
+        })
+    };
+    let port: Arc<dyn crate::broker::storage::DurableLog> = raft.clone();
+    let served = crate::serve(
+        listeners,
+        config,
+        Some((crate::broker::storage::Storage::new(port), recovered)),
+        NamespaceStart::default(),
+        Some(store.clone()),
+        metrics,
+        shutdown.clone(),
+        || {},
+        reload,
+        Some(MemberRole { lease, view }),
+    )
+    .await;
+    let _ = shutdown.changed().await.ok();
+    raft.shutdown().await;
+    store.close();
+    served
+}
+
+/// A follower's `/health`: healthy while it knows a leader to forward to.
+fn follower_health(raft: &RaftLog) -> (u16, String) {
+    let view = raft.member_view();
+    let leader = view.as_ref().and_then(|view| view.leader);
+    let cluster = view
+        .and_then(|view| serde_json::to_string(&view).ok())
+        .unwrap_or_else(|| "null".to_string());
+    match leader {
+        Some(leader) => (
+            200,
+            format!(
+                r#"{{"status":"healthy","message":"Service is healthy: node {leader} leads the cluster.","cluster":{cluster}}}"#
+            ),
+        ),
+        None => (
+            503,
+            format!(
+                r#"{{"status":"unhealthy","message":"No node leads the cluster yet.","cluster":{cluster}}}"#
+            ),
+        ),
+    }
+}
+
+/// Which of [`Listeners`]' optional listeners exist, to put them back after forwarding.
+struct Shape {
+    http: bool,
+    https: bool,
+}
+
+/// The listeners in a fixed order: AMQP, HTTP, HTTPS (those that exist), then the others.
+fn flatten(listeners: Listeners) -> (Vec<TcpListener>, Shape) {
+    let shape = Shape {
+        http: listeners.http.is_some(),
+        https: listeners.https.is_some(),
+    };
+    let mut all = vec![listeners.amqp];
+    all.extend(listeners.http);
+    all.extend(listeners.https);
+    all.extend(listeners.more);
+    (all, shape)
+}
+
+/// [`flatten`] undone.
+fn unflatten(listeners: Vec<TcpListener>, shape: Shape) -> Result<Listeners, String> {
+    let mut listeners = listeners.into_iter();
+    let lost = || "a listener was lost while forwarding".to_string();
+    let amqp = listeners.next().ok_or_else(lost)?;
+    let http = if shape.http {
+        Some(listeners.next().ok_or_else(lost)?)
+    } else {
+        None
+    };
+    let https = if shape.https {
+        Some(listeners.next().ok_or_else(lost)?)
+    } else {
+        None
+    };
+    Ok(Listeners {
+        amqp,
+        more: listeners.collect(),
+        http,
+        https,
+    })
+}

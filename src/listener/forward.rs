@@ -1,0 +1,188 @@
+//! A cluster follower's listeners: every connection a client opens here is forwarded, byte
+//! for byte, to the node that leads the cluster, at that node's host and the port number of
+//! the listener the client reached (every member serves the same ports). TLS, WebSockets,
+//! SASL and `$cbs` all happen on the leader, so a connection string may name any member.
+//! When the leader changes, the connections forwarded to the old one are closed; the
+//! client's SDK reconnects and reaches the new one.
+//!
+//! `GET /health` is answered here, by this node, so that each member reports its own view.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, watch};
+
+/// How long a connection waits for a leader to be known before it is closed.
+const WAIT_FOR_LEADER: Duration = Duration::from_secs(10);
+
+/// How long the client has to send its first bytes, and the leader to accept.
+const FIRST_BYTES: Duration = Duration::from_secs(10);
+
+/// The most connections a follower forwards at once.
+const MAX_FORWARDED: usize = 4096;
+
+/// Where a follower forwards to.
+#[derive(Clone)]
+pub struct Forwarding {
+    /// This node's id (never a target: the node leads once it runs the entities itself).
+    pub own: u64,
+    /// The leader as this node knows it.
+    pub leader: watch::Receiver<Option<u64>>,
+    /// A member's host.
+    pub host_of: Arc<dyn Fn(u64) -> Option<String> + Send + Sync>,
+    /// This node's `/health`: status code and JSON body.
+    pub health: Arc<dyn Fn() -> (u16, String) + Send + Sync>,
+}
+
+/// Forwards every connection the listeners accept until `until` completes, then hands the
+/// listeners back (the connections forwarded so far go on until the leader changes).
+pub async fn forward_until(
+    listeners: Vec<TcpListener>,
+    forwarding: Forwarding,
+    until: impl Future<Output = ()>,
+) -> Vec<TcpListener> {
+    let (stop, stopped) = watch::channel(false);
+    let permits = Arc::new(Semaphore::new(MAX_FORWARDED));
+    let tasks: Vec<_> = listeners
+        .into_iter()
+        .map(|listener| {
+            tokio::spawn(accept(
+                listener,
+                forwarding.clone(),
+                permits.clone(),
+                stopped.clone(),
+            ))
+        })
+        .collect();
+    until.await;
+    let _ = stop.send(true);
+    let mut listeners = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        // An accept loop only ends by handing its listener back.
+        if let Ok(listener) = task.await {
+            listeners.push(listener);
+        }
+    }
+    listeners
+}
+
+async fn accept(
+    listener: TcpListener,
+    forwarding: Forwarding,
+    permits: Arc<Semaphore>,
+    mut stopped: watch::Receiver<bool>,
+) -> TcpListener {
+    let port = listener
+        .local_addr()
+        .map(|address| address.port())
+        .unwrap_or(0);
+    loop {
+        tokio::select! {
+            _ = stopped.changed() => return listener,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let Ok(permit) = permits.clone().try_acquire_owned() else {
+                        tracing::warn!("refusing a connection: {MAX_FORWARDED} connections are being forwarded");
+                        continue;
+                    };
+                    let forwarding = forwarding.clone();
+                    tokio::spawn(async move {
+                        forward(stream, port, forwarding).await;
+                        drop(permit);
+                    });
+                }
+                Err(error) => {
+                    tracing::debug!(%error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            },
+        }
+    }
+}
+
+/// Whether the first bytes are an HTTP request for `/health`.
+fn asks_for_health(first: &[u8]) -> bool {
+    first
+        .strip_prefix(b"GET /health")
+        .is_some_and(|rest| matches!(rest.first(), Some(b' ' | b'?' | b'/')))
+}
+
+async fn forward(mut client: TcpStream, port: u16, forwarding: Forwarding) {
+    let mut first = vec![0u8; 4096];
+    let read = match tokio::time::timeout(FIRST_BYTES, client.read(&mut first)).await {
+        Ok(Ok(read)) if read > 0 => read,
+        _ => return,
+    };
+    first.truncate(read);
+    if asks_for_health(&first) {
+        let (status, body) = (forwarding.health)();
+        let reason = if status == 200 {
+            "OK"
+        } else {
+            "Service Unavailable"
+        };
+        let response = format!(
+            "HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = client.write_all(response.as_bytes()).await;
+        let _ = client.shutdown().await;
+        return;
+    }
+    let mut leader = forwarding.leader.clone();
+    let own = forwarding.own;
+    let target = tokio::time::timeout(
+        WAIT_FOR_LEADER,
+        leader.wait_for(|leader| leader.is_some_and(|leader| leader != own)),
+    )
+    .await;
+    let Some(target) = target
+        .ok()
+        .and_then(|found| found.ok())
+        .and_then(|found| *found)
+    else {
+        tracing::debug!("closing a connection: no other node leads the cluster");
+        return;
+    };
+    let Some(host) = (forwarding.host_of)(target) else {
+        return;
+    };
+    let upstream =
+        tokio::time::timeout(FIRST_BYTES, TcpStream::connect((host.as_str(), port))).await;
+    let mut upstream = match upstream {
+        Ok(Ok(upstream)) => upstream,
+        Ok(Err(error)) => {
+            tracing::debug!(%error, "cannot reach the leader (node {target}) at {host}:{port}");
+            return;
+        }
+        Err(_) => return,
+    };
+    let _ = upstream.set_nodelay(true);
+    let _ = client.set_nodelay(true);
+    if upstream.write_all(&first).await.is_err() {
+        return;
+    }
+    tokio::select! {
+        _ = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {}
+        _ = leader.wait_for(|leader| *leader != Some(target)) => {
+            tracing::debug!("closing a forwarded connection: node {target} no longer leads");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_health_route_is_answered_here() {
+        assert!(asks_for_health(b"GET /health HTTP/1.1\r\n"));
+        assert!(asks_for_health(b"GET /health?x=1 HTTP/1.1\r\n"));
+        assert!(!asks_for_health(b"GET /healthy HTTP/1.1\r\n"));
+        assert!(!asks_for_health(b"GET /metrics HTTP/1.1\r\n"));
+        assert!(!asks_for_health(b"AMQP\x03\x01\x00\x00"));
+    }
+}
