@@ -333,6 +333,10 @@ const GROUP_IDLE: Duration = Duration::from_secs(30);
 /// a write waits for the group to have a leader).
 const ELECTION_WAIT: Duration = Duration::from_secs(30);
 
+/// A cluster's new group waits this long for the member with the lowest id to initialize it
+/// before another member does.
+const INITIALIZE_WAIT: Duration = Duration::from_secs(3);
+
 /// Groups of several members never retire: a retired leader would stop its heartbeats and
 /// a retired follower would miss entries.
 const NEVER_IDLE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
@@ -650,12 +654,34 @@ impl RaftLog {
         }
         .map_err(|error| failed("openraft", &error))?;
         if let Some(cluster) = &self.cluster {
-            // Every member initializes a new group with the same membership (the same
-            // entry at index 0); the members elect its leader on their timers.
+            // A new group is initialized with the same membership (the same entry at index
+            // 0) by the member with the lowest id at once, and by any other member only if
+            // nothing reached it for a while (the lowest is down): members that initialize
+            // together may each stand for the first term, and a term-1 leader would be
+            // deposed at once.
             if log.membership.is_none() && log.last.is_none() {
-                match raft.initialize(cluster.members.clone()).await {
-                    Ok(()) | Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
-                    Err(error) => return Err(failed("initializing", &error)),
+                let first = cluster.members.keys().next().copied() == Some(node);
+                let raft = raft.clone();
+                let members = cluster.members.clone();
+                let group = group.to_string();
+                let initialize = async move {
+                    if !first {
+                        tokio::time::sleep(INITIALIZE_WAIT).await;
+                        if raft.metrics().borrow().last_log_index.is_some() {
+                            return;
+                        }
+                    }
+                    match raft.initialize(members).await {
+                        Ok(()) | Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
+                        Err(error) => {
+                            tracing::warn!(%error, "cannot initialize the Raft group '{group}'");
+                        }
+                    }
+                };
+                if first {
+                    initialize.await;
+                } else {
+                    tokio::spawn(initialize);
                 }
             }
             tokio::spawn(report_replication(raft.clone(), node, pending.clone()));

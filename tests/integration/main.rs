@@ -6,6 +6,7 @@ mod auth;
 mod batched_sends;
 mod cli;
 mod clock_restart;
+mod cluster;
 mod crash;
 mod daemon;
 mod durability;

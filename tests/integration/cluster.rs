@@ -1,0 +1,443 @@
+//! A three-node cluster of real processes on 127.0.0.1, 127.0.0.2 and 127.0.0.3 (every
+//! node on the same ports, picked free at run time): clients connect to any node, a
+//! follower forwards them to the leader, acknowledged messages survive the leader's
+//! `kill -9`, entities created at run time through a follower exist on the new leader, and a
+//! leader paused past its lease comes back as a follower (fail-stop: the same pid executes
+//! itself again).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use fe2o3_amqp::{Receiver, Sender};
+use serde_json::Value;
+
+use crate::harness::receive;
+
+const BINARY: &str = env!("CARGO_BIN_EXE_ferrobus");
+const SECRET: &str = "cluster-test-secret-0123456789";
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// A port free on all three loopback addresses.
+fn shared_free_port() -> u16 {
+    for _ in 0..50 {
+        let first = TcpListener::bind("127.0.0.1:0").expect("binds");
+        let port = first.local_addr().expect("address").port();
+        let others: Vec<_> = ["127.0.0.2", "127.0.0.3"]
+            .iter()
+            .map(|host| TcpListener::bind((*host, port)))
+            .collect();
+        if others.iter().all(|other| other.is_ok()) {
+            return port;
+        }
+    }
+    panic!("no port is free on 127.0.0.1-3");
+}
+
+/// One node: its process, its log lines, its files.
+struct Node {
+    id: u64,
+    host: String,
+    port: u16,
+    config: PathBuf,
+    child: Option<Child>,
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl Node {
+    fn address(&self) -> SocketAddr {
+        format!("{}:{}", self.host, self.port)
+            .parse()
+            .expect("an address")
+    }
+
+    fn start(&mut self) {
+        let mut child = Command::new(BINARY)
+            .args(["--config", &self.config.display().to_string()])
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starts");
+        let stderr = BufReader::new(child.stderr.take().expect("stderr"));
+        let lines = self.lines.clone();
+        std::thread::spawn(move || {
+            for line in stderr.lines() {
+                let Ok(line) = line else { break };
+                lines.lock().expect("lines").push(line);
+            }
+        });
+        self.child = Some(child);
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &self.pid().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success());
+    }
+
+    fn logged(&self, text: &str) -> usize {
+        self.lines
+            .lock()
+            .expect("lines")
+            .iter()
+            .filter(|line| line.contains(text))
+            .count()
+    }
+
+    /// This node's `/health`, asked on its AMQP port (which serves HTTP too).
+    fn health(&self) -> Option<(u16, Value)> {
+        let mut stream =
+            TcpStream::connect_timeout(&self.address(), Duration::from_millis(500)).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        write!(
+            stream,
+            "GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+        )
+        .ok()?;
+        let mut text = String::new();
+        stream.read_to_string(&mut text).ok()?;
+        let status = text.split_whitespace().nth(1)?.parse().ok()?;
+        let body = text.split("\r\n\r\n").nth(1)?;
+        Some((status, serde_json::from_str(body).ok()?))
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+struct Cluster {
+    nodes: Vec<Node>,
+    directory: PathBuf,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            node.kill();
+        }
+        let _ = std::fs::remove_dir_all(&self.directory);
+    }
+}
+
+impl Cluster {
+    fn start(entities: &str) -> Cluster {
+        let directory = std::env::temp_dir().join(format!(
+            "ferrobus-cluster-{}-{}",
+            std::process::id(),
+            ferrobus::encoding::ids::unique_u64()
+        ));
+        std::fs::create_dir_all(&directory).expect("scratch");
+        let port = shared_free_port();
+        let peer_port = loop {
+            let candidate = shared_free_port();
+            if candidate != port {
+                break candidate;
+            }
+        };
+        let members: Vec<String> = (1..=3)
+            .map(|id| format!("{{ id = {id}, address = \"127.0.0.{id}:{peer_port}\" }}"))
+            .collect();
+        let mut nodes = Vec::new();
+        for id in 1..=3u64 {
+            let host = format!("127.0.0.{id}");
+            let config = format!(
+                "[server]\nlisten = \"{host}:{port}\"\n[http]\nenabled = false\n[tls]\nenabled = false\n[websocket]\nenabled = false\n[storage]\nmode = \"durable\"\ndata_dir = \"{}\"\n[cluster]\nnode_id = {id}\nsecret = \"{SECRET}\"\nmembers = [{}]\n{entities}",
+                directory.join(format!("node{id}")).display(),
+                members.join(", ")
+            );
+            let path = directory.join(format!("node{id}.toml"));
+            std::fs::write(&path, config).expect("config");
+            let mut node = Node {
+                id,
+                host,
+                port,
+                config: path,
+                child: None,
+                lines: Arc::default(),
+            };
+            node.start();
+            nodes.push(node);
+        }
+        Cluster { nodes, directory }
+    }
+
+    fn node(&self, id: u64) -> &Node {
+        &self.nodes[(id - 1) as usize]
+    }
+
+    fn node_mut(&mut self, id: u64) -> &mut Node {
+        &mut self.nodes[(id - 1) as usize]
+    }
+
+    /// The leader every running node but `except` names, once they agree and it serves.
+    fn leader(&self, except: &[u64]) -> u64 {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let views: Vec<(u16, Value)> = self
+                .nodes
+                .iter()
+                .filter(|node| node.child.is_some() && !except.contains(&node.id))
+                .filter_map(Node::health)
+                .collect();
+            let leaders: Vec<Option<u64>> = views
+                .iter()
+                .map(|(_, view)| view["cluster"]["leader"].as_u64())
+                .collect();
+            if let Some(Some(leader)) = leaders.first()
+                && leaders.len() >= 2
+                && leaders.iter().all(|other| *other == Some(*leader))
+                && !except.contains(leader)
+                && self.node(*leader).health().is_some_and(|(status, view)| {
+                    status == 200 && view["cluster"]["role"] == "leader"
+                })
+            {
+                return *leader;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no leader agreed on in {PATIENCE:?}: {views:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+async fn connect(
+    address: SocketAddr,
+) -> (
+    fe2o3_amqp::connection::ConnectionHandle<()>,
+    fe2o3_amqp::session::SessionHandle<()>,
+) {
+    let mut connection = fe2o3_amqp::Connection::builder()
+        .container_id(format!("cluster-{}", ferrobus::encoding::ids::unique_u64()))
+        .sasl_profile(fe2o3_amqp::sasl_profile::SaslProfile::Anonymous)
+        .open(format!("amqp://{address}").as_str())
+        .await
+        .unwrap_or_else(|error| panic!("connects to {address}: {error:?}"));
+    let session = fe2o3_amqp::Session::begin(&mut connection)
+        .await
+        .expect("session");
+    (connection, session)
+}
+
+async fn send(address: SocketAddr, queue: &str, bodies: &[&str]) {
+    let (mut connection, mut session) = connect(address).await;
+    let mut sender = Sender::attach(&mut session, "sender", queue)
+        .await
+        .expect("a sender attaches");
+    for body in bodies {
+        sender.send(body.to_string()).await.expect("accepted");
+    }
+    sender.close().await.ok();
+    session.end().await.ok();
+    connection.close().await.ok();
+}
+
+/// Receives `count` messages (peek-lock), completing each; with `nothing_more`, asserts
+/// nothing else comes within a short wait.
+async fn receive_some(
+    address: SocketAddr,
+    queue: &str,
+    count: usize,
+    nothing_more: bool,
+) -> Vec<String> {
+    let (mut connection, mut session) = connect(address).await;
+    let mut receiver = Receiver::attach(&mut session, "receiver", queue)
+        .await
+        .expect("a receiver attaches");
+    let mut bodies = Vec::new();
+    for _ in 0..count {
+        let delivery = receive(&mut receiver).await;
+        bodies.push(format!("{:?}", delivery.body()));
+        receiver.accept(&delivery).await.expect("completed");
+    }
+    if nothing_more {
+        let more = tokio::time::timeout(
+            Duration::from_millis(700),
+            receiver
+                .recv::<fe2o3_amqp::types::messaging::Body<fe2o3_amqp::types::primitives::Value>>(),
+        )
+        .await;
+        assert!(more.is_err(), "an unexpected message: {more:?}");
+    }
+    receiver.close().await.ok();
+    session.end().await.ok();
+    connection.close().await.ok();
+    bodies
+}
+
+/// Receives exactly `count` messages.
+async fn receive_all(address: SocketAddr, queue: &str, count: usize) -> Vec<String> {
+    receive_some(address, queue, count, true).await
+}
+
+const ENTITIES: &str = "[[queues]]\nname = \"orders\"\n";
+
+/// Rule DUR-1 across nodes: an acknowledged message survives the `kill -9` of the leader
+/// that acknowledged it, and a completed one does not come back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_sent_through_a_follower_survive_the_leaders_kill() {
+    let mut cluster = Cluster::start(ENTITIES);
+    let leader = tokio::task::block_in_place(|| cluster.leader(&[]));
+    let followers: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
+    let (first, second) = (followers[0], followers[1]);
+    send(
+        cluster.node(first).address(),
+        "orders",
+        &["one", "two", "three"],
+    )
+    .await;
+    let received = receive_some(cluster.node(second).address(), "orders", 1, false).await;
+    assert!(received[0].contains("one"), "{received:?}");
+
+    cluster.node_mut(leader).kill();
+    let killed_at = Instant::now();
+    let next = tokio::task::block_in_place(|| cluster.leader(&[leader]));
+    assert_ne!(next, leader);
+    let failover = killed_at.elapsed();
+    assert!(
+        cluster.node(next).logged("this node leads the cluster") >= 1,
+        "the new leader says it took over"
+    );
+    let survivor = if next == first { second } else { first };
+    let rest = receive_all(cluster.node(survivor).address(), "orders", 2).await;
+    assert!(
+        rest[0].contains("two") && rest[1].contains("three"),
+        "{rest:?} after {failover:?}"
+    );
+
+    // The killed node comes back as a follower and catches up.
+    cluster.node_mut(leader).start();
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let view = cluster.node(leader).health();
+        if let Some((200, view)) = &view
+            && view["cluster"]["role"] == "follower"
+            && view["cluster"]["leader"].as_u64() == Some(next)
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the old leader did not rejoin: {view:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Each node answers `/health` for itself: a follower names the leader, the leader lists
+/// every member's progress.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_node_reports_its_own_view_of_the_cluster() {
+    let cluster = Cluster::start(ENTITIES);
+    let leader = tokio::task::block_in_place(|| cluster.leader(&[]));
+    for node in &cluster.nodes {
+        let (status, view) = node.health().expect("answers");
+        assert_eq!(status, 200, "{view}");
+        assert_eq!(view["status"], "healthy");
+        assert_eq!(view["cluster"]["node"].as_u64(), Some(node.id));
+        assert_eq!(view["cluster"]["leader"].as_u64(), Some(leader));
+        if node.id == leader {
+            assert_eq!(view["cluster"]["role"], "leader");
+            let members = view["cluster"]["members"].as_array().expect("members");
+            assert_eq!(members.len(), 3, "{view}");
+        } else {
+            assert_eq!(view["cluster"]["role"], "follower");
+        }
+    }
+}
+
+/// An entity created at run time through a follower (the admin API, forwarded to the
+/// leader) is in the replicated log: it exists, with its messages, on the next leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entity_created_through_a_follower_outlives_the_leader() {
+    let mut cluster = Cluster::start(ENTITIES);
+    let leader = tokio::task::block_in_place(|| cluster.leader(&[]));
+    let follower = (1..=3).find(|id| *id != leader).expect("a follower");
+    let connection = format!("Endpoint=sb://{}", cluster.node(follower).address());
+    let created = Command::new(BINARY)
+        .args([
+            "queue",
+            "create",
+            "made-at-run-time",
+            "--connection-string",
+            &connection,
+        ])
+        .output()
+        .expect("the CLI runs");
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    send(
+        cluster.node(follower).address(),
+        "made-at-run-time",
+        &["kept"],
+    )
+    .await;
+
+    cluster.node_mut(leader).kill();
+    let next = tokio::task::block_in_place(|| cluster.leader(&[leader]));
+    let received = receive_all(cluster.node(next).address(), "made-at-run-time", 1).await;
+    assert!(received[0].contains("kept"), "{received:?}");
+}
+
+/// A leader paused past its lease is replaced; when it wakes it learns of the newer term
+/// and starts again as a follower in the same process (fail-stop), never serving as leader
+/// beside the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_leader_comes_back_as_a_follower() {
+    let cluster = Cluster::start(ENTITIES);
+    let leader = tokio::task::block_in_place(|| cluster.leader(&[]));
+    let pid = cluster.node(leader).pid();
+    cluster.node(leader).signal("STOP");
+    let next = tokio::task::block_in_place(|| cluster.leader(&[leader]));
+    assert_ne!(next, leader);
+    cluster.node(leader).signal("CONT");
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let view = cluster.node(leader).health();
+        if let Some((200, view)) = &view
+            && view["cluster"]["role"] == "follower"
+            && view["cluster"]["leader"].as_u64() == Some(next)
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the old leader did not step down: {view:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(cluster.node(leader).pid(), pid, "the same process");
+    assert_eq!(
+        cluster.node(leader).logged("no longer leads the cluster"),
+        1,
+        "it said why it started again"
+    );
+    // Clients through it reach the new leader.
+    send(cluster.node(leader).address(), "orders", &["after"]).await;
+    let received = receive_all(cluster.node(next).address(), "orders", 1).await;
+    assert!(received[0].contains("after"), "{received:?}");
+}
