@@ -43,6 +43,23 @@ pub struct Metrics {
     pub storage_sync: Histogram,
     /// The placement groups' Raft logs (durable storage only).
     pub groups: crate::cluster::GroupMetrics,
+    /// This node's part in a cluster (zero on a single node).
+    pub cluster: ClusterMetrics,
+}
+
+/// A cluster member's metrics, set from what its Raft reports (`daemon::member`).
+#[derive(Clone)]
+pub struct ClusterMetrics {
+    /// Client connections this node forwarded to the leader while it followed.
+    pub forwarded: IntCounter,
+    /// Forwarded connections open now.
+    pub forwarded_open: IntGauge,
+    /// The node leading the cluster as this node knows it (0: none known).
+    pub leader: IntGauge,
+    /// The cluster's current term.
+    pub term: IntGauge,
+    /// On the leader: entries of its log each member does not have yet.
+    pub member_lag: IntGaugeVec,
 }
 
 /// Buckets of the delivery latency histogram, in seconds: 100 µs to 5 min.
@@ -207,6 +224,45 @@ impl Metrics {
                         "Running placement groups this node leads.",
                     )
                     .expect("valid metric"),
+                ),
+            },
+            cluster: ClusterMetrics {
+                forwarded: registered(
+                    &registry,
+                    IntCounter::new(
+                        "ferrobus_cluster_forwarded_connections_total",
+                        "Client connections this node forwarded to the cluster's leader while it followed.",
+                    )
+                    .expect("valid metric"),
+                ),
+                forwarded_open: registered(
+                    &registry,
+                    IntGauge::new(
+                        "ferrobus_cluster_forwarded_connections",
+                        "Forwarded client connections open now.",
+                    )
+                    .expect("valid metric"),
+                ),
+                leader: registered(
+                    &registry,
+                    IntGauge::new(
+                        "ferrobus_cluster_leader",
+                        "The node leading the cluster as this node knows it (0: none known).",
+                    )
+                    .expect("valid metric"),
+                ),
+                term: registered(
+                    &registry,
+                    IntGauge::new("ferrobus_cluster_term", "The cluster's current Raft term.")
+                        .expect("valid metric"),
+                ),
+                member_lag: registered(
+                    &registry,
+                    gauge_vec(
+                        "ferrobus_cluster_member_lag_entries",
+                        "On the leader: entries of its log each member does not have on its disk yet.",
+                        &["member"],
+                    ),
                 ),
             },
             registry,

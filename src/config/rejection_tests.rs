@@ -569,7 +569,10 @@ fn cluster_table_names_what_is_wrong() {
     );
     assert_error(
         &format!("{two}secret = \"0123456789abcdef\"\naddress = \"c:1\"\n"),
-        &["cluster", "address \"c:1\" differs from member 1's address \"a:1\""],
+        &[
+            "cluster",
+            "address \"c:1\" differs from member 1's address \"a:1\"",
+        ],
     );
     assert_error(
         "[storage]\nmode = \"memory\"\n[cluster]\nsecret = \"0123456789abcdef\"\nmembers = [{ id = 1, address = \"a:1\" }, { id = 2, address = \"b:1\" }]\n",

@@ -57,6 +57,10 @@ pub async fn run_member(
     )?;
     drop(recovery);
     raft.report_to(metrics.groups.clone());
+    tokio::spawn(report_cluster(
+        Arc::downgrade(&raft),
+        metrics.cluster.clone(),
+    ));
     raft.start_member()
         .await
         .map_err(|error| format!("cannot join the cluster: {error}"))?;
@@ -93,6 +97,7 @@ pub async fn run_member(
                 let raft = raft.clone();
                 Arc::new(move || follower_health(&raft))
             },
+            metrics: metrics.clone(),
         };
         let (flat, shape) = flatten(listeners);
         let forwarded = forward_until(flat, forwarding, until).await;
@@ -172,6 +177,28 @@ pub async fn run_member(
     raft.shutdown().await;
     store.close();
     served
+}
+
+/// Sets the cluster's gauges from what this node's Raft reports, once a second, until the
+/// node stops.
+async fn report_cluster(raft: std::sync::Weak<RaftLog>, metrics: crate::metrics::ClusterMetrics) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        let Some(raft) = raft.upgrade() else { return };
+        let Some(view) = raft.member_view() else {
+            continue;
+        };
+        metrics.leader.set(view.leader.unwrap_or(0) as i64);
+        metrics.term.set(view.term as i64);
+        metrics.member_lag.reset();
+        for member in &view.members {
+            metrics
+                .member_lag
+                .with_label_values(&[&member.id.to_string()])
+                .set(member.lag as i64);
+        }
+    }
 }
 
 /// A follower's `/health`: healthy while it knows a leader to forward to.

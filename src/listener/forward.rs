@@ -5,7 +5,8 @@
 //! When the leader changes, the connections forwarded to the old one are closed; the
 //! client's SDK reconnects and reaches the new one.
 //!
-//! `GET /health` is answered here, by this node, so that each member reports its own view.
+//! `GET /health` and `GET /metrics` are answered here, by this node, so that each member
+//! reports its own view and its own figures.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -35,6 +36,9 @@ pub struct Forwarding {
     pub host_of: Arc<dyn Fn(u64) -> Option<String> + Send + Sync>,
     /// This node's `/health`: status code and JSON body.
     pub health: Arc<dyn Fn() -> (u16, String) + Send + Sync>,
+    /// This node's metrics (`/metrics` is answered here too; forwarded connections are
+    /// counted).
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// Forwards every connection the listeners accept until `until` completes, then hands the
@@ -103,11 +107,28 @@ async fn accept(
     }
 }
 
-/// Whether the first bytes are an HTTP request for `/health`.
-fn asks_for_health(first: &[u8]) -> bool {
+/// Whether the first bytes are an HTTP GET of `route`.
+fn asks_for(first: &[u8], route: &[u8]) -> bool {
     first
-        .strip_prefix(b"GET /health")
+        .strip_prefix(b"GET ")
+        .and_then(|rest| rest.strip_prefix(route))
         .is_some_and(|rest| matches!(rest.first(), Some(b' ' | b'?' | b'/')))
+}
+
+/// Answers an HTTP request here and closes.
+async fn answer(client: &mut TcpStream, status: u16, content_type: &str, body: &[u8]) {
+    let reason = if status == 200 {
+        "OK"
+    } else {
+        "Service Unavailable"
+    };
+    let head = format!(
+        "HTTP/1.1 {status} {reason}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = client.write_all(head.as_bytes()).await;
+    let _ = client.write_all(body).await;
+    let _ = client.shutdown().await;
 }
 
 async fn forward(mut client: TcpStream, port: u16, forwarding: Forwarding) {
@@ -117,19 +138,20 @@ async fn forward(mut client: TcpStream, port: u16, forwarding: Forwarding) {
         _ => return,
     };
     first.truncate(read);
-    if asks_for_health(&first) {
+    if asks_for(&first, b"/health") {
         let (status, body) = (forwarding.health)();
-        let reason = if status == 200 {
-            "OK"
-        } else {
-            "Service Unavailable"
-        };
-        let response = format!(
-            "HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-            body.len()
-        );
-        let _ = client.write_all(response.as_bytes()).await;
-        let _ = client.shutdown().await;
+        answer(&mut client, status, "application/json", body.as_bytes()).await;
+        return;
+    }
+    if asks_for(&first, b"/metrics") {
+        let body = forwarding.metrics.encode().unwrap_or_default();
+        answer(
+            &mut client,
+            200,
+            "text/plain; version=0.0.4; charset=utf-8",
+            &body,
+        )
+        .await;
         return;
     }
     let mut leader = forwarding.leader.clone();
@@ -165,6 +187,10 @@ async fn forward(mut client: TcpStream, port: u16, forwarding: Forwarding) {
     if upstream.write_all(&first).await.is_err() {
         return;
     }
+    let counted = &forwarding.metrics.cluster;
+    counted.forwarded.inc();
+    counted.forwarded_open.inc();
+    let _open = OpenGuard(counted.forwarded_open.clone());
     tokio::select! {
         _ = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {}
         _ = leader.wait_for(|leader| *leader != Some(target)) => {
@@ -173,16 +199,27 @@ async fn forward(mut client: TcpStream, port: u16, forwarding: Forwarding) {
     }
 }
 
+/// Takes one off `gauge` when dropped.
+struct OpenGuard(prometheus::IntGauge);
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn only_the_health_route_is_answered_here() {
-        assert!(asks_for_health(b"GET /health HTTP/1.1\r\n"));
-        assert!(asks_for_health(b"GET /health?x=1 HTTP/1.1\r\n"));
-        assert!(!asks_for_health(b"GET /healthy HTTP/1.1\r\n"));
-        assert!(!asks_for_health(b"GET /metrics HTTP/1.1\r\n"));
-        assert!(!asks_for_health(b"AMQP\x03\x01\x00\x00"));
+    fn only_the_health_and_metrics_routes_are_answered_here() {
+        assert!(asks_for(b"GET /health HTTP/1.1\r\n", b"/health"));
+        assert!(asks_for(b"GET /health?x=1 HTTP/1.1\r\n", b"/health"));
+        assert!(!asks_for(b"GET /healthy HTTP/1.1\r\n", b"/health"));
+        assert!(!asks_for(b"GET /metrics HTTP/1.1\r\n", b"/health"));
+        assert!(asks_for(b"GET /metrics HTTP/1.1\r\n", b"/metrics"));
+        assert!(!asks_for(b"POST /metrics HTTP/1.1\r\n", b"/metrics"));
+        assert!(!asks_for(b"AMQP\x03\x01\x00\x00", b"/health"));
     }
 }

@@ -30,6 +30,14 @@ fn close_forced(connection: &mut Connection) -> Result<(), ConnectionError> {
 /// that sends but never reads cannot make the broker buffer without limit.
 const OUTPUT_READ_PAUSE: usize = 8 * 1024 * 1024;
 
+/// How long a cluster leader holds a connection's output while its lease does not hold
+/// before it closes the connection (a leader cut off from its majority never gets it back;
+/// one that was only slow to hear from it does within a heartbeat or two).
+const LEASE_WAIT: Duration = Duration::from_secs(2);
+
+/// How often held output looks at the lease again.
+const LEASE_POLL: Duration = Duration::from_millis(20);
+
 /// Writes as much of the connection's output (`output_ahead`, then `output`) as the socket
 /// takes now, without waiting. Returns whether anything was written.
 fn flush_now<S: RawStream>(
@@ -37,18 +45,6 @@ fn flush_now<S: RawStream>(
     connection: &mut Connection,
 ) -> Result<bool, ConnectionError> {
     let mut wrote = false;
-    if let Some(lease) = &connection.context.lease
-        && connection.output_len() > 0
-        && !lease.held()
-    {
-        // A leader cut off from its majority answers nothing: what it would send may come
-        // from state a newer leader has changed. The client reconnects to the new one.
-        connection.output.clear();
-        connection.output_ahead.clear();
-        connection.output_ahead_len = 0;
-        tracing::debug!("closing a connection: this node's leader lease has run out");
-        return Err(ConnectionError::Closed);
-    }
     loop {
         let chunk: &[u8] = match connection.output_ahead.front() {
             Some(front) => front,
@@ -119,6 +115,7 @@ pub(super) async fn event_loop<S: RawStream>(
     let mut token_armed: Option<i64> = None;
     let max_frame_size = connection.context.settings.max_frame_size;
     let mut drain_deadline: Option<tokio::time::Instant> = None;
+    let mut lease_blocked_since: Option<tokio::time::Instant> = None;
     loop {
         if drain_deadline.is_some() && connection.nothing_unsettled() {
             close_forced(connection)?;
@@ -153,15 +150,35 @@ pub(super) async fn event_loop<S: RawStream>(
         if heard {
             last_heard = tokio::time::Instant::now();
         }
-        if flush_now(stream, connection)? {
-            connection.accepted_run = None;
-            if heartbeat_period.is_some() {
-                last_sent = tokio::time::Instant::now();
+        // In a cluster, nothing leaves while the leader's lease does not hold: a leader cut
+        // off from its majority must not answer from state a newer leader has changed.
+        let lease_blocked = connection.output_len() > 0
+            && connection
+                .context
+                .lease
+                .as_ref()
+                .is_some_and(|lease| !lease.held());
+        if lease_blocked {
+            let since = *lease_blocked_since.get_or_insert_with(tokio::time::Instant::now);
+            if since.elapsed() >= LEASE_WAIT {
+                connection.output.clear();
+                connection.output_ahead.clear();
+                connection.output_ahead_len = 0;
+                tracing::debug!("closing a connection: this node's leader lease ran out");
+                return Err(ConnectionError::Closed);
+            }
+        } else {
+            lease_blocked_since = None;
+            if flush_now(stream, connection)? {
+                connection.accepted_run = None;
+                if heartbeat_period.is_some() {
+                    last_sent = tokio::time::Instant::now();
+                }
             }
         }
         connection.unblock_receivers().await;
         let reading = connection.output_len() < OUTPUT_READ_PAUSE;
-        let writing = connection.output_len() > 0;
+        let writing = connection.output_len() > 0 && !lease_blocked;
         if let Some(until) = connection.next_authorization_expiry()
             && token_armed.is_none_or(|armed| until < armed)
         {
@@ -194,6 +211,7 @@ pub(super) async fn event_loop<S: RawStream>(
                 }
             }
             writable = stream.ready_to_write(), if writing => writable?,
+            () = tokio::time::sleep(LEASE_POLL), if lease_blocked => {}
             notification = inbox.recv() => {
                 if let Some(notification) = notification {
                     connection.batch_now = Some(connection.context.clock.now());
