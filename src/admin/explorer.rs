@@ -418,7 +418,12 @@ impl Api<'_> {
                 Err(other) => return Err(other.into()),
             }
         }
-        Ok((StatusCode::OK, json!({ "entities": entities })))
+        let mut answer = json!({ "entities": entities });
+        if let Some(view) = self.admin.cluster.as_ref().and_then(|view| view()) {
+            // A cluster's leader serves the page: the nodes, the leader and each one's lag.
+            answer["cluster"] = view;
+        }
+        Ok((StatusCode::OK, answer))
     }
 
     async fn entity(&self, path: &str) -> Answer {

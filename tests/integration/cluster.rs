@@ -101,6 +101,22 @@ impl Node {
             .count()
     }
 
+    /// A GET of `route` on this node's AMQP port (which serves HTTP too): status and body.
+    fn get(&self, route: &str) -> Option<(u16, String)> {
+        let mut stream =
+            TcpStream::connect_timeout(&self.address(), Duration::from_millis(500)).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        write!(
+            stream,
+            "GET {route} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+        )
+        .ok()?;
+        let mut text = String::new();
+        stream.read_to_string(&mut text).ok()?;
+        let status = text.split_whitespace().nth(1)?.parse().ok()?;
+        Some((status, text.split("\r\n\r\n").nth(1)?.to_string()))
+    }
+
     /// This node's `/health`, asked on its AMQP port (which serves HTTP too).
     fn health(&self) -> Option<(u16, Value)> {
         let mut stream =
@@ -365,6 +381,29 @@ async fn every_node_reports_its_own_view_of_the_cluster() {
             assert_eq!(view["cluster"]["role"], "follower");
         }
     }
+    // A follower's own metrics: the leader it knows, the connections it forwarded.
+    let follower = cluster
+        .nodes
+        .iter()
+        .find(|node| node.id != leader)
+        .expect("a follower");
+    send(follower.address(), "orders", &["counted"]).await;
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let (status, text) = follower.get("/metrics").expect("answers");
+        assert_eq!(status, 200);
+        let leader_line = format!("ferrobus_cluster_leader {leader}");
+        let forwarded = text
+            .lines()
+            .find_map(|line| line.strip_prefix("ferrobus_cluster_forwarded_connections_total "))
+            .and_then(|value| value.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+        if text.contains(&leader_line) && forwarded >= 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{text}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// An entity created at run time through a follower (the admin API, forwarded to the
@@ -440,4 +479,43 @@ async fn a_paused_leader_comes_back_as_a_follower() {
     send(cluster.node(leader).address(), "orders", &["after"]).await;
     let received = receive_all(cluster.node(next).address(), "orders", 1).await;
     assert!(received[0].contains("after"), "{received:?}");
+}
+
+/// The explorer, opened in headless Chromium through a follower (forwarded to the leader),
+/// names the leader, the term and each member's lag in its top bar.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_explorer_through_a_follower_shows_the_cluster() {
+    const CHROMIUM: &str = "/usr/bin/chromium";
+    if !std::path::Path::new(CHROMIUM).exists() {
+        eprintln!("skipped: {CHROMIUM} is absent (apt-get install chromium)");
+        return;
+    }
+    let cluster = Cluster::start(ENTITIES);
+    let leader = tokio::task::block_in_place(|| cluster.leader(&[]));
+    let follower = (1..=3).find(|id| *id != leader).expect("a follower");
+    let url = format!("http://{}/explorer/", cluster.node(follower).address());
+    let expected = format!("Cluster: node {leader} leads");
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let page = Command::new(CHROMIUM)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--virtual-time-budget=5000",
+                "--dump-dom",
+                &url,
+            ])
+            .stderr(Stdio::null())
+            .output()
+            .expect("chromium runs");
+        let dom = String::from_utf8_lossy(&page.stdout);
+        if dom.contains(&expected) && dom.contains("lag 0") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the page never showed {expected:?}: {dom}"
+        );
+    }
 }

@@ -121,6 +121,20 @@ function schedulePoll() {
   state.pollTimer = setTimeout(poll, POLL_MS);
 }
 
+/** A cluster's leader serves the page: which node leads, in which term, each member's lag. */
+function renderCluster(cluster) {
+  const element = $("#cluster");
+  if (!cluster) {
+    element.hidden = true;
+    return;
+  }
+  const members = (cluster.members || [])
+    .map((member) => `node ${member.id}: ${member.id === cluster.leader ? "leader" : `lag ${member.lag}`}`)
+    .join(" · ");
+  setText(element, `Cluster: node ${cluster.leader} leads (term ${cluster.term})${members ? ` · ${members}` : ""}`);
+  element.hidden = false;
+}
+
 export async function poll() {
   if (state.polling) {
     state.pollAgain = true;
@@ -132,6 +146,7 @@ export async function poll() {
     const data = await api("GET", "entities");
     updateRates(data.entities || []);
     renderEntities(data.entities || []);
+    renderCluster(data.cluster);
     clearError("poll");
     setText($("#status"), `Updated ${formatTime(new Date().toISOString()).slice(11)} · every ${POLL_MS / 1000} s`);
     $("#status").classList.remove("offline");
