@@ -16,17 +16,33 @@ its config already has ``[[auth.keys]]``) the connection strings' key, name
 checked on every link and ``$management`` operation. ``none`` (the default) starts brokers
 without keys, where any token is accepted (emulator behaviour). ``scripts/test`` runs the suite
 once per mode. Tests of no-keys behaviour are marked ``requires_no_keys``.
+
+Cluster mode: ``FERROBUS_TEST_CLUSTER=3`` makes every broker this harness starts (the shared one
+and each dedicated one) a three-node cluster (``ClusterBroker``): nodes 1-3 on 127.0.0.1-3,
+each with the test's configuration plus a ``[cluster]`` table, durable storage in a data
+directory of its own, and every listener (AMQP, HTTP, AMQPS, WebSockets, peers) on the same
+port on each node, picked free at start (a follower forwards a client's connection to the
+leader's host at the port the client reached). TLS on every node presents one certificate for
+localhost and 127.0.0.1-3 made with openssl; its CA is written to ``<data_dir>/dev-ca.pem``,
+where the tests look for the development CA. The connection string names a follower, chosen
+once the nodes' ``/health`` agree on a leader. ``kill()`` and ``stop()`` act on all three
+nodes; a cluster started again on the same data directory takes the same ports. Tests that
+cannot make sense on a cluster are marked ``skip_in_cluster(reason)``.
 """
 
 from __future__ import annotations
 
 import collections
+import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional
@@ -37,7 +53,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_BINARY = REPO_ROOT / "target" / "release" / "ferrobus"
 STARTUP_TIMEOUT_SECONDS = 10.0
 SHUTDOWN_TIMEOUT_SECONDS = 5.0
-LISTENING_PATTERN = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
+LISTENING_PATTERN = re.compile(r"listening on 127\.0\.0\.\d+:(\d+)")
 ANSI_ESCAPE_PATTERN = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 # The key every connection string carries. Without [[auth.keys]] the broker accepts any token.
@@ -133,9 +149,11 @@ def with_test_auth(config_text: str) -> str:
     return config_text + "\n" + auth_key_toml(SAS_KEY_NAME, SAS_KEY_VALUE, ["Manage"])
 
 
-def connection_string(port: int, key_name: str = SAS_KEY_NAME, key: str = SAS_KEY_VALUE) -> str:
+def connection_string(
+    port: int, key_name: str = SAS_KEY_NAME, key: str = SAS_KEY_VALUE, host: str = "127.0.0.1"
+) -> str:
     return (
-        f"Endpoint=sb://127.0.0.1:{port};SharedAccessKeyName={key_name};"
+        f"Endpoint=sb://{host}:{port};SharedAccessKeyName={key_name};"
         f"SharedAccessKey={key};UseDevelopmentEmulator=true"
     )
 
@@ -151,13 +169,19 @@ class BrokerStartError(RuntimeError):
 class Broker:
     """One ferrobus process with its own config file and log file."""
 
-    def __init__(self, config_text: str, work_dir: Path, data_dir: Optional[Path] = None) -> None:
-        self.config_text = with_test_auth(config_text)
+    def __init__(
+        self, config_text: str, work_dir: Path, data_dir: Optional[Path] = None, cluster_node: bool = False
+    ) -> None:
+        # A cluster node's configuration comes whole from ClusterBroker (listener, storage).
+        self.cluster_node = cluster_node
+        self.config_text = config_text if cluster_node else with_test_auth(config_text)
         self.work_dir = work_dir
         # A data directory of the test's own (durability tests restart on it).
         self.data_dir = data_dir
         self.config_path = work_dir / "ferrobus.toml"
         self.log_path = work_dir / "ferrobus.stderr.log"
+        # The address clients reach it at (a ClusterBroker names a follower's).
+        self.host = "127.0.0.1"
         self.port: Optional[int] = None
         self._log_tail: collections.deque = collections.deque(maxlen=400)
         self._port_found = threading.Event()
@@ -179,6 +203,12 @@ class Broker:
         return f"amqp://127.0.0.1:{self.port}"
 
     def start(self) -> "Broker":
+        self.launch()
+        self.wait_listening()
+        return self
+
+    def launch(self) -> None:
+        """Starts the process (see `wait_listening`)."""
         binary = broker_binary()
         if not binary.is_file():
             raise BrokerStartError(
@@ -190,14 +220,17 @@ class Broker:
         environment = dict(os.environ, NO_COLOR="1")
         # FERROBUS_TEST_STORAGE=durable runs the broker on a data directory of its own (every
         # reply waits for its fsync); the default is --memory.
-        if self.data_dir is not None:
+        if self.cluster_node:
+            storage = []
+        elif self.data_dir is not None:
             storage = ["--data-dir", str(self.data_dir)]
         elif os.environ.get("FERROBUS_TEST_STORAGE", "memory") == "durable":
             storage = ["--data-dir", str(self.work_dir / "data")]
         else:
             storage = ["--memory"]
+        listen = [] if self.cluster_node else ["--listen", "127.0.0.1:0"]
         self._process = subprocess.Popen(
-            [str(binary), "--config", str(self.config_path), "--listen", "127.0.0.1:0", *storage],
+            [str(binary), "--config", str(self.config_path), *listen, *storage],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -205,6 +238,10 @@ class Broker:
         )
         self._reader = threading.Thread(target=self._drain_stderr, name="ferrobus-stderr", daemon=True)
         self._reader.start()
+
+    def wait_listening(self) -> None:
+        """Waits for the `listening on` line (the port); stops the process on failure."""
+        assert self._process is not None and self._reader is not None
         deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS
         while not self._port_found.wait(timeout=0.05):
             if self._process.poll() is not None:
@@ -218,7 +255,6 @@ class Broker:
                     f"ferrobus printed no 'listening on 127.0.0.1:PORT' within "
                     f"{STARTUP_TIMEOUT_SECONDS} s:\n{self.log_tail()}"
                 )
-        return self
 
     def _drain_stderr(self) -> None:
         assert self._process is not None and self._process.stderr is not None
@@ -264,12 +300,318 @@ class Broker:
         return self._process.returncode
 
 
+# ---------------------------------------------------------------------------------------------
+# Cluster mode: FERROBUS_TEST_CLUSTER=3 (see the module doc).
+
+CLUSTER_SIZE = int(os.environ.get("FERROBUS_TEST_CLUSTER", "0") or "0")
+if CLUSTER_SIZE not in (0, 3):
+    raise RuntimeError(f"FERROBUS_TEST_CLUSTER must be unset or 3, not {CLUSTER_SIZE!r}")
+CLUSTER_MODE = CLUSTER_SIZE == 3
+CLUSTER_SECRET = "ferrobus-test-cluster-secret"
+# How long a fresh cluster may take to agree on a leader (a new group's election, or the
+# lowest member's initialize wait when it is slow to start).
+CLUSTER_LEADER_TIMEOUT_SECONDS = 20.0
+
+
+def skip_in_cluster(reason: str):
+    """Marks a test that cannot make sense against a three-node cluster, saying why."""
+    return pytest.mark.skipif(CLUSTER_MODE, reason=f"FERROBUS_TEST_CLUSTER=3: {reason}")
+
+
+def node_host(node: int) -> str:
+    """Node N of a test cluster listens on 127.0.0.N (Linux routes all of 127/8 to loopback)."""
+    return f"127.0.0.{node}"
+
+
+def _port_free_on_every_node(port: int) -> bool:
+    for node in range(2, CLUSTER_SIZE + 1):
+        probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            probe.bind((node_host(node), port))
+        except OSError:
+            return False
+        finally:
+            probe.close()
+    return True
+
+
+def cluster_ports(count: int) -> List[int]:
+    """`count` distinct ports free on 127.0.0.1, .2 and .3 right now (every member must serve
+    the same port numbers: a follower forwards to the leader's host at the port reached)."""
+    ports: List[int] = []
+    while len(ports) < count:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as first:
+            first.bind((node_host(1), 0))
+            port = first.getsockname()[1]
+            if port not in ports and _port_free_on_every_node(port):
+                ports.append(port)
+    return ports
+
+
+_TEST_CERTIFICATE: Dict[str, Path] = {}
+
+
+def cluster_certificate(directory: Path) -> Dict[str, Path]:
+    """A CA and a server certificate for localhost and 127.0.0.1-3, made once per process with
+    openssl: every member presents the same identity, so a TLS client that reached any node
+    (forwarded to whichever leads) verifies it against one CA."""
+    if _TEST_CERTIFICATE:
+        return _TEST_CERTIFICATE
+    directory.mkdir(parents=True, exist_ok=True)
+    ca_key, ca_cert = directory / "ca-key.pem", directory / "ca.pem"
+    key, request, cert = directory / "server-key.pem", directory / "server.csr", directory / "server.pem"
+    extensions = directory / "server.ext"
+    sans = ",".join(["DNS:localhost"] + [f"IP:{node_host(node)}" for node in range(1, CLUSTER_SIZE + 1)])
+    extensions.write_text(
+        f"subjectAltName={sans}\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n"
+        "extendedKeyUsage=serverAuth\n"
+    )
+    def openssl(*arguments: str) -> None:
+        subprocess.run(["openssl", *arguments], check=True, capture_output=True)
+    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+            "-keyout", str(ca_key), "-out", str(ca_cert), "-days", "30", "-subj", "/CN=ferrobus test cluster CA")
+    openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+            "-keyout", str(key), "-out", str(request), "-subj", "/CN=ferrobus test cluster")
+    openssl("x509", "-req", "-in", str(request), "-CA", str(ca_cert), "-CAkey", str(ca_key),
+            "-CAcreateserial", "-out", str(cert), "-days", "30", "-extfile", str(extensions))
+    _TEST_CERTIFICATE.update(ca=ca_cert, cert=cert, key=key)
+    return _TEST_CERTIFICATE
+
+
+_TABLE_HEADER = re.compile(r"^\s*\[([A-Za-z_][A-Za-z0-9_.]*)\]\s*(#.*)?$")
+_KEY_LINE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=")
+
+
+def with_tables(config_text: str, settings: Dict[str, Dict[str, str]]) -> str:
+    """`config_text` with each key of `settings` (table -> key -> TOML value) set: in the
+    table's existing header when the text has it (replacing the key's line), else in a new
+    table at the end. Line-based; enough for the configurations the tests write."""
+    lines: List[str] = []
+    current: Optional[str] = None
+    written = set()
+    for line in config_text.splitlines():
+        header = _TABLE_HEADER.match(line)
+        if header:
+            current = header.group(1)
+        elif line.lstrip().startswith("[["):
+            current = None
+        key = _KEY_LINE.match(line)
+        if not header and key and current in settings and key.group(1) in settings[current]:
+            continue
+        lines.append(line)
+        if header and current in settings and current not in written:
+            lines.extend(f"{name} = {value}" for name, value in settings[current].items())
+            written.add(current)
+    for table, values in settings.items():
+        if table not in written:
+            lines.append(f"[{table}]")
+            lines.extend(f"{name} = {value}" for name, value in values.items())
+    return "\n".join(lines) + "\n"
+
+
+def _toml_text(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+class ClusterBroker:
+    """Three ferrobus nodes on 127.0.0.1-3 with the test's configuration, durable storage and a
+    `[cluster]` table, all listeners on the same ports on each node. Same interface as
+    `Broker`; `host` is a follower's address (the connection string names it), `leader` the
+    node the members agreed on at start."""
+
+    def __init__(self, config_text: str, work_dir: Path, data_dir: Optional[Path] = None) -> None:
+        self.config_text = with_test_auth(config_text)
+        self.work_dir = work_dir
+        # Node 1 keeps its data in the test's data directory (the CA the tests trust is written
+        # there); nodes 2 and 3 in siblings of it.
+        self.data_dir = data_dir
+        base = data_dir if data_dir is not None else work_dir / "data"
+        self.node_data_dirs = {1: base, **{node: base.with_name(f"{base.name}-node{node}") for node in (2, 3)}}
+        self.config_path = work_dir / "node1.toml"
+        self.log_path = work_dir / "node1.stderr.log"
+        self.host = node_host(1)
+        self.port: Optional[int] = None
+        self.leader: Optional[int] = None
+        self.nodes: Dict[int, Broker] = {}
+        self._ports: Optional[List[int]] = None
+        # Whether this start picked the ports (else it reuses an earlier cluster's).
+        self._fresh: Optional[bool] = None
+
+    @property
+    def connection_string(self) -> str:
+        assert self.port is not None, "broker not started"
+        return connection_string(self.port, host=self.host)
+
+    def connection_string_with(self, key_name: str, key: str) -> str:
+        assert self.port is not None, "broker not started"
+        return connection_string(self.port, key_name, key, host=self.host)
+
+    @property
+    def amqp_url(self) -> str:
+        assert self.port is not None, "broker not started"
+        return f"amqp://{self.host}:{self.port}"
+
+    def node_config(self, node: int) -> str:
+        assert self._ports is not None
+        amqp, http, tls, websocket, peer = self._ports
+        certificate = cluster_certificate(self.work_dir.parent / "ferrobus-cluster-certificate")
+        host = node_host(node)
+        members = ", ".join(
+            f'{{ id = {member}, address = "{node_host(member)}:{peer}" }}' for member in range(1, CLUSTER_SIZE + 1)
+        )
+        return with_tables(
+            self.config_text,
+            {
+                "server": {"listen": f'"{host}:{amqp}"'},
+                "http": {
+                    "listen": f'"{host}:{http}"',
+                    "tls_cert": _toml_text(str(certificate["cert"])),
+                    "tls_key": _toml_text(str(certificate["key"])),
+                },
+                "tls": {
+                    "listen": f'"{host}:{tls}"',
+                    "cert": _toml_text(str(certificate["cert"])),
+                    "key": _toml_text(str(certificate["key"])),
+                },
+                "websocket": {"listen": f'"{host}:{websocket}"'},
+                "storage": {"mode": '"durable"', "data_dir": _toml_text(str(self.node_data_dirs[node]))},
+                "cluster": {
+                    "node_id": str(node),
+                    "address": f'"{host}:{peer}"',
+                    "secret": f'"{CLUSTER_SECRET}"',
+                    "members": f"[{members}]",
+                },
+            },
+        )
+
+    def start(self) -> "ClusterBroker":
+        # Ports are picked free, then bound by the nodes: another process may take one in
+        # between; a fresh cluster then tries again with new ports.
+        for attempt in range(3):
+            try:
+                return self._start_once()
+            except BrokerStartError as error:
+                if not self._fresh or "in use" not in str(error) or attempt == 2:
+                    raise
+                _CLUSTER_PORTS.pop(self.node_data_dirs[1], None)
+                self.nodes = {}
+        raise AssertionError("unreachable")
+
+    def _start_once(self) -> "ClusterBroker":
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        certificate = cluster_certificate(self.work_dir.parent / "ferrobus-cluster-certificate")
+        for directory in self.node_data_dirs.values():
+            directory.mkdir(parents=True, exist_ok=True)
+        # The tests trust <data_dir>/dev-ca.pem: here, the CA of the cluster's certificate.
+        (self.node_data_dirs[1] / "dev-ca.pem").write_bytes(certificate["ca"].read_bytes())
+        # A restart (a new ClusterBroker on the same data directory) keeps the ports: the
+        # members' peer addresses are the same as before.
+        self._fresh = self.node_data_dirs[1] not in _CLUSTER_PORTS
+        self._ports = _CLUSTER_PORTS.get(self.node_data_dirs[1]) or cluster_ports(5)
+        _CLUSTER_PORTS[self.node_data_dirs[1]] = self._ports
+        self.port = self._ports[0]
+        for node in range(1, CLUSTER_SIZE + 1):
+            member = Broker(self.node_config(node), self.work_dir, cluster_node=True)
+            member.config_path = self.work_dir / f"node{node}.toml"
+            member.log_path = self.work_dir / f"node{node}.stderr.log"
+            self.nodes[node] = member
+        try:
+            for member in self.nodes.values():
+                member.launch()
+            for member in self.nodes.values():
+                member.wait_listening()
+            self.leader = self.wait_for_leader()
+        except BrokerStartError:
+            self.stop()
+            raise
+        followers = [node for node in self.nodes if node != self.leader]
+        self.host = node_host(followers[0] if followers else 1)
+        return self
+
+    def health(self, node: int) -> Optional[dict]:
+        """Node `node`'s own /health answer (its view of the cluster), None if it gave none."""
+        request = urllib.request.Request(f"http://{node_host(node)}:{self.port}/health")
+        try:
+            with _NO_PROXY_OPENER.open(request, timeout=1) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as error:
+            try:
+                return json.loads(error.read())
+            except ValueError:
+                return None
+        except (OSError, ValueError):
+            return None
+
+    def wait_for_leader(self, timeout: float = CLUSTER_LEADER_TIMEOUT_SECONDS, other_than: Optional[int] = None) -> int:
+        """The leader every running node names in its /health, once they agree."""
+        deadline = time.monotonic() + timeout
+        views: Dict[int, object] = {}
+        while time.monotonic() < deadline:
+            views = {}
+            for node, member in self.nodes.items():
+                if member.is_running():
+                    answer = self.health(node)
+                    views[node] = ((answer or {}).get("cluster") or {}).get("leader")
+            leaders = set(views.values())
+            if len(leaders) == 1 and None not in leaders and other_than not in leaders:
+                return int(leaders.pop())
+            time.sleep(0.1)
+        raise BrokerStartError(f"the nodes agreed on no leader within {timeout} s (views {views}):\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 80) -> str:
+        return "\n".join(
+            f"--- node {node} ({node_host(node)}, {member.log_path}) ---\n{member.log_tail(lines)}"
+            + ("" if member.is_running() else "\n[node process has exited]")
+            for node, member in self.nodes.items()
+        )
+
+    def is_running(self) -> bool:
+        return bool(self.nodes) and all(member.is_running() for member in self.nodes.values())
+
+    def kill_node(self, node: int) -> None:
+        """SIGKILL to one node."""
+        self.nodes[node].kill()
+
+    def restart_node(self, node: int) -> None:
+        """Starts node `node` again on its data directory, its output in a log file of its own."""
+        assert not self.nodes[node].is_running(), f"node {node} still runs"
+        starts = len(list(self.work_dir.glob(f"node{node}*.stderr.log")))
+        member = Broker(self.node_config(node), self.work_dir, cluster_node=True)
+        member.config_path = self.work_dir / f"node{node}.toml"
+        member.log_path = self.work_dir / f"node{node}.start{starts + 1}.stderr.log"
+        member.start()
+        self.nodes[node] = member
+
+    def kill(self) -> None:
+        """SIGKILL to every node."""
+        for member in self.nodes.values():
+            if member._process is not None and member._process.poll() is None:
+                member._process.kill()
+        for member in self.nodes.values():
+            member.kill()
+
+    def stop(self) -> Optional[int]:
+        """SIGTERM to every node at once, then each as `Broker.stop`. Returns the first
+        non-zero exit code, else 0."""
+        for member in self.nodes.values():
+            if member._process is not None and member._process.poll() is None:
+                member._process.send_signal(signal.SIGTERM)
+        codes = [member.stop() for member in self.nodes.values()]
+        return next((code for code in codes if code), codes[0] if codes else None)
+
+
+# Ports a cluster on a given data directory used, so a restart on it uses them again.
+_CLUSTER_PORTS: Dict[Path, List[int]] = {}
+_NO_PROXY_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 # Brokers alive in this test run, for the failure report.
 _RUNNING_BROKERS: List[Broker] = []
 
 
 def _start(config_text: str, work_dir: Path, data_dir: Optional[Path] = None) -> Broker:
-    broker = Broker(config_text, work_dir, data_dir)
+    """A broker (a `ClusterBroker` in cluster mode) started from `config_text`."""
+    broker = ClusterBroker(config_text, work_dir, data_dir) if CLUSTER_MODE else Broker(config_text, work_dir, data_dir)
     try:
         broker.start()
     except BrokerStartError as error:
