@@ -86,6 +86,13 @@ pub fn open_storage(config: &Config) -> Result<Option<(LogStorage, Recovery)>, S
     let mut options = StorageOptions::new(&config.storage.data_dir);
     options.min_free_space = config.storage.min_free_space;
     options.compaction_min_bytes = config.storage.compaction_threshold;
+    if let Ok(text) = std::env::var("FERROBUS_FAULT_INJECT") {
+        // The fault harness's slow or failing disk (docs/development.md).
+        let fault = store::log::Fault::parse(&text)
+            .map_err(|error| format!("FERROBUS_FAULT_INJECT: {error}"))?;
+        tracing::warn!(?fault, "fault injection: this node's log has a faulty disk");
+        options.fault = Some(fault);
+    }
     if config.cluster.is_multi_node() {
         // Members read entries back for each other and for taking over; and a member keeps
         // its whole log (compaction with snapshots for members behind it is not built yet).

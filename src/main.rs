@@ -292,6 +292,10 @@ fn main() -> ExitCode {
                         ready,
                         Some(reload),
                         std::sync::Arc::new(restart_in_place),
+                        std::sync::Arc::new(|why: String| {
+                            tracing::error!("{why}");
+                            std::process::exit(1);
+                        }),
                     )
                     .await
                 }

@@ -231,6 +231,28 @@ impl RaftLog {
         receiver
     }
 
+    /// Waits until the cluster's group stops on this node (its log failed: a disk that
+    /// cannot sync), and says why.
+    pub async fn member_stopped(&self) -> String {
+        let Ok(running) = self.group(METADATA_GROUP).await else {
+            return "the cluster's group did not start".to_string();
+        };
+        let mut metrics = running.raft.metrics();
+        drop(running);
+        loop {
+            let failed = match &metrics.borrow_and_update().running_state {
+                Err(error) => Some(error.to_string()),
+                Ok(()) => None,
+            };
+            if let Some(error) = failed {
+                return error;
+            }
+            if metrics.changed().await.is_err() {
+                return "the cluster's group stopped".to_string();
+            }
+        }
+    }
+
     /// This node's id.
     pub fn node_id(&self) -> u64 {
         self.settings.node_id

@@ -23,7 +23,7 @@ use crate::{Listeners, MemberRole, NamespaceStart};
 /// Runs this node as a member of its cluster until `shutdown` turns true: a follower until
 /// it leads, then the broker. `ready` is called once the listeners forward (or serve);
 /// `deposed` when the node led and no longer does (it must not go on serving: the binary
-/// starts itself again).
+/// starts itself again); `failed` when its log failed (the process ends).
 pub async fn run_member(
     listeners: Listeners,
     config: &Config,
@@ -32,6 +32,7 @@ pub async fn run_member(
     ready: impl FnOnce(),
     reload: Option<super::reload::ReloadSource>,
     deposed: Arc<dyn Fn() + Send + Sync>,
+    failed: Arc<dyn Fn(String) + Send + Sync>,
 ) -> Result<(), String> {
     let (store, recovery) = storage;
     let settings = &config.cluster;
@@ -64,6 +65,24 @@ pub async fn run_member(
     raft.start_member()
         .await
         .map_err(|error| format!("cannot join the cluster: {error}"))?;
+    {
+        // A member whose log fails (a disk that cannot sync) takes no further part: the
+        // process ends with the reason, so that the others elect a leader meanwhile (a node
+        // starting again at once would lead again from the vote on its disk).
+        let raft = raft.clone();
+        let failed = failed.clone();
+        let mut stop = shutdown.clone();
+        tokio::spawn(async move {
+            let why = tokio::select! {
+                why = raft.member_stopped() => why,
+                _ = stop.wait_for(|stop| *stop) => return,
+            };
+            let stopping = *stop.borrow();
+            if !stopping {
+                failed(format!("this node's part in the cluster stopped: {why}"));
+            }
+        });
+    }
     tracing::info!(
         node = settings.node_id,
         "member of a cluster of {} nodes; peers on {}",

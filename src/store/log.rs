@@ -68,13 +68,41 @@ impl LogOptions {
     }
 }
 
-/// A fault to inject into the writer (tests only).
+/// A fault to inject into the writer: tests, and the fault harness through the
+/// `FERROBUS_FAULT_INJECT` environment variable ([`Fault::parse`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {
     /// Writes fail with "no space" once the segment would exceed this many bytes.
     DiskFullAt(u64),
     /// Every sync fails.
     SyncFails,
+    /// Syncs succeed this many times, then every one fails (a disk that dies).
+    SyncFailsAfter(u64),
+    /// Every sync takes this much longer (a slow disk).
+    SlowSync(std::time::Duration),
+}
+
+impl Fault {
+    /// Reads `sync-fails`, `sync-fails-after=N` or `sync-delay=MS` (milliseconds).
+    pub fn parse(text: &str) -> Result<Fault, String> {
+        let text = text.trim();
+        let number = |value: &str| {
+            value
+                .trim()
+                .parse::<u64>()
+                .map_err(|_| format!("{value:?} is not a whole number"))
+        };
+        match text.split_once('=') {
+            None if text == "sync-fails" => Ok(Fault::SyncFails),
+            Some(("sync-fails-after", count)) => Ok(Fault::SyncFailsAfter(number(count)?)),
+            Some(("sync-delay", millis)) => Ok(Fault::SlowSync(std::time::Duration::from_millis(
+                number(millis)?,
+            ))),
+            _ => Err(format!(
+                "{text:?} is not a fault: sync-fails, sync-fails-after=N or sync-delay=MS"
+            )),
+        }
+    }
 }
 
 /// Where a record is on disk: its segment's number and its header's byte offset there.
@@ -615,9 +643,15 @@ impl Writer {
     }
 
     fn sync(&mut self) -> io::Result<()> {
-        self.statistics.syncs.fetch_add(1, Ordering::Relaxed);
-        if self.options.fault == Some(Fault::SyncFails) {
-            return Err(io::Error::other("injected: fsync failed"));
+        let done = self.statistics.syncs.fetch_add(1, Ordering::Relaxed);
+        match self.options.fault {
+            Some(Fault::SyncFails) => return Err(io::Error::other("injected: fsync failed")),
+            Some(Fault::SyncFailsAfter(count)) if done >= count => {
+                return Err(io::Error::other("injected: fsync failed"));
+            }
+            // The writer's own thread: a slow disk holds every group commit behind it.
+            Some(Fault::SlowSync(delay)) => std::thread::sleep(delay),
+            _ => {}
         }
         self.current.sync(&self.directory)
     }
