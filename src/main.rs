@@ -291,11 +291,13 @@ fn main() -> ExitCode {
                         stopped,
                         ready,
                         Some(reload),
-                        std::sync::Arc::new(restart_in_place),
-                        std::sync::Arc::new(|why: String| {
-                            tracing::error!("{why}");
-                            std::process::exit(1);
-                        }),
+                        ferrobus::daemon::member::Exits {
+                            deposed: std::sync::Arc::new(restart_in_place),
+                            failed: std::sync::Arc::new(|why: String| {
+                                tracing::error!("{why}");
+                                std::process::exit(1);
+                            }),
+                        },
                     )
                     .await
                 }

@@ -20,10 +20,18 @@ use crate::listener::forward::{Forwarding, forward_until};
 use crate::store::storage::{LogStorage, Recovery};
 use crate::{Listeners, MemberRole, NamespaceStart};
 
+/// How a member stops serving when it must (the binary: executing itself again; ending).
+#[derive(Clone)]
+pub struct Exits {
+    /// The node led and no longer does: it must not go on serving.
+    pub deposed: Arc<dyn Fn() + Send + Sync>,
+    /// Its log failed, for the reason given.
+    pub failed: Arc<dyn Fn(String) + Send + Sync>,
+}
+
 /// Runs this node as a member of its cluster until `shutdown` turns true: a follower until
 /// it leads, then the broker. `ready` is called once the listeners forward (or serve);
-/// `deposed` when the node led and no longer does (it must not go on serving: the binary
-/// starts itself again); `failed` when its log failed (the process ends).
+/// `exits` says what to do when it led and no longer does, and when its log fails.
 pub async fn run_member(
     listeners: Listeners,
     config: &Config,
@@ -31,9 +39,9 @@ pub async fn run_member(
     mut shutdown: watch::Receiver<bool>,
     ready: impl FnOnce(),
     reload: Option<super::reload::ReloadSource>,
-    deposed: Arc<dyn Fn() + Send + Sync>,
-    failed: Arc<dyn Fn(String) + Send + Sync>,
+    exits: Exits,
 ) -> Result<(), String> {
+    let Exits { deposed, failed } = exits;
     let (store, recovery) = storage;
     let settings = &config.cluster;
     let secret = settings
