@@ -308,9 +308,22 @@ fn main() -> ExitCode {
             };
             if let Err(error) = served {
                 tracing::error!("{error}");
+                return false;
             }
+            true
         });
-        signal.await;
+        let mut server = server;
+        tokio::select! {
+            () = signal => {}
+            // The broker stopped by itself (it could not start serving): nothing to wait for.
+            served = &mut server => {
+                return if matches!(served, Ok(true)) {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                };
+            }
+        }
         tracing::info!("shutting down");
         ferrobus::daemon::notify::stopping();
         let _ = stop.send(true);
