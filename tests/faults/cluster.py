@@ -115,8 +115,11 @@ class Cluster:
         auth: str = "none",
         entities: str = ENTITIES_TOML,
         net: Optional[int] = None,
+        log_level: Optional[str] = None,
     ) -> None:
         self.directory = Path(directory)
+        # Passed to every node as --log-level (e.g. "info,ferrobus::server=debug").
+        self.log_level = log_level
         self.size = nodes
         self.ids = list(range(1, nodes + 1))
         self.auth = auth
@@ -197,7 +200,8 @@ class Cluster:
         log = open(log_path, "ab")
         self.processes[node] = self.network.start(
             f"node{node}",
-            [binary(), "--config", str(self.config_path(node))],
+            [binary(), "--config", str(self.config_path(node))]
+            + (["--log-level", self.log_level] if self.log_level else []),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,

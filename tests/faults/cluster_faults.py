@@ -54,8 +54,8 @@ import cluster as cluster_module  # noqa: E402
 import netns  # noqa: E402
 
 FAULTS = ("kill-leader", "kill-follower", "pause-leader", "isolate-leader", "loss")
-# Seconds a fault round takes at most beyond its gap and hold (a restart, an election, a
-# rejoin): no fault starts later than this before the traffic ends.
+# Seconds a fault round takes beyond its hold (a restart, an election, a rejoin): no fault
+# starts later than its hold and this before the traffic ends.
 ROUND_MARGIN_SECONDS = 5.0
 RECOVERY_TIMEOUT_SECONDS = 30.0
 
@@ -178,9 +178,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--auth", choices=["none", "keys"], default="keys")
     parser.add_argument("--nodes", type=int, choices=[3, 5], default=3)
-    parser.add_argument("--duration", type=float, default=None, help="seconds of traffic (default: 9 a round plus 10, at least 30)")
+    parser.add_argument("--duration", type=float, default=None, help="seconds of traffic (default: 6 a round plus 10, at least 20)")
     parser.add_argument("--faults", default=",".join(FAULTS), help="the kinds to draw from, comma-separated")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (history, node logs)")
+    parser.add_argument("--log-level", default=None, help="every node's --log-level (e.g. debug)")
     args = parser.parse_args(argv)
     why = netns.available()
     if why:
@@ -191,7 +192,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if unknown or not kinds:
         parser.error(f"--faults: from {', '.join(FAULTS)}")
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
-    duration = args.duration if args.duration is not None else max(30.0, 9.0 * args.rounds + 10.0)
+    duration = args.duration if args.duration is not None else max(20.0, 6.0 * args.rounds + 10.0)
     rng = random.Random(seed)
     print(
         f"cluster under faults: seed {seed}, {args.nodes} nodes, {args.rounds} rounds, "
@@ -202,7 +203,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     history = directory / "history.jsonl"
     failed = False
     faults: List[Fault] = []
-    with cluster_module.Cluster(directory, nodes=args.nodes, auth=args.auth) as cluster:
+    with cluster_module.Cluster(
+        directory, nodes=args.nodes, auth=args.auth, log_level=args.log_level
+    ) as cluster:
         try:
             leader = cluster.wait_whole(RECOVERY_TIMEOUT_SECONDS)
         except RuntimeError as error:
@@ -227,17 +230,20 @@ def main(argv: Optional[List[str]] = None) -> int:
             stdout=subprocess.DEVNULL,
         )
         started = time.time()
+        # Each round has its slice of the traffic and starts at a random point of it (at
+        # once when the previous round's recovery took longer).
+        window = (duration - ROUND_MARGIN_SECONDS) / args.rounds
         for round_number in range(args.rounds):
             # Every choice is drawn before anything is timed, so a seed replays them all.
-            gap = rng.uniform(1.0, 3.0)
+            moment = window * round_number + rng.uniform(0.1, 0.6) * window
             kind = rng.choice(kinds)
             hold = rng.uniform(0.5, 3.0)
             pick = rng.randrange(1 << 16)
             percent = rng.choice((10, 20, 30))
-            if time.time() + gap + hold + ROUND_MARGIN_SECONDS > started + duration:
+            if max(time.time(), started + moment) + hold + ROUND_MARGIN_SECONDS > started + duration:
                 print(f"  the traffic ends: {round_number} of {args.rounds} faults injected", flush=True)
                 break
-            time.sleep(gap)
+            time.sleep(max(0.0, started + moment - time.time()))
             if workload.poll() is not None:
                 break
             try:
