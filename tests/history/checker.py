@@ -39,7 +39,9 @@ The checks, with the rule IDs of /work/shared/SEMANTICS.md they rest on:
 - ``dead-letter``: after an acknowledged dead-letter the message is not seen in its entity any
   more and is seen in the dead-letter queue (DLQ-2, DLQ-4).
 - ``deferred``: after an acknowledged defer the message is only delivered by sequence number,
-  and is delivered so (or still present) later (LCK-4).
+  and is delivered so (or still present) later; a receive by number is refused as not found
+  only after a complete or dead-letter attempted since the defer, or while an earlier receive
+  by number may still hold its lock (LCK-4).
 - ``scheduled-early``: a scheduled message is not delivered before its time (SCH-2).
 - ``session-order``: within a session, messages are first delivered in sequence-number order
   (SES-1, SEQ-2).
@@ -61,6 +63,9 @@ DLQ_SUFFIX = "/$DeadLetterQueue"
 # The broker stamps enqueued times in milliseconds; the client's clock reads are on the same
 # machine. Allowance for the rounding.
 ENQUEUED_SLACK_SECONDS = 0.002
+# The workload's lock duration (workload.ENTITIES_TOML): a message a receive by number may
+# have locked stays locked, and so refused by number, at most this long after that call.
+LOCK_SECONDS = 5.0
 
 
 @dataclass
@@ -318,7 +323,20 @@ def check(records: Iterable[Dict[str, Any]]) -> List[Violation]:
             and r["t1"] > last["t0"]
             and r["t0"] < record["t1"]
         ]
-        if not removers:
+        # The broker refuses a number whose message is locked, as not found: a receive by
+        # number since the defer, acknowledged or not (its answer lost with the connection),
+        # may hold the lock until its lock duration runs out.
+        lockers = [
+            r
+            for r in records
+            if r.get("op") == "receive_deferred"
+            and r.get("outcome") in ("ok", "unknown")
+            and r["entity"] == entity
+            and seq in r.get("seqs", [])
+            and r["t1"] > last["t0"]
+            and r["t0"] < record["t0"] < r["t1"] + LOCK_SECONDS
+        ]
+        if not removers and not lockers:
             violations.append(
                 Violation("deferred", "LCK-4", f"deferred message {last['id']} (sequence number {seq}) not found by its number", [last, record])
             )

@@ -290,3 +290,17 @@ def test_deferred_message_may_be_gone_after_an_indeterminate_complete() -> None:
     find(history, "complete", "hq", "c")["outcome"] = "unknown"
     history.append({"op": "receive_deferred", "client": "r", "entity": "hq", "t0": 5.1, "t1": 5.2, "outcome": "fail", "error": "MessageNotFoundError", "seqs": [3]})
     assert kinds(history) == []
+
+
+def test_deferred_message_may_be_refused_while_a_receive_by_number_may_hold_its_lock() -> None:
+    # A receive by number whose answer was lost may have locked the message: the broker
+    # refuses the number as not found until that lock runs out (LCK-4), then serves it again.
+    not_found = {"op": "receive_deferred", "client": "r2", "entity": "hq", "t0": 4.65, "t1": 4.7, "outcome": "fail", "error": "MessageNotFoundError", "seqs": [3]}
+    history = copy.deepcopy(clean_history())
+    history.append({"op": "receive_deferred", "client": "r", "entity": "hq", "t0": 4.55, "t1": 4.6, "outcome": "unknown", "error": "ServiceBusConnectionError", "seqs": [3]})
+    history.append(not_found)
+    assert kinds(history) == []
+    # Without that receive the refusal is a violation (the message was deferred and free).
+    history = copy.deepcopy(clean_history())
+    history.append(not_found)
+    assert kinds(history) == ["deferred"]
