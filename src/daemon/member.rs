@@ -36,7 +36,7 @@ pub async fn run_member(
     listeners: Listeners,
     config: &Config,
     storage: (LogStorage, Recovery),
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
     ready: impl FnOnce(),
     reload: Option<super::reload::ReloadSource>,
     exits: Exits,
@@ -200,7 +200,6 @@ pub async fn run_member(
         Some(MemberRole { lease, view }),
     )
     .await;
-    let _ = shutdown.changed().await.ok();
     raft.shutdown().await;
     store.close();
     served

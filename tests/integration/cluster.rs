@@ -657,3 +657,34 @@ async fn a_follower_with_a_slow_disk_does_not_stop_the_cluster() {
         "node 3 ran with the slow disk"
     );
 }
+
+/// A rolling restart: each node in turn, the leader among them, stopped with SIGTERM and
+/// started again while a sender keeps sending through whichever nodes run; every send any
+/// node acknowledged is received afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_under_load_loses_nothing() {
+    let mut cluster = Cluster::start(ENTITIES);
+    tokio::task::block_in_place(|| cluster.leader(&[]));
+    let mut sent = Vec::new();
+    for id in 1..=3u64 {
+        for index in 0..10 {
+            let body = format!("roll-{id}-{index}");
+            send_until_acknowledged(&cluster, "orders", &body).await;
+            sent.push(body);
+        }
+        cluster.node(id).signal("TERM");
+        let child = cluster.node_mut(id).child.as_mut().expect("running");
+        let status = tokio::task::block_in_place(|| child.wait()).expect("exits");
+        assert!(status.success(), "node {id} stopped cleanly: {status}");
+        cluster.node_mut(id).child = None;
+        for index in 10..20 {
+            let body = format!("roll-{id}-{index}");
+            send_until_acknowledged(&cluster, "orders", &body).await;
+            sent.push(body);
+        }
+        cluster.node_mut(id).start();
+        tokio::task::block_in_place(|| cluster.leader(&[]));
+    }
+    let leader = tokio::task::block_in_place(|| cluster.leader(&[]));
+    receive_every(cluster.node(leader).address(), "orders", &sent).await;
+}
