@@ -65,31 +65,11 @@ fn process_random() -> u64 {
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_leadership_and_every_spawn_gets_its_own_seed() {
-        let mut seeds = std::collections::HashSet::new();
-        for term in 1..=50 {
-            for node in 0..4 {
-                let leadership = Leadership { node, term };
-                assert!(seeds.insert(leadership.token_seed("q")));
-                // The same entity under the same leadership, spawned again (deleted and
-                // created again): a new seed.
-                assert!(seeds.insert(leadership.token_seed("q")));
-                assert!(seeds.insert(leadership.token_seed("other")));
-            }
-        }
-    }
-}
-
 /// A leader's lease in a cluster: how long its view of the log is known to be current.
 /// The leader extends it each time a majority acknowledges it (`docs/scale-out.md` §4
 /// "Reads"); a leader cut off from the majority sees it run out before the others can elect
 /// a new leader, and from then on sends its clients nothing (so a peek or a delivery never
-/// answers from state a newer leader has changed). A single node holds it for ever.
+/// answers from state a newer leader has changed). A single node has none.
 #[derive(Debug)]
 pub struct Lease {
     /// The instant the nanosecond counts below start from.
@@ -129,5 +109,41 @@ impl Lease {
 impl Default for Lease {
     fn default() -> Lease {
         Lease::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_leadership_and_every_spawn_gets_its_own_seed() {
+        let mut seeds = std::collections::HashSet::new();
+        for term in 1..=50 {
+            for node in 0..4 {
+                let leadership = Leadership { node, term };
+                assert!(seeds.insert(leadership.token_seed("q")));
+                // The same entity under the same leadership, spawned again (deleted and
+                // created again): a new seed.
+                assert!(seeds.insert(leadership.token_seed("q")));
+                assert!(seeds.insert(leadership.token_seed("other")));
+            }
+        }
+    }
+
+    #[test]
+    fn a_lease_holds_until_its_time_and_never_shrinks() {
+        let lease = Lease::new();
+        assert!(!lease.held(), "not held before a majority acknowledged");
+        let now = std::time::Instant::now();
+        lease.extend_to(now + std::time::Duration::from_secs(60));
+        assert!(lease.held());
+        // An older acknowledgement reported late does not shorten it.
+        lease.extend_to(now);
+        assert!(lease.held());
+        lease.revoke();
+        assert!(!lease.held());
+        lease.extend_to(now);
+        assert!(!lease.held(), "a time already past holds nothing");
     }
 }

@@ -156,15 +156,15 @@ async fn forward(mut client: TcpStream, port: u16, forwarding: Forwarding) {
     }
     let mut leader = forwarding.leader.clone();
     let own = forwarding.own;
-    let target = tokio::time::timeout(
-        WAIT_FOR_LEADER,
-        leader.wait_for(|leader| leader.is_some_and(|leader| leader != own)),
-    )
-    .await;
+    // This node leading means it is about to serve on these listeners itself: the client
+    // connects again and reaches it.
+    let target =
+        tokio::time::timeout(WAIT_FOR_LEADER, leader.wait_for(|leader| leader.is_some())).await;
     let Some(target) = target
         .ok()
         .and_then(|found| found.ok())
         .and_then(|found| *found)
+        .filter(|target| *target != own)
     else {
         tracing::debug!("closing a connection: no other node leads the cluster");
         return;

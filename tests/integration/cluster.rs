@@ -688,3 +688,41 @@ async fn a_rolling_restart_under_load_loses_nothing() {
     let leader = tokio::task::block_in_place(|| cluster.leader(&[]));
     receive_every(cluster.node(leader).address(), "orders", &sent).await;
 }
+
+/// A leader that hears from no majority (both followers paused) sends its clients nothing
+/// once its lease has run out — here a message a receiver asks for — and closes their
+/// connections; when the followers wake, it serves again and the message is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_without_its_majority_answers_nothing() {
+    let cluster = Cluster::start(ENTITIES);
+    let leader = tokio::task::block_in_place(|| cluster.leader(&[]));
+    let followers: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
+    let address = cluster.node(leader).address();
+    send(address, "orders", &["held-back"]).await;
+    let (mut connection, mut session) = connect(address).await;
+    for follower in &followers {
+        cluster.node(*follower).signal("STOP");
+    }
+    // The lease (350 ms after the last acknowledgement) runs out.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let attached = tokio::time::timeout(Duration::from_secs(5), async {
+        let mut receiver = Receiver::attach(&mut session, "receiver", "orders").await?;
+        let delivery = receiver
+            .recv::<fe2o3_amqp::types::messaging::Body<fe2o3_amqp::types::primitives::Value>>()
+            .await?;
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(format!("{:?}", delivery.body()))
+    })
+    .await;
+    assert!(
+        !matches!(attached, Ok(Ok(_))),
+        "a leader without its majority delivered: {attached:?}"
+    );
+    for follower in &followers {
+        cluster.node(*follower).signal("CONT");
+    }
+    drop(session);
+    drop(connection.close().await);
+    let now = tokio::task::block_in_place(|| cluster.leader(&[]));
+    let received = receive_all(cluster.node(now).address(), "orders", 1).await;
+    assert!(received[0].contains("held-back"), "{received:?}");
+}
