@@ -291,6 +291,24 @@ pub async fn run_with_log(
     .await
 }
 
+/// The configured keys with their rights (Manage implies Send and Listen).
+pub(crate) fn access_keys(config: &Config) -> Vec<AccessKey> {
+    config
+        .auth
+        .keys
+        .iter()
+        .map(|key| AccessKey {
+            name: key.name.clone(),
+            key: key.key.clone(),
+            rights: Rights {
+                manage: key.rights.manage,
+                send: key.rights.send || key.rights.manage,
+                listen: key.rights.listen || key.rights.manage,
+            },
+        })
+        .collect()
+}
+
 /// A cluster leader's part in serving: its lease (connections send nothing without it)
 /// and its view of the cluster for `/health`.
 pub(crate) struct MemberRole {
@@ -394,20 +412,7 @@ pub(crate) async fn serve(
     };
     let namespace = seed_namespace(config, storage.as_ref(), start).await?;
     let registry = Registry::start_seeded(&namespace, config, clock, codec, storage)?;
-    let keys: Vec<AccessKey> = config
-        .auth
-        .keys
-        .iter()
-        .map(|key| AccessKey {
-            name: key.name.clone(),
-            key: key.key.clone(),
-            rights: Rights {
-                manage: key.rights.manage,
-                send: key.rights.send || key.rights.manage,
-                listen: key.rights.listen || key.rights.manage,
-            },
-        })
-        .collect();
+    let keys = access_keys(config);
     let admin_keys = keys.clone();
     if let Some(store) = &wal {
         let _ = store
@@ -430,6 +435,7 @@ pub(crate) async fn serve(
             amqp: std::sync::OnceLock::new(),
             reload: std::sync::OnceLock::new(),
             cluster: member.as_ref().map(|member| member.view.clone()),
+            lease: member.as_ref().map(|member| member.lease.clone()),
         }),
         tls_identity(config),
     ));

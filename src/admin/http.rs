@@ -73,6 +73,9 @@ pub struct Admin {
     pub reload: std::sync::OnceLock<ReloadHook>,
     /// In a cluster, what this node knows of it (`/health` shows it under `cluster`).
     pub cluster: Option<ClusterView>,
+    /// In a cluster, the leader's lease: without it, routes other than `/health` and
+    /// `/metrics` answer 503 (what they would show may be stale).
+    pub lease: Option<Arc<crate::broker::leadership::Lease>>,
 }
 
 /// What a cluster node knows of the cluster, as JSON.
@@ -347,6 +350,18 @@ async fn metrics(admin: &Admin, headers: &HeaderMap) -> Response {
     super::scrape::render(&admin.metrics, &admin.registry).await
 }
 
+/// Whether a cluster leader's lease holds now or comes back within 2 s (a leader slow to
+/// hear from its majority); polled every 20 ms.
+async fn lease_comes_back(lease: &crate::broker::leadership::Lease) -> bool {
+    for _ in 0..100 {
+        if lease.held() {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    lease.held()
+}
+
 async fn route(admin: Arc<Admin>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let secure = parts
@@ -357,6 +372,16 @@ async fn route(admin: Arc<Admin>, request: Request) -> Response {
     let segments = segments(parts.uri.path());
     let lower: Vec<String> = segments.iter().map(|s| s.to_ascii_lowercase()).collect();
     let lower: Vec<&str> = lower.iter().map(String::as_str).collect();
+    let open = matches!(lower.as_slice(), ["health"] | ["metrics"]);
+    if !open
+        && let Some(lease) = &admin.lease
+        && !lease_comes_back(lease).await
+    {
+        return failure(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "This node cannot hear from a majority of the cluster: what it would answer may be stale. Try again, or ask another node.",
+        );
+    }
     match (&parts.method, lower.as_slice()) {
         (&Method::GET, ["health"]) => return health(&admin),
         // AMQP authorizes its own links ($cbs): the upgrade needs no token, but a page on

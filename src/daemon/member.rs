@@ -125,6 +125,10 @@ pub async fn run_member(
                 Arc::new(move || follower_health(&raft))
             },
             metrics: metrics.clone(),
+            metrics_allowed: {
+                let keys = crate::access_keys(config);
+                Arc::new(move |head: &[u8]| metrics_allowed(&keys, head))
+            },
         };
         let (flat, shape) = flatten(listeners);
         let forwarded = forward_until(flat, forwarding, until).await;
@@ -224,6 +228,39 @@ async fn report_cluster(raft: std::sync::Weak<RaftLog>, metrics: crate::metrics:
                 .with_label_values(&[&member.id.to_string()])
                 .set(member.lag as i64);
         }
+    }
+}
+
+/// Whether a follower's `/metrics` request may read them: with keys, as on the leader, HTTP
+/// Basic with a key that has the Manage right (what Prometheus' `basic_auth` sends).
+fn metrics_allowed(keys: &[crate::amqp::sas::AccessKey], head: &[u8]) -> Result<(), (u16, String)> {
+    if keys.is_empty() {
+        return Ok(());
+    }
+    let mut headers = axum::http::HeaderMap::new();
+    let text = String::from_utf8_lossy(head);
+    for line in text.split("\r\n").skip(1) {
+        if let Some((name, value)) = line.split_once(':')
+            && name.trim().eq_ignore_ascii_case("authorization")
+            && let Ok(value) = axum::http::HeaderValue::from_str(value.trim())
+        {
+            headers.insert(axum::http::header::AUTHORIZATION, value);
+        }
+    }
+    match crate::admin::guard::basic_key(keys, &headers) {
+        Ok(key) if key.rights.manage => Ok(()),
+        Ok(key) => Err((
+            403,
+            format!(
+                "The key '{}' lacks the Manage right metrics need.\n",
+                key.name
+            ),
+        )),
+        Err(_) => Err((
+            401,
+            "Metrics need a key with the Manage right: HTTP Basic with the key name and key.\n"
+                .to_string(),
+        )),
     }
 }
 

@@ -39,7 +39,13 @@ pub struct Forwarding {
     /// This node's metrics (`/metrics` is answered here too; forwarded connections are
     /// counted).
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Whether a `/metrics` request (its head, as received) may read them: `Err` is the
+    /// status and text of the refusal.
+    pub metrics_allowed: MetricsGate,
 }
+
+/// Decides whether a `/metrics` request head may read them (`Err`: status and text).
+pub type MetricsGate = Arc<dyn Fn(&[u8]) -> Result<(), (u16, String)> + Send + Sync>;
 
 /// Forwards every connection the listeners accept until `until` completes, then hands the
 /// listeners back (the connections forwarded so far go on until the leader changes).
@@ -115,15 +121,46 @@ fn asks_for(first: &[u8], route: &[u8]) -> bool {
         .is_some_and(|rest| matches!(rest.first(), Some(b' ' | b'?' | b'/')))
 }
 
+/// The most bytes of a request head answered here.
+const MAX_HEAD: usize = 16 * 1024;
+
+/// Reads on until `head` holds a whole HTTP request head (its blank line); `false` when the
+/// client closes, takes too long or sends too much.
+async fn read_head(client: &mut TcpStream, head: &mut Vec<u8>) -> bool {
+    let complete = |head: &[u8]| head.windows(4).any(|window| window == b"\r\n\r\n");
+    let reading = async {
+        let mut buffer = [0u8; 4096];
+        while !complete(head) {
+            if head.len() > MAX_HEAD {
+                return false;
+            }
+            match client.read(&mut buffer).await {
+                Ok(0) | Err(_) => return false,
+                Ok(read) => head.extend_from_slice(&buffer[..read]),
+            }
+        }
+        true
+    };
+    tokio::time::timeout(FIRST_BYTES, reading)
+        .await
+        .unwrap_or(false)
+}
+
 /// Answers an HTTP request here and closes.
 async fn answer(client: &mut TcpStream, status: u16, content_type: &str, body: &[u8]) {
-    let reason = if status == 200 {
-        "OK"
+    let reason = match status {
+        200 => "OK",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        _ => "Service Unavailable",
+    };
+    let challenge = if status == 401 {
+        "www-authenticate: Basic realm=\"ferrobus metrics\", charset=\"UTF-8\"\r\n"
     } else {
-        "Service Unavailable"
+        ""
     };
     let head = format!(
-        "HTTP/1.1 {status} {reason}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        "HTTP/1.1 {status} {reason}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\n{challenge}connection: close\r\n\r\n",
         body.len()
     );
     let _ = client.write_all(head.as_bytes()).await;
@@ -138,12 +175,27 @@ async fn forward(mut client: TcpStream, port: u16, forwarding: Forwarding) {
         _ => return,
     };
     first.truncate(read);
+    if (asks_for(&first, b"/health") || asks_for(&first, b"/metrics"))
+        && !read_head(&mut client, &mut first).await
+    {
+        return;
+    }
     if asks_for(&first, b"/health") {
         let (status, body) = (forwarding.health)();
         answer(&mut client, status, "application/json", body.as_bytes()).await;
         return;
     }
     if asks_for(&first, b"/metrics") {
+        if let Err((status, text)) = (forwarding.metrics_allowed)(&first) {
+            answer(
+                &mut client,
+                status,
+                "text/plain; charset=utf-8",
+                text.as_bytes(),
+            )
+            .await;
+            return;
+        }
         let body = forwarding.metrics.encode().unwrap_or_default();
         answer(
             &mut client,

@@ -111,7 +111,7 @@ impl Node {
     fn get(&self, route: &str) -> Option<(u16, String)> {
         let mut stream =
             TcpStream::connect_timeout(&self.address(), Duration::from_millis(500)).ok()?;
-        stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
         write!(
             stream,
             "GET {route} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
@@ -717,6 +717,13 @@ async fn a_leader_without_its_majority_answers_nothing() {
         !matches!(attached, Ok(Ok(_))),
         "a leader without its majority delivered: {attached:?}"
     );
+    // The HTTP side answers 503 rather than what may be stale.
+    let (status, text) = cluster
+        .node(leader)
+        .get("/explorer/api/entities")
+        .expect("answers");
+    assert_eq!(status, 503, "{text}");
+    assert!(text.contains("majority"), "{text}");
     for follower in &followers {
         cluster.node(*follower).signal("CONT");
     }
@@ -725,4 +732,43 @@ async fn a_leader_without_its_majority_answers_nothing() {
     let now = tokio::task::block_in_place(|| cluster.leader(&[]));
     let received = receive_all(cluster.node(now).address(), "orders", 1).await;
     assert!(received[0].contains("held-back"), "{received:?}");
+}
+
+/// With keys, a follower's own `/metrics` asks for a key with the Manage right, as the
+/// leader's does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_followers_metrics_need_a_manage_key_when_keys_are_set() {
+    let entities = format!(
+        "{ENTITIES}[[auth.keys]]\nname = \"admin\"\nkey = \"admin-secret\"\nrights = [\"Manage\"]\n[[auth.keys]]\nname = \"sender\"\nkey = \"sender-secret\"\nrights = [\"Send\"]\n"
+    );
+    let cluster = Cluster::start(&entities);
+    let leader = tokio::task::block_in_place(|| cluster.leader(&[]));
+    let follower = cluster
+        .nodes
+        .iter()
+        .find(|node| node.id != leader)
+        .expect("a follower");
+    let (status, text) = follower.get("/metrics").expect("answers");
+    assert_eq!(status, 401, "{text}");
+    let with = |credentials: &str| {
+        use base64::Engine;
+        let encoded = base64::engine::general_purpose::STANDARD.encode(credentials);
+        let mut stream = TcpStream::connect(follower.address()).expect("connects");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .expect("timeout");
+        write!(
+            stream,
+            "GET /metrics HTTP/1.1\r\nHost: localhost\r\nAuthorization: Basic {encoded}\r\nConnection: close\r\n\r\n"
+        )
+        .expect("writes");
+        let mut text = String::new();
+        let _ = stream.read_to_string(&mut text);
+        text
+    };
+    let refused = with("sender:sender-secret");
+    assert!(refused.starts_with("HTTP/1.1 403"), "{refused}");
+    let allowed = with("admin:admin-secret");
+    assert!(allowed.starts_with("HTTP/1.1 200"), "{allowed}");
+    assert!(allowed.contains("ferrobus_cluster_leader"), "{allowed}");
 }
