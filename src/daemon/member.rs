@@ -43,6 +43,12 @@ pub async fn run_member(
 ) -> Result<(), String> {
     let Exits { deposed, failed } = exits;
     let (store, recovery) = storage;
+    if recovery.namespace_reset {
+        return Err(
+            "--reset-runtime-changes is not supported on a cluster member: the run-time changes are the cluster's, in its replicated log (delete or recreate entities through the admin API)"
+                .to_string(),
+        );
+    }
     let settings = &config.cluster;
     let secret = settings
         .secret
