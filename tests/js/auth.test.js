@@ -14,7 +14,6 @@ import {
   SAS_KEY_VALUE,
   assertServiceBusError,
   authKeyToml,
-  connectionString,
   noRetryClient,
   queueToml,
   receiveExactly,
@@ -42,7 +41,7 @@ const { broker, brokerTest } = useBroker(
 
 /** Runs `fn` with a no-retry client whose connection string carries `keyName`/`key`. */
 async function withKey(keyName, key, fn) {
-  const client = noRetryClient(connectionString(broker.port, keyName, key));
+  const client = noRetryClient(broker.connectionStringWith(keyName, key));
   try {
     return await fn(client);
   } finally {

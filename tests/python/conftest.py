@@ -434,6 +434,8 @@ class ClusterBroker:
         self.leader: Optional[int] = None
         self.nodes: Dict[int, Broker] = {}
         self._ports: Optional[List[int]] = None
+        # Connections through the follower that the cluster closed unanswered at start.
+        self.refused_probes = 0
         # Whether this start picked the ports (else it reuses an earlier cluster's).
         self._fresh: Optional[bool] = None
 
@@ -521,12 +523,40 @@ class ClusterBroker:
             for member in self.nodes.values():
                 member.wait_listening()
             self.leader = self.wait_for_leader()
+            followers = [node for node in self.nodes if node != self.leader]
+            self.host = node_host(followers[0] if followers else 1)
+            self.wait_serving()
         except BrokerStartError:
             self.stop()
             raise
-        followers = [node for node in self.nodes if node != self.leader]
-        self.host = node_host(followers[0] if followers else 1)
         return self
+
+    def wait_serving(self, timeout: float = CLUSTER_LEADER_TIMEOUT_SECONDS) -> None:
+        """Waits until a connection to `host` is answered by the leader: the SASL protocol
+        header sent through the follower comes back. Right after the nodes agree on a leader,
+        a connection forwarded to it is sometimes closed at once; each such attempt is
+        counted in `refused_probes` (and printed)."""
+        header = b"AMQP\x03\x01\x00\x00"
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with socket.create_connection((self.host, self.port), timeout=2) as probe:
+                    probe.sendall(header)
+                    answer = b""
+                    while len(answer) < len(header):
+                        chunk = probe.recv(len(header) - len(answer))
+                        if not chunk:
+                            break
+                        answer += chunk
+                if answer == header:
+                    return
+            except OSError:
+                pass
+            self.refused_probes += 1
+            print(f"cluster on port {self.port}: probe {self.refused_probes} through {self.host} got no answer")
+            if time.monotonic() > deadline:
+                raise BrokerStartError(f"no answer through {self.host}:{self.port} within {timeout} s:\n{self.log_tail()}")
+            time.sleep(0.1)
 
     def health(self, node: int) -> Optional[dict]:
         """Node `node`'s own /health answer (its view of the cluster), None if it gave none."""
@@ -542,28 +572,30 @@ class ClusterBroker:
         except (OSError, ValueError):
             return None
 
-    def leads(self, node: int) -> bool:
-        """Whether node `node` logged that it leads (and not, after that, that it stopped)."""
+    def leads(self, node: int, term: object) -> bool:
+        """Whether node `node` logged that it leads in `term` (and not, after that, that it
+        stopped)."""
         lines = [line for line in self.nodes[node]._log_tail if "leads the cluster" in line]
-        return bool(lines) and "this node leads the cluster" in lines[-1]
+        return bool(lines) and "this node leads the cluster" in lines[-1] and f"term={term}" in lines[-1]
 
     def wait_for_leader(self, timeout: float = CLUSTER_LEADER_TIMEOUT_SECONDS, other_than: Optional[int] = None) -> int:
-        """The leader every running node names in its /health, once they agree and it logged
-        that it leads: after a restart of every node the members name the leader of the
-        term they stored at once, about 0.5 s before it serves."""
+        """The leader every running node names in its /health, once they agree on it and on
+        the term and it logged that it leads in that term: after a restart of every node the
+        members name the leader of the term they stored at once, about 0.5 s before it
+        serves, and a connection a follower forwards while it learns of a new term is closed."""
         deadline = time.monotonic() + timeout
         views: Dict[int, object] = {}
         while time.monotonic() < deadline:
             views = {}
             for node, member in self.nodes.items():
                 if member.is_running():
-                    answer = self.health(node)
-                    views[node] = ((answer or {}).get("cluster") or {}).get("leader")
-            leaders = set(views.values())
-            if len(leaders) == 1 and None not in leaders and other_than not in leaders:
-                leader = int(leaders.pop())
-                if leader in self.nodes and self.leads(leader):
-                    return leader
+                    cluster = ((self.health(node) or {}).get("cluster")) or {}
+                    views[node] = (cluster.get("leader"), cluster.get("term"))
+            agreed = set(views.values())
+            if len(agreed) == 1:
+                leader, term = agreed.pop()
+                if leader is not None and leader != other_than and leader in self.nodes and self.leads(leader, term):
+                    return int(leader)
             time.sleep(0.1)
         raise BrokerStartError(f"the nodes agreed on no leader within {timeout} s (views {views}):\n{self.log_tail()}")
 
