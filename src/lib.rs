@@ -314,6 +314,7 @@ pub(crate) fn access_keys(config: &Config) -> Vec<AccessKey> {
 pub(crate) struct MemberRole {
     pub(crate) lease: Arc<broker::leadership::Lease>,
     pub(crate) view: admin::http::ClusterView,
+    pub(crate) control: admin::http::ClusterControl,
 }
 
 /// What the start writes of the namespace's run-time changes before the broker serves.
@@ -436,6 +437,7 @@ pub(crate) async fn serve(
             reload: std::sync::OnceLock::new(),
             cluster: member.as_ref().map(|member| member.view.clone()),
             lease: member.as_ref().map(|member| member.lease.clone()),
+            cluster_control: member.as_ref().map(|member| member.control.clone()),
         }),
         tls_identity(config),
     ));

@@ -297,6 +297,7 @@ fn main() -> ExitCode {
                                 tracing::error!("{why}");
                                 std::process::exit(1);
                             }),
+                            removed: std::sync::Arc::new(|| std::process::exit(0)),
                         },
                     )
                     .await

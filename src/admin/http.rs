@@ -76,7 +76,38 @@ pub struct Admin {
     /// In a cluster, the leader's lease: without it, routes other than `/health` and
     /// `/metrics` answer 503 (what they would show may be stale).
     pub lease: Option<Arc<crate::broker::leadership::Lease>>,
+    /// In a cluster, the membership routes (`/$cluster`, `/$cluster/members`).
+    pub cluster_control: Option<ClusterControl>,
 }
+
+/// A request to the cluster's membership routes.
+#[derive(Debug)]
+pub enum ClusterRequest {
+    /// `GET /$cluster`: the leader's view.
+    View,
+    /// `POST /$cluster/members` `{"id": N, "address": "host:port"}`.
+    Add {
+        /// The new node's id.
+        id: u64,
+        /// Its peer address.
+        address: String,
+    },
+    /// `DELETE /$cluster/members/N`.
+    Remove {
+        /// The node's id.
+        id: u64,
+    },
+}
+
+/// Runs a membership request: its HTTP status and JSON answer.
+pub type ClusterControl = Arc<
+    dyn Fn(
+            ClusterRequest,
+        )
+            -> std::pin::Pin<Box<dyn std::future::Future<Output = (u16, serde_json::Value)> + Send>>
+        + Send
+        + Sync,
+>;
 
 /// What a cluster node knows of the cluster, as JSON.
 pub type ClusterView = Arc<dyn Fn() -> Option<serde_json::Value> + Send + Sync>;
@@ -456,6 +487,32 @@ async fn route(admin: Arc<Admin>, request: Request) -> Response {
     let method = parts.method.clone();
     match (method, lower.as_slice()) {
         (Method::POST, ["$config", "reload"]) => reload(&admin).await,
+        (Method::GET, ["$cluster"]) => cluster(&admin, ClusterRequest::View).await,
+        (Method::POST, ["$cluster", "members"]) => {
+            #[derive(serde::Deserialize)]
+            struct Member {
+                id: u64,
+                address: String,
+            }
+            match serde_json::from_str::<Member>(&body) {
+                Ok(member) if member.id > 0 && member.address.contains(':') => {
+                    let request = ClusterRequest::Add {
+                        id: member.id,
+                        address: member.address,
+                    };
+                    cluster(&admin, request).await
+                }
+                _ => failure(
+                    StatusCode::BAD_REQUEST,
+                    "The body must be {\"id\": N (1 or more), \"address\": \"host:port\"}: the new node's id and peer address.",
+                ),
+            }
+        }
+        (Method::DELETE, ["$cluster", "members", id]) => match id.parse::<u64>() {
+            Ok(id) => cluster(&admin, ClusterRequest::Remove { id }).await,
+            Err(_) => failure(StatusCode::BAD_REQUEST, "The node id must be a number."),
+        },
+        (_, ["$cluster", ..]) => not_allowed(),
         (_, ["$config", "reload"]) => not_allowed(),
         (Method::GET, ["$namespaceinfo"]) => context.namespace_info(),
         (Method::GET, ["$resources", "queues"]) => context.list_entities(true).await,
@@ -514,6 +571,26 @@ async fn reload(admin: &Admin) -> Response {
             }),
         ),
     };
+    let mut response = (
+        StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        format!("{body}\n"),
+    )
+        .into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+async fn cluster(admin: &Admin, request: ClusterRequest) -> Response {
+    let Some(control) = &admin.cluster_control else {
+        return failure(
+            StatusCode::NOT_FOUND,
+            "This broker is not a cluster member ([cluster] names one member).",
+        );
+    };
+    let (status, body) = control(request).await;
     let mut response = (
         StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
         format!("{body}\n"),

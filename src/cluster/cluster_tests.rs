@@ -50,6 +50,7 @@ async fn three(name: &str, secrets: [&[u8]; 3]) -> Vec<Node> {
             address: address.clone(),
             members: members.clone(),
             secret: None,
+            join: false,
         };
         let log = RaftLog::new_cluster(
             storage,
@@ -99,6 +100,7 @@ async fn reopen(node: &Node, members: &[ClusterMember]) -> Node {
             address: node.address.clone(),
             members: members.to_vec(),
             secret: None,
+            join: false,
         },
         SECRET,
         listener,
@@ -477,7 +479,7 @@ async fn a_stalled_or_silent_peer_connection_is_closed() {
         listener,
         peer::Serving {
             node: 1,
-            members: Arc::new([1, 2].into_iter().collect()),
+            members: Arc::new(std::sync::RwLock::new([1, 2].into_iter().collect())),
             secret: SECRET.into(),
             max_frame: peer::MAX_FRAME,
             timeouts: (Duration::from_millis(200), Duration::from_millis(600)),

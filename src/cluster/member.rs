@@ -32,6 +32,10 @@ pub(super) const ELECTION_TIMEOUT: (Duration, Duration) =
 /// the shortest election timeout, for clock drift and for the time a reply takes to leave.
 pub const LEASE: Duration = Duration::from_millis(350);
 
+/// How long a removal waits for the removed node to receive the membership without it (a
+/// dead node never does; it is removed all the same).
+const REMOVAL_NOTICE: Duration = Duration::from_secs(5);
+
 /// What a node knows of the cluster (`/health`).
 #[derive(Debug, Clone, Serialize)]
 pub struct MemberView {
@@ -45,6 +49,11 @@ pub struct MemberView {
     pub term: u64,
     /// The index of the last entry in this node's log.
     pub last_index: Option<u64>,
+    /// The voting members.
+    pub voters: Vec<u64>,
+    /// Nodes receiving the log that do not vote yet (being added).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub learners: Vec<u64>,
     /// On the leader: each member's replication progress.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub members: Vec<MemberProgress>,
@@ -147,13 +156,7 @@ impl RaftLog {
 
     /// What this node knows of the cluster now (`None` before its group runs).
     pub fn member_view(&self) -> Option<MemberView> {
-        let running = {
-            let groups = self
-                .groups
-                .lock()
-                .unwrap_or_else(|poison| poison.into_inner());
-            groups.get(METADATA_GROUP)?.get()?.raft.clone()
-        };
+        let running = self.running_member()?;
         let metrics = running.metrics();
         let metrics = metrics.borrow();
         let role = match metrics.state {
@@ -184,23 +187,160 @@ impl RaftLog {
             leader: metrics.current_leader,
             term: metrics.current_term,
             last_index: metrics.last_log_index,
+            voters: metrics.membership_config.voter_ids().collect(),
+            learners: metrics
+                .membership_config
+                .membership()
+                .learner_ids()
+                .collect(),
             members,
         })
     }
 
-    /// The host (without the port) other members reach `node` at.
+    /// The host (without the port) other members reach `node` at: from the group's
+    /// membership (members added at run time), else the configuration.
     pub fn member_host(&self, node: u64) -> Option<String> {
-        let member = self
-            .settings
-            .members
-            .iter()
-            .find(|member| member.id == node)?;
-        let (host, _) = member.address.rsplit_once(':')?;
+        let address = self
+            .running_member()
+            .and_then(|raft| {
+                raft.metrics()
+                    .borrow()
+                    .membership_config
+                    .nodes()
+                    .find(|(id, _)| **id == node)
+                    .map(|(_, basic)| basic.addr.clone())
+            })
+            .or_else(|| {
+                self.settings
+                    .members
+                    .iter()
+                    .find(|member| member.id == node)
+                    .map(|member| member.address.clone())
+            })?;
+        let (host, _) = address.rsplit_once(':')?;
         Some(
             host.trim_start_matches('[')
                 .trim_end_matches(']')
                 .to_string(),
         )
+    }
+
+    /// The cluster group's Raft on this node, once it runs.
+    fn running_member(&self) -> Option<super::types::GroupRaft> {
+        let groups = self
+            .groups
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        Some(groups.get(METADATA_GROUP)?.get()?.raft.clone())
+    }
+
+    /// Adds node `id` (its peer listener at `address`) to the cluster: first as a learner
+    /// that receives the log until it has caught up, then as a voting member (Raft's joint
+    /// consensus). This node must lead. Returns the new view.
+    pub async fn add_member(&self, id: u64, address: &str) -> Result<MemberView, String> {
+        let raft = self
+            .running_member()
+            .ok_or("the cluster's group does not run here")?;
+        let voters = self.voters(&raft)?;
+        if voters.contains(&id) {
+            return Err(format!("node {id} is a member already"));
+        }
+        raft.add_learner(id, openraft::BasicNode::new(address), true)
+            .await
+            .map_err(|error| format!("cannot add node {id} as a learner: {error}"))?;
+        let mut next = voters;
+        next.insert(id);
+        raft.change_membership(next, false)
+            .await
+            .map_err(|error| format!("cannot make node {id} a member: {error}"))?;
+        self.member_view()
+            .ok_or_else(|| "the cluster's group stopped".to_string())
+    }
+
+    /// Removes node `id` from the cluster (joint consensus); the node stops taking part.
+    /// This node must lead. Returns the new view.
+    pub async fn remove_member(&self, id: u64) -> Result<MemberView, String> {
+        let raft = self
+            .running_member()
+            .ok_or("the cluster's group does not run here")?;
+        let mut voters = self.voters(&raft)?;
+        if !voters.remove(&id) {
+            return Err(format!("node {id} is not a member"));
+        }
+        if voters.is_empty() {
+            return Err("the cluster's last member cannot be removed".to_string());
+        }
+        // First a learner, so that it still receives the log and learns it no longer votes
+        // (a node left out of the log would never know, and would stand for election).
+        let changed = raft
+            .change_membership(voters, true)
+            .await
+            .map_err(|error| format!("cannot remove node {id}: {error}"))?;
+        let at = changed.log_id.index;
+        let _ = raft
+            .wait(Some(REMOVAL_NOTICE))
+            .metrics(
+                |metrics| {
+                    metrics.replication.as_ref().is_some_and(|replication| {
+                        replication
+                            .get(&id)
+                            .is_some_and(|matched| matched.is_some_and(|m| m.index >= at))
+                    })
+                },
+                "the removed node has the membership without it",
+            )
+            .await;
+        raft.change_membership(
+            openraft::ChangeMembers::RemoveNodes(std::collections::BTreeSet::from([id])),
+            false,
+        )
+        .await
+        .map_err(|error| format!("cannot remove node {id}: {error}"))?;
+        self.member_view()
+            .ok_or_else(|| "the cluster's group stopped".to_string())
+    }
+
+    /// The group's voting members, when this node leads it.
+    fn voters(
+        &self,
+        raft: &super::types::GroupRaft,
+    ) -> Result<std::collections::BTreeSet<u64>, String> {
+        let metrics = raft.metrics();
+        let metrics = metrics.borrow();
+        if metrics.current_leader != Some(self.settings.node_id) {
+            return Err(format!(
+                "node {} does not lead the cluster (the leader is {:?}): ask the leader",
+                self.settings.node_id, metrics.current_leader
+            ));
+        }
+        Ok(metrics.membership_config.voter_ids().collect())
+    }
+
+    /// Waits until this node, once a voting member of the cluster, votes no longer (another
+    /// member removed it: it is a learner for as long as it takes to learn that, or gone).
+    pub async fn removed(&self) {
+        let Ok(running) = self.group(METADATA_GROUP).await else {
+            return std::future::pending().await;
+        };
+        let mut metrics = running.raft.metrics();
+        drop(running);
+        let node = self.settings.node_id;
+        let mut was_voter = false;
+        loop {
+            let voter = metrics
+                .borrow_and_update()
+                .membership_config
+                .voter_ids()
+                .any(|id| id == node);
+            if voter {
+                was_voter = true;
+            } else if was_voter {
+                return;
+            }
+            if metrics.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+        }
     }
 
     /// The node leading the cluster's group as this node knows it, as it changes.

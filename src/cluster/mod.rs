@@ -312,6 +312,9 @@ struct Cluster {
     peers: Arc<peer::Peers>,
     /// The peer listener's task (aborted at shutdown, which closes its connections).
     listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The nodes the peer listener serves: the configured members, and every node a
+    /// group's membership names (members added at run time).
+    accepted: Arc<std::sync::RwLock<std::collections::BTreeSet<u64>>>,
 }
 
 impl std::fmt::Debug for RaftLog {
@@ -428,8 +431,13 @@ impl RaftLog {
             ..openraft::Config::default()
         };
         let settings_node = settings.node_id;
-        let member_ids: std::collections::BTreeSet<u64> =
-            settings.members.iter().map(|member| member.id).collect();
+        let accepted = Arc::new(std::sync::RwLock::new(
+            settings
+                .members
+                .iter()
+                .map(|member| member.id)
+                .collect::<std::collections::BTreeSet<u64>>(),
+        ));
         let secret: Arc<[u8]> = secret.into();
         let peers = Arc::new(peer::Peers::new(
             settings.node_id,
@@ -444,6 +452,7 @@ impl RaftLog {
                 .collect(),
             peers,
             listener: Mutex::new(None),
+            accepted: accepted.clone(),
         };
         let mut log = RaftLog::build(storage, groups, settings, config, Some(cluster))?;
         log.idle = NEVER_IDLE;
@@ -469,7 +478,7 @@ impl RaftLog {
             listener,
             peer::Serving {
                 node: settings_node,
-                members: Arc::new(member_ids),
+                members: accepted,
                 secret,
                 max_frame: peer::MAX_FRAME,
                 timeouts: (peer::FRAME_TIMEOUT, peer::IDLE_TIMEOUT),
@@ -659,7 +668,9 @@ impl RaftLog {
             // nothing reached it for a while (the lowest is down): members that initialize
             // together may each stand for the first term, and a term-1 leader would be
             // deposed at once.
-            if log.membership.is_none() && log.last.is_none() {
+            tokio::spawn(admit_members(raft.clone(), cluster.accepted.clone()));
+            // A node joining a running cluster waits for its leader to add it.
+            if log.membership.is_none() && log.last.is_none() && !self.settings.join {
                 let first = cluster.members.keys().next().copied() == Some(node);
                 let raft = raft.clone();
                 let members = cluster.members.clone();
@@ -844,6 +855,31 @@ impl RaftLog {
         // Last: a group still running could have connected again.
         if let Some(cluster) = &self.cluster {
             cluster.peers.close();
+        }
+    }
+}
+
+/// Lets every node that `raft`'s membership names (a member added at run time among them)
+/// connect to this node's peer listener, for as long as the group runs.
+async fn admit_members(
+    raft: GroupRaft,
+    accepted: Arc<std::sync::RwLock<std::collections::BTreeSet<u64>>>,
+) {
+    let mut metrics = raft.metrics();
+    drop(raft);
+    loop {
+        let nodes: Vec<u64> = metrics
+            .borrow_and_update()
+            .membership_config
+            .nodes()
+            .map(|(id, _)| *id)
+            .collect();
+        accepted
+            .write()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .extend(nodes);
+        if metrics.changed().await.is_err() {
+            return;
         }
     }
 }

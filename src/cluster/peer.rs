@@ -213,8 +213,9 @@ fn decode<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, String> {
 pub(super) struct Serving {
     /// This node's id.
     pub(super) node: u64,
-    /// The cluster's members: only they are served.
-    pub(super) members: Arc<std::collections::BTreeSet<u64>>,
+    /// The cluster's members (the configured ones and every node of a group's current
+    /// membership): only they are served.
+    pub(super) members: Arc<std::sync::RwLock<std::collections::BTreeSet<u64>>>,
     pub(super) secret: Arc<[u8]>,
     pub(super) max_frame: usize,
     /// How long a frame's body may take ([`FRAME_TIMEOUT`]) and a connection may stay
@@ -292,7 +293,12 @@ async fn accept_handshake(stream: &mut TcpStream, serving: &Serving) -> Result<u
             "the peer claims this node's own id {client} (two nodes configured with one id?)"
         ));
     }
-    if !serving.members.contains(&client) {
+    let member = serving
+        .members
+        .read()
+        .unwrap_or_else(|poison| poison.into_inner())
+        .contains(&client);
+    if !member {
         return Err(format!("node {client} is not a member of this cluster"));
     }
     stream

@@ -152,6 +152,7 @@ fn convert_cluster(raw: super::raw::RawCluster) -> Result<super::ClusterConfig, 
         address,
         members,
         secret,
+        join: raw.join.unwrap_or(false),
     })
 }
 

@@ -141,6 +141,9 @@ pub struct ClusterConfig {
     /// The secret every member proves it knows on each peer connection (required with
     /// more than one member).
     pub secret: Option<String>,
+    /// This node joins a running cluster: it never starts a new one (it waits for the
+    /// leader to add it, `ferrobus cluster add-node`).
+    pub join: bool,
 }
 
 impl ClusterConfig {
@@ -172,6 +175,7 @@ impl Default for ClusterConfig {
                 address: DEFAULT_CLUSTER_ADDRESS.to_string(),
             }],
             secret: None,
+            join: false,
         }
     }
 }

@@ -42,6 +42,7 @@ pub(super) struct RawCluster {
     pub address: Option<String>,
     pub members: Option<Vec<RawMember>>,
     pub secret: Option<String>,
+    pub join: Option<bool>,
 }
 
 /// `[[cluster.members]]`.

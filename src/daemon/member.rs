@@ -27,6 +27,8 @@ pub struct Exits {
     pub deposed: Arc<dyn Fn() + Send + Sync>,
     /// Its log failed, for the reason given.
     pub failed: Arc<dyn Fn(String) + Send + Sync>,
+    /// Another member removed it from the cluster.
+    pub removed: Arc<dyn Fn() + Send + Sync>,
 }
 
 /// Runs this node as a member of its cluster until `shutdown` turns true: a follower until
@@ -41,7 +43,11 @@ pub async fn run_member(
     reload: Option<super::reload::ReloadSource>,
     exits: Exits,
 ) -> Result<(), String> {
-    let Exits { deposed, failed } = exits;
+    let Exits {
+        deposed,
+        failed,
+        removed,
+    } = exits;
     let (store, recovery) = storage;
     if recovery.namespace_reset {
         return Err(
@@ -94,6 +100,19 @@ pub async fn run_member(
             let stopping = *stop.borrow();
             if !stopping {
                 failed(format!("this node's part in the cluster stopped: {why}"));
+            }
+        });
+    }
+    {
+        let raft = raft.clone();
+        let mut stop = shutdown.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = raft.removed() => {
+                    tracing::warn!("this node was removed from the cluster: stopping");
+                    removed();
+                }
+                _ = stop.wait_for(|stop| *stop) => {}
             }
         });
     }
@@ -196,6 +215,13 @@ pub async fn run_member(
                 .and_then(|view| serde_json::to_value(view).ok())
         })
     };
+    let control: crate::admin::http::ClusterControl = {
+        let raft = raft.clone();
+        Arc::new(move |request| {
+            let raft = raft.clone();
+            Box::pin(async move { cluster_request(&raft, request).await })
+        })
+    };
     let port: Arc<dyn crate::broker::storage::DurableLog> = raft.clone();
     let served = crate::serve(
         listeners,
@@ -207,7 +233,11 @@ pub async fn run_member(
         shutdown.clone(),
         || {},
         reload,
-        Some(MemberRole { lease, view }),
+        Some(MemberRole {
+            lease,
+            view,
+            control,
+        }),
     )
     .await;
     raft.shutdown().await;
@@ -267,6 +297,43 @@ fn metrics_allowed(keys: &[crate::amqp::sas::AccessKey], head: &[u8]) -> Result<
             "Metrics need a key with the Manage right: HTTP Basic with the key name and key.\n"
                 .to_string(),
         )),
+    }
+}
+
+/// Runs a membership route on the leader.
+async fn cluster_request(
+    raft: &RaftLog,
+    request: crate::admin::http::ClusterRequest,
+) -> (u16, serde_json::Value) {
+    use crate::admin::http::ClusterRequest;
+    let done = match request {
+        ClusterRequest::View => raft
+            .member_view()
+            .ok_or_else(|| "the cluster's group stopped".to_string()),
+        ClusterRequest::Add { id, address } => {
+            tracing::info!(node = id, %address, "adding a member to the cluster");
+            raft.add_member(id, &address).await
+        }
+        ClusterRequest::Remove { id } => {
+            tracing::info!(node = id, "removing a member from the cluster");
+            raft.remove_member(id).await
+        }
+    };
+    match done {
+        Ok(view) => (
+            200,
+            serde_json::to_value(view).unwrap_or(serde_json::Value::Null),
+        ),
+        Err(error) => {
+            let status = if error.contains("a member already") {
+                409
+            } else if error.contains("is not a member") {
+                404
+            } else {
+                503
+            };
+            (status, serde_json::json!({ "error": error }))
+        }
     }
 }
 

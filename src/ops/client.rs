@@ -245,6 +245,26 @@ impl Target {
         Ok(String::from_utf8_lossy(&answer.body).into_owned())
     }
 
+    /// A JSON request to the admin API's own routes (`/$cluster`): the answer's body.
+    pub async fn admin_json(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+    ) -> Result<String, OpsError> {
+        let answer = self
+            .request(
+                method,
+                path,
+                self.token(),
+                &[],
+                body.map(|text| ("application/json", text.as_bytes())),
+            )
+            .await?;
+        answer.check(path)?;
+        Ok(String::from_utf8_lossy(&answer.body).into_owned())
+    }
+
     /// One HTTP/1.1 request on a connection of its own.
     async fn request(
         &self,

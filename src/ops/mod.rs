@@ -9,6 +9,7 @@
 //! - [`send`] and [`receive`]: sending and receiving over AMQP (fe2o3-amqp) as an SDK does,
 //!   with the rights a sender or receiver needs; [`amqp`]: their connection and errors.
 //! - [`output`]: tables and the JSON shape of a message.
+//! - [`cluster`]: a cluster's membership (`ferrobus cluster status|add-node|remove-node`).
 //!
 //! Nothing here touches the broker's internals: every operation goes through a route a
 //! client could call, so the CLI sees what any client sees. This module owns only argument
@@ -16,6 +17,7 @@
 
 pub mod amqp;
 pub mod client;
+pub mod cluster;
 pub mod entities;
 pub mod messages;
 pub mod output;
@@ -96,6 +98,14 @@ pub enum OpsCommand {
     /// Delete every message of an entity's queue, dead-letter queue or transfer dead-letter
     /// queue (messages a receiver holds locked stay).
     Purge(PurgeArgs),
+    /// A cluster's members: status, add-node, remove-node (asked of the leader through
+    /// any node).
+    Cluster {
+        #[command(subcommand)]
+        action: ClusterAction,
+        #[command(flatten)]
+        connection: Connection,
+    },
     /// Every entity with its message counts.
     Status {
         #[command(flatten)]
@@ -461,6 +471,26 @@ pub struct PurgeArgs {
     pub connection: Connection,
 }
 
+/// `ferrobus cluster …`.
+#[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
+pub enum ClusterAction {
+    /// The leader's view: each node, voter or learner, how far its log is.
+    Status,
+    /// Add a node (started with `[cluster] join = true`): it receives the log as a learner
+    /// until it has caught up, then votes.
+    AddNode {
+        /// The new node's id.
+        id: u64,
+        /// Its peer address (`host:port`, its `[cluster] address`).
+        address: String,
+    },
+    /// Remove a node from the cluster (it stops).
+    RemoveNode {
+        /// The node's id.
+        id: u64,
+    },
+}
+
 /// `ferrobus config reload`.
 #[derive(Debug, Clone, PartialEq, Eq, Args)]
 pub struct ReloadArgs {
@@ -529,5 +559,6 @@ async fn dispatch(command: &OpsCommand) -> Result<(), OpsError> {
         OpsCommand::Resubmit(arguments) => messages::resubmit(arguments).await,
         OpsCommand::Purge(arguments) => messages::purge(arguments).await,
         OpsCommand::Status { connection } => messages::status(connection).await,
+        OpsCommand::Cluster { action, connection } => cluster::cluster(action, connection).await,
     }
 }

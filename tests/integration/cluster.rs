@@ -21,12 +21,12 @@ const BINARY: &str = env!("CARGO_BIN_EXE_ferrobus");
 const SECRET: &str = "cluster-test-secret-0123456789";
 const PATIENCE: Duration = Duration::from_secs(30);
 
-/// A port free on all three loopback addresses.
+/// A port free on all four loopback addresses the tests use.
 fn shared_free_port() -> u16 {
     for _ in 0..50 {
         let first = TcpListener::bind("127.0.0.1:0").expect("binds");
         let port = first.local_addr().expect("address").port();
-        let others: Vec<_> = ["127.0.0.2", "127.0.0.3"]
+        let others: Vec<_> = ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
             .iter()
             .map(|host| TcpListener::bind((*host, port)))
             .collect();
@@ -34,7 +34,7 @@ fn shared_free_port() -> u16 {
             return port;
         }
     }
-    panic!("no port is free on 127.0.0.1-3");
+    panic!("no port is free on 127.0.0.1-4");
 }
 
 /// One node: its process, its log lines, its files.
@@ -150,6 +150,8 @@ impl Drop for Node {
 struct Cluster {
     nodes: Vec<Node>,
     directory: PathBuf,
+    /// The client port and the peer port every node uses.
+    ports: (u16, u16),
 }
 
 impl Drop for Cluster {
@@ -209,7 +211,41 @@ impl Cluster {
             node.start();
             nodes.push(node);
         }
-        Cluster { nodes, directory }
+        Cluster {
+            nodes,
+            directory,
+            ports: (port, peer_port),
+        }
+    }
+
+    /// Starts node `id` on 127.0.0.`id` to join the running cluster (`join = true`); the
+    /// leader adds it.
+    fn start_joining(&mut self, id: u64, entities: &str) {
+        let (port, peer_port) = self.ports;
+        let members: Vec<String> = (1..=id)
+            .map(|member| {
+                format!("{{ id = {member}, address = \"127.0.0.{member}:{peer_port}\" }}")
+            })
+            .collect();
+        let host = format!("127.0.0.{id}");
+        let config = format!(
+            "[server]\nlisten = \"{host}:{port}\"\n[http]\nenabled = false\n[tls]\nenabled = false\n[websocket]\nenabled = false\n[storage]\nmode = \"durable\"\ndata_dir = \"{}\"\n[cluster]\nnode_id = {id}\njoin = true\nsecret = \"{SECRET}\"\nmembers = [{}]\n{entities}",
+            self.directory.join(format!("node{id}")).display(),
+            members.join(", ")
+        );
+        let path = self.directory.join(format!("node{id}.toml"));
+        std::fs::write(&path, config).expect("config");
+        let mut node = Node {
+            id,
+            host,
+            port,
+            config: path,
+            child: None,
+            lines: Arc::default(),
+            fault: None,
+        };
+        node.start();
+        self.nodes.push(node);
     }
 
     fn node(&self, id: u64) -> &Node {
@@ -771,4 +807,94 @@ async fn a_followers_metrics_need_a_manage_key_when_keys_are_set() {
     let allowed = with("admin:admin-secret");
     assert!(allowed.starts_with("HTTP/1.1 200"), "{allowed}");
     assert!(allowed.contains("ferrobus_cluster_leader"), "{allowed}");
+}
+
+/// Runs the operator CLI against `node`; returns its status and output.
+fn cli(node: &Node, arguments: &[&str]) -> (bool, String) {
+    let connection = format!("Endpoint=sb://{}", node.address());
+    let output = Command::new(BINARY)
+        .args(arguments)
+        .args(["--connection-string", &connection])
+        .output()
+        .expect("the CLI runs");
+    (
+        output.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ),
+    )
+}
+
+/// Membership at run time: a fourth node started with `join = true` is added through a
+/// follower (`ferrobus cluster add-node`), catches up and votes; the old leader is killed and
+/// removed (`remove-node`), and the three left survive the loss of one more — every
+/// acknowledged message is received through the new node. A live node that is removed
+/// stops by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_added_at_run_time_catches_up_and_votes() {
+    let mut cluster = Cluster::start(ENTITIES);
+    let first = tokio::task::block_in_place(|| cluster.leader(&[]));
+    send(cluster.node(first).address(), "orders", &["before"]).await;
+    cluster.start_joining(4, ENTITIES);
+    let follower = (1..=3).find(|id| *id != first).expect("a follower");
+    let peer = format!("127.0.0.4:{}", cluster.ports.1);
+    let (added, text) = cli(cluster.node(follower), &["cluster", "add-node", "4", &peer]);
+    assert!(added, "{text}");
+    let (_, status) = cli(cluster.node(4), &["cluster", "status", "-o", "json"]);
+    let view: Value = serde_json::from_str(status.trim()).expect("JSON");
+    assert_eq!(view["voters"], serde_json::json!([1, 2, 3, 4]), "{view}");
+    send(cluster.node(4).address(), "orders", &["through-four"]).await;
+
+    // Four voters: three are a majority. Kill the leader, remove it, then lose one more.
+    cluster.node_mut(first).kill();
+    let second = tokio::task::block_in_place(|| cluster.leader(&[first]));
+    let (removed, text) = cli(
+        cluster.node(4),
+        &["cluster", "remove-node", &first.to_string()],
+    );
+    assert!(removed, "{text}");
+    let other = [1, 2, 3]
+        .into_iter()
+        .find(|id| *id != first && *id != second)
+        .expect("a third original");
+    let lost = if second == 4 { other } else { second };
+    cluster.node_mut(lost).kill();
+    let third = tokio::task::block_in_place(|| cluster.leader(&[first, lost]));
+    send(cluster.node(4).address(), "orders", &["after"]).await;
+    let received = receive_all(cluster.node(third).address(), "orders", 3).await;
+    assert!(
+        received[0].contains("before")
+            && received[1].contains("through-four")
+            && received[2].contains("after"),
+        "{received:?}"
+    );
+
+    // Removing a live member: it stops by itself.
+    let survivor = [1, 2, 3, 4]
+        .into_iter()
+        .find(|id| *id != first && *id != lost && *id != third)
+        .expect("a survivor besides the leader");
+    cluster.node_mut(lost).start();
+    tokio::task::block_in_place(|| cluster.leader(&[first]));
+    let (removed, text) = cli(
+        cluster.node(third),
+        &["cluster", "remove-node", &survivor.to_string()],
+    );
+    assert!(removed, "{text}");
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let child = cluster.node_mut(survivor).child.as_mut().expect("running");
+        if let Some(status) = child.try_wait().expect("waits") {
+            assert!(status.success(), "{status}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node {survivor} went on after its removal"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(cluster.node(survivor).logged("removed from the cluster") >= 1);
 }
