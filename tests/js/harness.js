@@ -27,7 +27,8 @@
 // client reached). TLS on every node presents one certificate for localhost and 127.0.0.1-3 made
 // with openssl; its CA is written to <dataDir>/dev-ca.pem, where the tests look for the
 // development CA. The connection string names a follower, chosen once the nodes' /health agree
-// on a leader. kill() and stop() act on all three nodes; a cluster started again on the same
+// on a leader and term, that leader logged that it leads in that term, and a connection through
+// the follower is answered (waitForLeader, waitServing). kill() and stop() act on all three nodes; a cluster started again on the same
 // data directory takes the same ports. A test that cannot make sense on a cluster passes
 // `{ skip: skipInCluster("reason") }`. Mirrors tests/python/conftest.py.
 

@@ -25,7 +25,9 @@ port on each node, picked free at start (a follower forwards a client's connecti
 leader's host at the port the client reached). TLS on every node presents one certificate for
 localhost and 127.0.0.1-3 made with openssl; its CA is written to ``<data_dir>/dev-ca.pem``,
 where the tests look for the development CA. The connection string names a follower, chosen
-once the nodes' ``/health`` agree on a leader. ``kill()`` and ``stop()`` act on all three
+once the nodes' ``/health`` agree on a leader and term, that leader logged that it leads in that
+term, and a connection through the follower is answered (``wait_for_leader``,
+``wait_serving``). ``kill()`` and ``stop()`` act on all three
 nodes; a cluster started again on the same data directory takes the same ports. Tests that
 cannot make sense on a cluster are marked ``skip_in_cluster(reason)``.
 """
