@@ -59,6 +59,12 @@ pub trait DurableLog: Send + Sync + std::fmt::Debug {
     fn unregister(&self, entity: &str);
     /// Where entities learn that a compaction round wants their checkpoint.
     fn epochs(&self) -> watch::Receiver<u64>;
+    /// The most commands an actor takes into one turn (`None`: all that wait). A cluster's
+    /// log bounds it: a turn is one replicated entry, which followers must receive, write
+    /// and sync within a heartbeat interval.
+    fn commands_per_turn(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// What the log held at start.
@@ -152,6 +158,11 @@ impl Storage {
     /// See [`DurableLog::unregister`].
     pub fn unregister(&self, entity: &str) {
         self.0.unregister(entity)
+    }
+
+    /// See [`DurableLog::commands_per_turn`].
+    pub fn commands_per_turn(&self) -> Option<usize> {
+        self.0.commands_per_turn()
     }
 
     /// See [`DurableLog::epochs`].

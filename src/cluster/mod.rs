@@ -190,6 +190,49 @@ fn remove_if_current(
 /// At most this many writes share one entry.
 const MAX_WRITES_PER_ENTRY: usize = 256;
 
+/// In a cluster, writes stop joining an entry once it holds about this many bytes: an entry
+/// travels to each follower in an AppendEntries request, which openraft gives one heartbeat
+/// interval (100 ms) to be sent, written and synced; entries of megabytes (a sender going
+/// flat out) missed it again and again and replication stalled.
+const MAX_ENTRY_BYTES_IN_CLUSTER: usize = 256 * 1024;
+
+/// In a cluster, an actor takes at most this many commands into one turn (one entry): a
+/// connection hands its sends over in commands of up to a read's worth (64 KiB), so an
+/// entry stays within about `MAX_ENTRY_BYTES_IN_CLUSTER`.
+const COMMANDS_PER_TURN_IN_CLUSTER: usize = 4;
+
+/// In a cluster, at most this many entries travel in one AppendEntries request (openraft's
+/// default is 300), for the same reason.
+const MAX_ENTRIES_PER_REQUEST: u64 = 4;
+
+/// About how many bytes `records` take in the log (messages by their size, other changes
+/// a fixed amount): enough to bound an entry, not an exact encoding.
+fn approximate_bytes(records: &[LogRecord]) -> usize {
+    fn change(change: &Change) -> usize {
+        match change {
+            Change::Put { record, .. } | Change::Outbox { record, .. } => {
+                record.message.size() + 64
+            }
+            _ => 64,
+        }
+    }
+    records
+        .iter()
+        .map(|record| match record {
+            LogRecord::Changes { changes, .. } | LogRecord::Checkpoint { changes, .. } => {
+                changes.iter().map(change).sum::<usize>()
+            }
+            LogRecord::Batch { entries } => entries
+                .iter()
+                .flat_map(|(_, changes)| changes.iter())
+                .map(change)
+                .sum(),
+            LogRecord::Namespace { text } => text.len(),
+            _ => 64,
+        })
+        .sum()
+}
+
 /// Proposes a group's writes: the writes that arrive while one entry is being committed
 /// go into the next entry together (openraft 0.9 waits for each append's flush before it
 /// takes the next, so one entry per write would cost each write a whole sync). Every write
@@ -204,6 +247,7 @@ async fn propose(
     mut writes: mpsc::UnboundedReceiver<Write>,
     idle: Duration,
     groups: std::sync::Weak<Mutex<HashMap<String, Arc<OnceCell<Group>>>>>,
+    max_entry_bytes: usize,
 ) {
     loop {
         let first = match tokio::time::timeout(idle, writes.recv()).await {
@@ -222,10 +266,18 @@ async fn propose(
             }
         };
         let mut records = first.records;
+        let mut bytes = if max_entry_bytes == usize::MAX {
+            0
+        } else {
+            approximate_bytes(&records)
+        };
         let mut waiting = vec![first.done];
-        while waiting.len() < MAX_WRITES_PER_ENTRY {
+        while waiting.len() < MAX_WRITES_PER_ENTRY && bytes < max_entry_bytes {
             match writes.try_recv() {
                 Ok(write) => {
+                    if max_entry_bytes != usize::MAX {
+                        bytes += approximate_bytes(&write.records);
+                    }
                     records.extend(write.records);
                     waiting.push(write.done);
                 }
@@ -428,6 +480,7 @@ impl RaftLog {
             heartbeat_interval: member::HEARTBEAT.as_millis() as u64,
             election_timeout_min: member::ELECTION_TIMEOUT.0.as_millis() as u64,
             election_timeout_max: member::ELECTION_TIMEOUT.1.as_millis() as u64,
+            max_payload_entries: MAX_ENTRIES_PER_REQUEST,
             ..openraft::Config::default()
         };
         let settings_node = settings.node_id;
@@ -729,6 +782,11 @@ impl RaftLog {
             queue,
             self.idle,
             Arc::downgrade(&self.groups),
+            if self.cluster.is_some() {
+                MAX_ENTRY_BYTES_IN_CLUSTER
+            } else {
+                usize::MAX
+            },
         ));
         Ok(Group {
             raft,
@@ -994,6 +1052,10 @@ impl DurableLog for RaftLog {
 
     fn unregister(&self, entity: &str) {
         self.storage.unregister(entity)
+    }
+
+    fn commands_per_turn(&self) -> Option<usize> {
+        self.cluster.as_ref().map(|_| COMMANDS_PER_TURN_IN_CLUSTER)
     }
 
     fn epochs(&self) -> watch::Receiver<u64> {

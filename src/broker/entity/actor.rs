@@ -112,7 +112,13 @@ pub fn spawn(
         staging: None,
         turns: VecDeque::new(),
         idle: false,
+        commands_per_turn: None,
     };
+    let mut actor = actor;
+    actor.commands_per_turn = actor
+        .storage
+        .as_ref()
+        .and_then(|(storage, _)| storage.commands_per_turn());
     lifecycle.spawn(actor.run(inbox, lifecycle.stopping()));
     handle
 }
@@ -135,6 +141,8 @@ struct Actor {
     charged: u64,
     /// The durable storage and this entity's key in it (`None`: in memory).
     storage: Option<(Storage, String)>,
+    /// The most commands one turn takes (the storage's bound; `None`: all that wait).
+    commands_per_turn: Option<usize>,
     /// Replies of this turn, released once the turn's changes are durable.
     held_replies: Vec<(super::ReplyTo, Result<super::Reply, EntityError>)>,
     /// The same for the batched sends of this turn: each batch's replies go out together.
@@ -209,7 +217,9 @@ impl Actor {
                     let now = self.clock.now();
                     let mut next = Some(command);
                     let mut handled = false;
+                    let mut taken = 0usize;
                     while let Some(command) = next.take() {
+                        taken += 1;
                         if matches!(command, Command::Stage { .. }) {
                             // A topic's staged copies are a turn of their own: what came
                             // before them is durable first, nothing after joins them.
@@ -231,8 +241,10 @@ impl Actor {
                         self.handle(command, now);
                         self.recharge();
                         handled = true;
-                        // Take whatever else is queued before sealing the turn.
-                        if self.deleting.is_none() {
+                        // Take whatever else is queued before sealing the turn (up to the
+                        // storage's bound: the rest waits for the next turn).
+                        let full = self.commands_per_turn.is_some_and(|most| taken >= most);
+                        if self.deleting.is_none() && !full {
                             next = inbox.try_recv().ok();
                         }
                     }
