@@ -240,6 +240,40 @@ def everything_received(run: Run) -> bool:
         return all(run.acknowledged[stream] <= run.completed.get(stream, set()) for stream in run.acknowledged)
 
 
+def peek_missing(broker: ClusterBroker, run: Run) -> None:
+    """For each acknowledged send never received, what the cluster still holds of it (peeked
+    with a new client): its sequence number, delivery count and lock, or that it is gone."""
+    for stream in sorted(run.acknowledged):
+        missing = run.acknowledged[stream] - run.completed.get(stream, set())
+        if not missing:
+            continue
+        entity, _, part = stream.partition("/")
+        try:
+            with client_for(broker) as peeker:
+                if entity == TOPIC:
+                    receiver = peeker.get_subscription_receiver(TOPIC, part)
+                elif entity == SESSION_QUEUE:
+                    receiver = peeker.get_queue_receiver(SESSION_QUEUE, session_id=part)
+                else:
+                    receiver = peeker.get_queue_receiver(QUEUE)
+                with receiver:
+                    held = receiver.peek_messages(max_message_count=1000, sequence_number=0)
+        except Exception as error:  # a diagnostic only
+            print(f"  {stream}: cannot peek: {type(error).__name__}: {error}")
+            continue
+        found = {str(message.message_id): message for message in held}
+        for message_id in sorted(missing):
+            message = found.get(message_id)
+            if message is None:
+                print(f"  {stream}: {message_id} is not in the entity any more ({len(held)} messages peeked)")
+            else:
+                print(
+                    f"  {stream}: {message_id} is still there: sequence number {message.sequence_number}, "
+                    f"delivery count {message.delivery_count}, locked until {message.locked_until_utc}, "
+                    f"state {message.state}"
+                )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2, help="leader kills (default 2)")
@@ -308,7 +342,10 @@ def main() -> int:
         for thread in threads:
             thread.join(timeout=30)
         client.close()
-        broker.stop()
+        try:
+            peek_missing(broker, run)
+        finally:
+            broker.stop()
 
     failed = False
     print("\noperations:", dict(run.operations))
