@@ -26,11 +26,13 @@ pub(super) const HEARTBEAT: Duration = Duration::from_millis(100);
 /// A follower that hears nothing from its leader for a time in this range (random per
 /// round) stands for election.
 pub(super) const ELECTION_TIMEOUT: (Duration, Duration) =
-    (Duration::from_millis(500), Duration::from_millis(1000));
+    (Duration::from_millis(300), Duration::from_millis(600));
 
 /// How long after a majority's acknowledgement a leader still answers clients: well under
 /// the shortest election timeout, for clock drift and for the time a reply takes to leave.
-pub const LEASE: Duration = Duration::from_millis(350);
+/// (A follower grants no other candidate its vote until the longest election timeout has
+/// passed since its leader's last heartbeat: openraft's vote lease.)
+pub const LEASE: Duration = Duration::from_millis(200);
 
 /// How long a removal waits for the removed node to receive the membership without it (a
 /// dead node never does; it is removed all the same).
@@ -96,6 +98,10 @@ impl RaftLog {
                         return Ok(leadership);
                     }
                 }
+                // A leader that cannot reach its majority (it restarted into a leadership
+                // its vote recorded, cut off): try again after a while, or once the
+                // leadership changes, instead of spinning.
+                let _ = tokio::time::timeout(HEARTBEAT, leaders.changed()).await;
                 continue;
             }
             if leaders.changed().await.is_err() {
@@ -223,6 +229,28 @@ impl RaftLog {
                 .trim_end_matches(']')
                 .to_string(),
         )
+    }
+
+    /// The members whose peer address in the group's membership (what the nodes use)
+    /// differs from this node's configuration: (id, stored, configured).
+    pub fn member_address_differences(&self) -> Vec<(u64, String, String)> {
+        let Some(raft) = self.running_member() else {
+            return Vec::new();
+        };
+        let metrics = raft.metrics();
+        let metrics = metrics.borrow();
+        self.settings
+            .members
+            .iter()
+            .filter_map(|member| {
+                let stored = metrics
+                    .membership_config
+                    .nodes()
+                    .find(|(id, _)| **id == member.id)
+                    .map(|(_, node)| node.addr.clone())?;
+                (stored != member.address).then(|| (member.id, stored, member.address.clone()))
+            })
+            .collect()
     }
 
     /// The cluster group's Raft on this node, once it runs.

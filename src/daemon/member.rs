@@ -116,6 +116,12 @@ pub async fn run_member(
             }
         });
     }
+    for (id, stored, configured) in raft.member_address_differences() {
+        tracing::warn!(
+            node = id,
+            "member {id}'s peer address in the cluster's log is {stored}, not the configured {configured}: the log's address is the one used (remove the member and add it again with `ferrobus cluster remove-node`/`add-node` to change it)"
+        );
+    }
     tracing::info!(
         node = settings.node_id,
         "member of a cluster of {} nodes; peers on {}",
@@ -340,7 +346,11 @@ async fn cluster_request(
 /// A follower's `/health`: healthy while it knows a leader to forward to.
 fn follower_health(raft: &RaftLog) -> (u16, String) {
     let view = raft.member_view();
-    let leader = view.as_ref().and_then(|view| view.leader);
+    // This node named leader, not serving yet: it is taking over (or cut off, unable to).
+    let leader = view
+        .as_ref()
+        .and_then(|view| view.leader)
+        .filter(|leader| *leader != raft.node_id());
     let cluster = view
         .and_then(|view| serde_json::to_string(&view).ok())
         .unwrap_or_else(|| "null".to_string());
@@ -354,7 +364,7 @@ fn follower_health(raft: &RaftLog) -> (u16, String) {
         None => (
             503,
             format!(
-                r#"{{"status":"unhealthy","message":"No node leads the cluster yet.","cluster":{cluster}}}"#
+                r#"{{"status":"unhealthy","message":"No node serves as the cluster's leader yet.","cluster":{cluster}}}"#
             ),
         ),
     }

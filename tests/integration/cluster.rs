@@ -647,13 +647,19 @@ async fn a_leader_whose_disk_fails_loses_no_acknowledged_message() {
         send_until_acknowledged(&cluster, "orders", &body).await;
         sent.push(body);
     }
-    // Node 1's syncs ran out on the way, whether it led or followed: its process ended.
+    // Node 1's syncs run out, whether it leads or follows (more sends until they do): its
+    // process ends.
     let deadline = Instant::now() + PATIENCE;
+    let mut more = 0;
     let status = loop {
         let child = cluster.node_mut(1).child.as_mut().expect("started");
         if let Some(status) = child.try_wait().expect("waits") {
             break status;
         }
+        let body = format!("disk-more-{more}");
+        more += 1;
+        send_until_acknowledged(&cluster, "orders", &body).await;
+        sent.push(body);
         assert!(
             Instant::now() < deadline,
             "node 1 went on with a failed disk"
