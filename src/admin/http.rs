@@ -571,6 +571,11 @@ async fn reload(admin: &Admin) -> Response {
             }),
         ),
     };
+    json_answer(status, &body)
+}
+
+/// A hook's answer: its status and JSON body.
+fn json_answer(status: u16, body: &serde_json::Value) -> Response {
     let mut response = (
         StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
         format!("{body}\n"),
@@ -591,16 +596,7 @@ async fn cluster(admin: &Admin, request: ClusterRequest) -> Response {
         );
     };
     let (status, body) = control(request).await;
-    let mut response = (
-        StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-        format!("{body}\n"),
-    )
-        .into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
+    json_answer(status, &body)
 }
 
 fn not_allowed() -> Response {

@@ -125,19 +125,8 @@ impl Node {
 
     /// This node's `/health`, asked on its AMQP port (which serves HTTP too).
     fn health(&self) -> Option<(u16, Value)> {
-        let mut stream =
-            TcpStream::connect_timeout(&self.address(), Duration::from_millis(500)).ok()?;
-        stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-        write!(
-            stream,
-            "GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-        )
-        .ok()?;
-        let mut text = String::new();
-        stream.read_to_string(&mut text).ok()?;
-        let status = text.split_whitespace().nth(1)?.parse().ok()?;
-        let body = text.split("\r\n\r\n").nth(1)?;
-        Some((status, serde_json::from_str(body).ok()?))
+        let (status, body) = self.get("/health")?;
+        Some((status, serde_json::from_str(&body).ok()?))
     }
 }
 
@@ -289,6 +278,26 @@ impl Cluster {
     }
 }
 
+/// Waits until `node` answers `/health` as a follower of `leader`.
+async fn follows(node: &Node, leader: u64) {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let view = node.health();
+        if let Some((200, view)) = &view
+            && view["cluster"]["role"] == "follower"
+            && view["cluster"]["leader"].as_u64() == Some(leader)
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node {} does not follow node {leader}: {view:?}",
+            node.id
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 async fn connect(
     address: SocketAddr,
 ) -> (
@@ -395,21 +404,7 @@ async fn messages_sent_through_a_follower_survive_the_leaders_kill() {
 
     // The killed node comes back as a follower and catches up.
     cluster.node_mut(leader).start();
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let view = cluster.node(leader).health();
-        if let Some((200, view)) = &view
-            && view["cluster"]["role"] == "follower"
-            && view["cluster"]["leader"].as_u64() == Some(next)
-        {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the old leader did not rejoin: {view:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    follows(cluster.node(leader), next).await;
 }
 
 /// Each node answers `/health` for itself: a follower names the leader, the leader lists
@@ -505,21 +500,7 @@ async fn a_paused_leader_comes_back_as_a_follower() {
     let next = tokio::task::block_in_place(|| cluster.leader(&[leader]));
     assert_ne!(next, leader);
     cluster.node(leader).signal("CONT");
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let view = cluster.node(leader).health();
-        if let Some((200, view)) = &view
-            && view["cluster"]["role"] == "follower"
-            && view["cluster"]["leader"].as_u64() == Some(next)
-        {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the old leader did not step down: {view:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    follows(cluster.node(leader), next).await;
     assert_eq!(cluster.node(leader).pid(), pid, "the same process");
     assert_eq!(
         cluster.node(leader).logged("no longer leads the cluster"),
