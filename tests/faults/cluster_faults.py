@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import shutil
 import statistics
 import subprocess
 import sys
@@ -273,13 +272,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         f"cluster under faults: seed {seed}, entry node {entry}, {len(faults)} faults ({counts}), starts: {starts}",
     )
     print_failovers(faults, acknowledged_sends(history))
-    if report or failed or crashed or args.keep:
-        print(f"history and node logs kept in {directory}")
-    else:
-        shutil.rmtree(directory, ignore_errors=True)
-    if report:
-        return 1
-    return 2 if failed or crashed else 0
+    return checker.conclude(report, failed, crashed, args.keep, directory, "history and node logs")
 
 
 if __name__ == "__main__":

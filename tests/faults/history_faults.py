@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -152,13 +151,7 @@ def main(argv=None) -> int:
     report, crashed = checker.report(
         history, f"history under faults: seed {seed}, broker started {broker.starts} times"
     )
-    if report or failed or crashed or args.keep:
-        print(f"history and broker log kept in {directory}")
-    else:
-        shutil.rmtree(directory, ignore_errors=True)
-    if report:
-        return 1
-    return 2 if failed or crashed else 0
+    return checker.conclude(report, failed, crashed, args.keep, directory, "history and broker log")
 
 
 if __name__ == "__main__":

@@ -54,6 +54,7 @@ from __future__ import annotations
 import bisect
 import json
 import math
+import shutil
 import sys
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -466,3 +467,17 @@ def main(argv: List[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+def conclude(violations: List[Violation], failed: bool, crashed: List[Dict[str, Any]], keep: bool, directory: Any, kept: str) -> int:
+    """How a runner ends after ``report``: keeps ``directory`` (saying it holds ``kept``) when
+    something went wrong or ``keep`` asks, else removes it; returns the exit status — 1 for a
+    violation, 2 for a failed or crashed run, 0 otherwise."""
+    if violations or failed or crashed or keep:
+        print(f"{kept} kept in {directory}")
+    else:
+        shutil.rmtree(directory, ignore_errors=True)
+    if violations:
+        return 1
+    return 2 if failed or crashed else 0
+

@@ -23,7 +23,6 @@ import argparse
 import os
 import random
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -191,13 +190,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     report, crashed = checker.report(
         history_path, f"history run: seed {seed}, broker started {broker.starts} times, {elapsed:.1f} s"
     )
-    if report or failed or crashed or args.keep or args.work_dir:
-        print(f"history and broker log kept in {work_dir}")
-    else:
-        shutil.rmtree(work_dir, ignore_errors=True)
-    if report:
-        return 1
-    return 2 if failed or crashed else 0
+    return checker.conclude(
+        report, failed, crashed, bool(args.keep or args.work_dir), work_dir, "history and broker log"
+    )
 
 
 if __name__ == "__main__":

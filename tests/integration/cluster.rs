@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use fe2o3_amqp::{Receiver, Sender};
 use serde_json::Value;
 
+use crate::daemon::connect;
 use crate::harness::receive;
 
 const BINARY: &str = env!("CARGO_BIN_EXE_ferrobus");
@@ -152,6 +153,41 @@ impl Drop for Cluster {
     }
 }
 
+/// Writes node `id`'s configuration (127.0.0.`id`, the shared `ports`, members 1 to
+/// `members`; `extra` goes at the end of its `[cluster]` table, where the entities follow)
+/// and starts it, with `fault` as its `FERROBUS_FAULT_INJECT`.
+fn launch(
+    directory: &std::path::Path,
+    (port, peer_port): (u16, u16),
+    id: u64,
+    members: u64,
+    fault: Option<String>,
+    extra: &str,
+) -> Node {
+    let members: Vec<String> = (1..=members)
+        .map(|member| format!("{{ id = {member}, address = \"127.0.0.{member}:{peer_port}\" }}"))
+        .collect();
+    let host = format!("127.0.0.{id}");
+    let config = format!(
+        "[server]\nlisten = \"{host}:{port}\"\n[http]\nenabled = false\n[tls]\nenabled = false\n[websocket]\nenabled = false\n[storage]\nmode = \"durable\"\ndata_dir = \"{}\"\n[cluster]\nnode_id = {id}\nsecret = \"{SECRET}\"\nmembers = [{}]\n{extra}",
+        directory.join(format!("node{id}")).display(),
+        members.join(", ")
+    );
+    let path = directory.join(format!("node{id}.toml"));
+    std::fs::write(&path, config).expect("config");
+    let mut node = Node {
+        id,
+        host,
+        port,
+        config: path,
+        child: None,
+        lines: Arc::default(),
+        fault,
+    };
+    node.start();
+    node
+}
+
 impl Cluster {
     fn start(entities: &str) -> Cluster {
         Cluster::start_with_faults(entities, &[])
@@ -172,33 +208,20 @@ impl Cluster {
                 break candidate;
             }
         };
-        let members: Vec<String> = (1..=3)
-            .map(|id| format!("{{ id = {id}, address = \"127.0.0.{id}:{peer_port}\" }}"))
-            .collect();
         let mut nodes = Vec::new();
         for id in 1..=3u64 {
-            let host = format!("127.0.0.{id}");
-            let config = format!(
-                "[server]\nlisten = \"{host}:{port}\"\n[http]\nenabled = false\n[tls]\nenabled = false\n[websocket]\nenabled = false\n[storage]\nmode = \"durable\"\ndata_dir = \"{}\"\n[cluster]\nnode_id = {id}\nsecret = \"{SECRET}\"\nmembers = [{}]\n{entities}",
-                directory.join(format!("node{id}")).display(),
-                members.join(", ")
-            );
-            let path = directory.join(format!("node{id}.toml"));
-            std::fs::write(&path, config).expect("config");
-            let mut node = Node {
+            let fault = faults
+                .iter()
+                .find(|(node, _)| *node == id)
+                .map(|(_, fault)| fault.to_string());
+            nodes.push(launch(
+                &directory,
+                (port, peer_port),
                 id,
-                host,
-                port,
-                config: path,
-                child: None,
-                lines: Arc::default(),
-                fault: faults
-                    .iter()
-                    .find(|(node, _)| *node == id)
-                    .map(|(_, fault)| fault.to_string()),
-            };
-            node.start();
-            nodes.push(node);
+                3,
+                fault,
+                entities,
+            ));
         }
         Cluster {
             nodes,
@@ -210,30 +233,8 @@ impl Cluster {
     /// Starts node `id` on 127.0.0.`id` to join the running cluster (`join = true`); the
     /// leader adds it.
     fn start_joining(&mut self, id: u64, entities: &str) {
-        let (port, peer_port) = self.ports;
-        let members: Vec<String> = (1..=id)
-            .map(|member| {
-                format!("{{ id = {member}, address = \"127.0.0.{member}:{peer_port}\" }}")
-            })
-            .collect();
-        let host = format!("127.0.0.{id}");
-        let config = format!(
-            "[server]\nlisten = \"{host}:{port}\"\n[http]\nenabled = false\n[tls]\nenabled = false\n[websocket]\nenabled = false\n[storage]\nmode = \"durable\"\ndata_dir = \"{}\"\n[cluster]\nnode_id = {id}\njoin = true\nsecret = \"{SECRET}\"\nmembers = [{}]\n{entities}",
-            self.directory.join(format!("node{id}")).display(),
-            members.join(", ")
-        );
-        let path = self.directory.join(format!("node{id}.toml"));
-        std::fs::write(&path, config).expect("config");
-        let mut node = Node {
-            id,
-            host,
-            port,
-            config: path,
-            child: None,
-            lines: Arc::default(),
-            fault: None,
-        };
-        node.start();
+        let entities = format!("join = true\n{entities}");
+        let node = launch(&self.directory, self.ports, id, id, None, &entities);
         self.nodes.push(node);
     }
 
@@ -296,24 +297,6 @@ async fn follows(node: &Node, leader: u64) {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-async fn connect(
-    address: SocketAddr,
-) -> (
-    fe2o3_amqp::connection::ConnectionHandle<()>,
-    fe2o3_amqp::session::SessionHandle<()>,
-) {
-    let mut connection = fe2o3_amqp::Connection::builder()
-        .container_id(format!("cluster-{}", ferrobus::encoding::ids::unique_u64()))
-        .sasl_profile(fe2o3_amqp::sasl_profile::SaslProfile::Anonymous)
-        .open(format!("amqp://{address}").as_str())
-        .await
-        .unwrap_or_else(|error| panic!("connects to {address}: {error:?}"));
-    let session = fe2o3_amqp::Session::begin(&mut connection)
-        .await
-        .expect("session");
-    (connection, session)
 }
 
 async fn send(address: SocketAddr, queue: &str, bodies: &[&str]) {
@@ -412,9 +395,24 @@ async fn messages_sent_through_a_follower_survive_the_leaders_kill() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_node_reports_its_own_view_of_the_cluster() {
     let cluster = Cluster::start(ENTITIES);
-    let leader = tokio::task::block_in_place(|| cluster.leader(&[]));
-    for node in &cluster.nodes {
-        let (status, view) = node.health().expect("answers");
+    // The views are read one after another: on a loaded machine a leadership may move in
+    // between, so they are read again (within the patience) until all name one leader.
+    let deadline = Instant::now() + PATIENCE;
+    let (leader, views) = loop {
+        let leader = tokio::task::block_in_place(|| cluster.leader(&[]));
+        let views: Vec<(u16, Value)> = cluster
+            .nodes
+            .iter()
+            .map(|node| node.health().expect("answers"))
+            .collect();
+        let agreed = views
+            .iter()
+            .all(|(_, view)| view["cluster"]["leader"].as_u64() == Some(leader));
+        if agreed || Instant::now() > deadline {
+            break (leader, views);
+        }
+    };
+    for (node, (status, view)) in cluster.nodes.iter().zip(views) {
         assert_eq!(status, 200, "{view}");
         assert_eq!(view["status"], "healthy");
         assert_eq!(view["cluster"]["node"].as_u64(), Some(node.id));

@@ -25,7 +25,8 @@ fn scratch(name: &str) -> PathBuf {
     directory
 }
 
-async fn connect(
+/// An anonymous connection and a session on it (the cluster tests use it too).
+pub(crate) async fn connect(
     address: SocketAddr,
 ) -> (
     fe2o3_amqp::connection::ConnectionHandle<()>,
