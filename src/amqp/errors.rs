@@ -26,6 +26,8 @@ pub const INVALID_FIELD: &str = "amqp:invalid-field";
 pub const INTERNAL_ERROR: &str = "amqp:internal-error";
 /// `amqp:resource-limit-exceeded` is also used for too many connections.
 pub const CONNECTION_FORCED: &str = "amqp:connection:forced";
+/// `com.microsoft:server-busy`: the SDKs retry after a back-off (wire contract §5.5).
+pub const SERVER_BUSY: &str = "com.microsoft:server-busy";
 /// `amqp:connection:framing-error`.
 pub const FRAMING_ERROR: &str = "amqp:connection:framing-error";
 /// `amqp:session:window-violation`.

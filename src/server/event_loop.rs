@@ -35,6 +35,11 @@ const OUTPUT_READ_PAUSE: usize = 8 * 1024 * 1024;
 /// one that was only slow to hear from it does within a heartbeat or two).
 const LEASE_WAIT: Duration = Duration::from_secs(2);
 
+/// How long a draining connection with nothing unsettled waits without a frame from its
+/// client before it closes: a request the client sent just before the close would be lost
+/// in flight, and some SDKs do not retry a request lost that way.
+const DRAIN_QUIET: Duration = Duration::from_millis(200);
+
 /// How often held output looks at the lease again.
 const LEASE_POLL: Duration = Duration::from_millis(20);
 
@@ -117,7 +122,10 @@ pub(super) async fn event_loop<S: RawStream>(
     let mut drain_deadline: Option<tokio::time::Instant> = None;
     let mut lease_blocked_since: Option<tokio::time::Instant> = None;
     loop {
-        if drain_deadline.is_some() && connection.nothing_unsettled() {
+        if drain_deadline.is_some()
+            && connection.nothing_unsettled()
+            && last_heard.elapsed() >= DRAIN_QUIET
+        {
             close_forced(connection)?;
             return Ok(());
         }
@@ -254,6 +262,8 @@ pub(super) async fn event_loop<S: RawStream>(
                 token_armed = None;
                 connection.expire_authorizations().await?;
             }
+            () = tokio::time::sleep_until(last_heard + DRAIN_QUIET),
+                if drain_deadline.is_some() && connection.nothing_unsettled() => {}
             () = drain_timer => {
                 close_forced(connection)?;
                 return Ok(());

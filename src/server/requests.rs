@@ -139,6 +139,18 @@ impl Connection {
             );
             return self.respond_failure(&pending, &failure);
         }
+        if self.draining && !plan.finishes_held_work() {
+            // The connection closes once its client settled what it holds: new work is
+            // refused with a condition the SDKs retry (on a new connection), and answered
+            // rather than left in flight when the connection closes (the Python SDK takes a
+            // management link closed under a request as a failure it does not retry).
+            let failure = Failure::new(
+                errors::SERVER_BUSY,
+                "This connection is closing (the broker is stopping or handing its clients to another node); retry on a new connection.",
+                503,
+            );
+            return self.respond_failure(&pending, &failure);
+        }
         if let Plan::Rules(operation) = plan {
             return self.manage_rules(pending, operation).await;
         }

@@ -9,7 +9,7 @@ directory of its own, the same cluster secret, the same member list and the same
 Processes are signalled by the PID this harness started (``ip netns exec`` executes the broker
 in place, so that PID is the broker's; a deposed leader re-executes itself under the same PID):
 
-- ``start`` / ``kill`` (SIGKILL) / ``restart``; ``pause`` / ``resume`` (SIGSTOP / SIGCONT);
+- ``start`` / ``stop`` (SIGTERM, waiting for the exit) / ``kill`` (SIGKILL) / ``restart``; ``pause`` / ``resume`` (SIGSTOP / SIGCONT);
 - ``isolate`` / ``heal``: a node drops every packet from and to the other nodes (the client
   still reaches it); ``lossy``: two nodes drop a share of each other's packets;
 - ``health`` (a node's ``GET /health``, asked from the client host), ``leader`` (the leader a
@@ -250,6 +250,19 @@ class Cluster:
             except subprocess.TimeoutExpired:
                 pass
         self.paused.discard(node)
+
+    def stop(self, node: int, timeout: float = 60.0) -> int:
+        """SIGTERM: a planned stop (the node hands over what it must first); waits up to
+        ``timeout`` seconds for the process to end and returns its exit status."""
+        process = self.processes.get(node)
+        if process is None or process.poll() is not None:
+            raise RuntimeError(f"node {node} is not running")
+        os.kill(process.pid, signal.SIGTERM)
+        try:
+            return process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self._kill_process(node)
+            raise RuntimeError(f"node {node} did not stop within {timeout:.0f} s of SIGTERM; killed")
 
     def restart(self, node: int) -> None:
         """Kills node ``node`` if it runs, then starts it again and waits for it to listen."""

@@ -20,8 +20,17 @@ time from the kill to the end of the first send the workload started after it an
 acknowledged (the history's wall-clock ``t0``/``t1``); the runner prints each, their median
 and maximum, and the time until the surviving nodes agreed on a new leader.
 
+With ``--rolling`` there are no faults: once the traffic runs, every node in turn (the
+followers first, the leader last) is stopped with SIGTERM, as an operator's rolling restart
+does, started again, and waited for until the cluster is whole. A planned stop must cost the
+clients nothing they cannot retry: the runner lists every operation the SDK reported as a
+final failure (``outcome`` ``fail``, e.g. a lost lock) and exits 1 on any, as on a violation.
+It prints, for each stop, the time to the next acknowledged send started after it, and the
+longest a sending client went without an acknowledged send.
+
     python tests/faults/cluster_faults.py [--rounds N] [--seed S] [--auth none|keys]
                                           [--nodes 3|5] [--duration SECONDS] [--keep]
+                                          [--rolling]
 
 Prints the seed, the entry node, each fault with its time, the counts and every violation;
 exits 1 on a violation, 2 when the run itself failed (a node did not start or rejoin, no
@@ -57,6 +66,8 @@ FAULTS = ("kill-leader", "kill-follower", "pause-leader", "isolate-leader", "los
 # starts later than its hold and this before the traffic ends.
 ROUND_MARGIN_SECONDS = 5.0
 RECOVERY_TIMEOUT_SECONDS = 30.0
+# Traffic before the first planned stop of a rolling restart, and between stops.
+ROLLING_PAUSE_SECONDS = 3.0
 
 
 class Fault:
@@ -146,6 +157,70 @@ def hold_watching(cluster: cluster_module.Cluster, leader: int, at: float, hold:
     return detail
 
 
+def roll(cluster: cluster_module.Cluster, entry: int, started: float) -> List[Fault]:
+    """Restarts every node in turn with SIGTERM, the followers first and the leader last,
+    each time waiting until the cluster is whole again; returns the stops (kind ``stop``)."""
+    leader = cluster.wait_whole(RECOVERY_TIMEOUT_SECONDS)
+    order = [node for node in cluster.ids if node != leader] + [leader]
+    stops = []
+    for node in order:
+        time.sleep(ROLLING_PAUSE_SECONDS)
+        leading = cluster.wait_whole(RECOVERY_TIMEOUT_SECONDS)
+        at = time.time()
+        record = Fault("stop", node, at, 0.0, entry)
+        code = cluster.stop(node)
+        stopped = time.time() - at
+        if code != 0:
+            raise RuntimeError(f"node {node} exited with {code} after SIGTERM; see {cluster.log_path(node)}")
+        cluster.start(node)
+        whole = cluster.wait_whole(RECOVERY_TIMEOUT_SECONDS)
+        record.detail = (
+            f"{'the leader, ' if node == leading else ''}stopped in {stopped:.2f} s, "
+            f"whole again after {time.time() - at:.1f} s, node {whole} leads"
+        )
+        stops.append(record)
+        print(describe(record, started), flush=True)
+    return stops
+
+
+def final_failures(history: Path) -> List[Dict]:
+    """The operations the SDK reported as final failures (it would not retry them)."""
+    with open(history, encoding="utf-8") as lines:
+        records = [json.loads(line) for line in lines if line.strip()]
+    return [record for record in records if record.get("outcome") == "fail"]
+
+
+def longest_send_gap(sends: List[Dict]) -> Optional[tuple]:
+    """The longest time one sending client went between two acknowledged sends: (seconds,
+    client, end of the gap)."""
+    by_client: Dict[str, List[float]] = {}
+    for record in sends:
+        by_client.setdefault(record.get("client", ""), []).append(record["t1"])
+    longest = None
+    for client, ends in by_client.items():
+        ends.sort()
+        for before, after in zip(ends, ends[1:]):
+            if longest is None or after - before > longest[0]:
+                longest = (after - before, client, after)
+    return longest
+
+
+def print_rolling(stops: List[Fault], sends: List[Dict], failures: List[Dict], started: float) -> None:
+    for stop in stops:
+        stop.next_ack = next_acknowledged(sends, stop.at)
+    listed = ", ".join(f"{stop.next_ack:.2f}" if stop.next_ack is not None else "none" for stop in stops)
+    print(f"rolling restart: from each SIGTERM to the next acknowledged send, s: {listed}")
+    gap = longest_send_gap(sends)
+    if gap is not None:
+        print(f"rolling restart: the longest a sender went without an acknowledged send: {gap[0]:.2f} s ({gap[1]}, ending at {gap[2] - started:.1f} s)")
+    print(f"rolling restart: {len(failures)} operations failed in a way the SDK does not retry")
+    for record in failures:
+        print(
+            f"FINAL FAILURE {record.get('client')} {record.get('op')} {record.get('entity')} at {record.get('t0', started) - started:.2f} s: {record.get('error')}",
+            flush=True,
+        )
+
+
 def describe(fault: Fault, started: float) -> str:
     entry = " (the entry node)" if fault.on_entry else ""
     return f"  {fault.at - started:6.1f} s  {fault.kind} node {fault.node}{entry} for {fault.hold:.1f} s: {fault.detail}"
@@ -181,6 +256,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--faults", default=",".join(FAULTS), help="the kinds to draw from, comma-separated")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (history, node logs)")
     parser.add_argument("--log-level", default=None, help="every node's --log-level (e.g. debug)")
+    parser.add_argument("--rolling", action="store_true", help="a rolling restart (SIGTERM each node in turn) instead of faults")
     args = parser.parse_args(argv)
     why = netns.available()
     if why:
@@ -191,10 +267,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     if unknown or not kinds:
         parser.error(f"--faults: from {', '.join(FAULTS)}")
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
-    duration = args.duration if args.duration is not None else max(20.0, 6.0 * args.rounds + 10.0)
+    if args.rolling:
+        default_duration = 12.0 * args.nodes + 10.0
+    else:
+        default_duration = max(20.0, 6.0 * args.rounds + 10.0)
+    duration = args.duration if args.duration is not None else default_duration
     rng = random.Random(seed)
+    what = "a rolling restart" if args.rolling else f"{args.rounds} rounds"
     print(
-        f"cluster under faults: seed {seed}, {args.nodes} nodes, {args.rounds} rounds, "
+        f"cluster under faults: seed {seed}, {args.nodes} nodes, {what}, "
         f"{duration:.0f} s of traffic, auth {args.auth}",
         flush=True,
     )
@@ -229,10 +310,19 @@ def main(argv: Optional[List[str]] = None) -> int:
             stdout=subprocess.DEVNULL,
         )
         started = time.time()
+        if args.rolling:
+            try:
+                faults = roll(cluster, entry, started)
+            except RuntimeError as error:
+                print(f"  {time.time() - started:6.1f} s  the rolling restart failed: {error}", flush=True)
+                failed = True
+            if time.time() > started + duration:
+                print("the traffic ended before the rolling restart did: give it a longer --duration", file=sys.stderr)
+                failed = True
         # Each round has its slice of the traffic and starts at a random point of it (at
         # once when the previous round's recovery took longer).
         window = (duration - ROUND_MARGIN_SECONDS) / args.rounds
-        for round_number in range(args.rounds):
+        for round_number in range(0 if args.rolling else args.rounds):
             # Every choice is drawn before anything is timed, so a seed replays them all.
             moment = window * round_number + rng.uniform(0.1, 0.6) * window
             kind = rng.choice(kinds)
@@ -271,7 +361,16 @@ def main(argv: Optional[List[str]] = None) -> int:
         history,
         f"cluster under faults: seed {seed}, entry node {entry}, {len(faults)} faults ({counts}), starts: {starts}",
     )
-    print_failovers(faults, acknowledged_sends(history))
+    sends = acknowledged_sends(history)
+    if args.rolling:
+        failures = final_failures(history)
+        print_rolling(faults, sends, failures, started)
+        if failures and not report:
+            # The checker found nothing lost, but a planned stop cost a client an operation.
+            checker.conclude(report, True, crashed, True, directory, "history and node logs")
+            return 1
+    else:
+        print_failovers(faults, sends)
     return checker.conclude(report, failed, crashed, args.keep, directory, "history and node logs")
 
 

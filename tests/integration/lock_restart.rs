@@ -106,3 +106,59 @@ async fn a_lock_taken_before_a_restart_is_lost_after_it() {
     let (status, _) = complete(&mut management, new_token).await;
     assert_eq!(status, 410, "completed: the message is gone");
 }
+
+/// Peeks one message through `q/$management`: the status code and description.
+async fn peek(management: &mut Node) -> (i32, String) {
+    let mut body = fe2o3_amqp::types::primitives::OrderedMap::new();
+    body.insert(
+        Value::String("from-sequence-number".into()),
+        Value::Long(1),
+    );
+    body.insert(Value::String("message-count".into()), Value::Int(1));
+    let (status, description, _) = management
+        .request_full(
+            &[(
+                "operation",
+                SimpleValue::String("com.microsoft:peek-message".into()),
+            )],
+            Value::Map(body),
+        )
+        .await;
+    (status, description)
+}
+
+#[tokio::test]
+async fn a_draining_connection_refuses_new_work_as_busy_and_still_settles_what_it_holds() {
+    // A planned stop (SIGTERM, or a cluster node handing its clients over): management
+    // requests that would start new work get 503 com.microsoft:server-busy, which the SDKs
+    // retry on a new connection, instead of being lost in flight when the connection
+    // closes; settling a held lock is still served (rule LCK-1).
+    let broker = Broker::start(
+        "[server]\nshutdown_grace_period = \"30s\"\n[[queues]]\nname = \"q\"\nlock_duration = \"5m\"\n",
+    )
+    .await;
+    let (_connection, mut session) = broker.connect().await;
+    let mut sender = Sender::attach(&mut session, "sender", "q")
+        .await
+        .expect("sender attaches");
+    sender.send(with_id("m1")).await.expect("accepted");
+    sender.send(with_id("m2")).await.expect("accepted");
+    let mut receiver = Receiver::attach(&mut session, "holder", "q")
+        .await
+        .expect("receiver attaches");
+    let held = receive(&mut receiver).await;
+    let token = lock_token(&held);
+    let mut management = Node::attach(&mut session, "q/$management", "drain").await;
+    let (status, _) = peek(&mut management).await;
+    assert_eq!(status, 200, "served before the stop");
+
+    broker.shut_down();
+    let (status, description) = peek(&mut management).await;
+    assert_eq!(status, 503, "new work is refused while draining: {description}");
+    assert!(
+        description.contains("retry on a new connection"),
+        "{description}"
+    );
+    let (status, description) = complete(&mut management, token).await;
+    assert_eq!(status, 200, "the held lock still settles: {description}");
+}

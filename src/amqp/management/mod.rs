@@ -77,6 +77,17 @@ pub enum Plan {
 }
 
 impl Plan {
+    /// Whether the request only finishes what a client holds (settles or renews its locks),
+    /// which a draining connection still serves; anything else would start new work.
+    pub fn finishes_held_work(&self) -> bool {
+        matches!(
+            self,
+            Plan::Settle(..)
+                | Plan::RenewLocks(_)
+                | Plan::Session(_, SessionOperation::RenewLock | SessionOperation::SetState(_))
+        )
+    }
+
     /// The response shape this plan's reply becomes.
     pub fn response_kind(&self) -> ResponseKind {
         match self {
