@@ -315,6 +315,8 @@ pub(crate) struct MemberRole {
     pub(crate) lease: Arc<broker::leadership::Lease>,
     pub(crate) view: admin::http::ClusterView,
     pub(crate) control: admin::http::ClusterControl,
+    /// Drains of the connections a stopping member forwards.
+    pub(crate) drains: Arc<listener::drains::Drains>,
 }
 
 /// What the start writes of the namespace's run-time changes before the broker serves.
@@ -457,8 +459,9 @@ pub(crate) async fn serve(
         next_receiver_id: AtomicU64::new(1),
         connection_permits: Arc::new(tokio::sync::Semaphore::new(config.server.max_connections)),
         metrics,
-        lease: member.map(|member| member.lease),
+        lease: member.as_ref().map(|member| member.lease.clone()),
     });
+    let drains = member.map(|member| member.drains);
     let registry = context.registry.clone();
     let mut http_tasks = tokio::task::JoinSet::new();
     let websocket_entry: Option<admin::http::AmqpEntry> = if config.websocket.disabled {
@@ -525,7 +528,7 @@ pub(crate) async fn serve(
         .serving
         .store(true, std::sync::atomic::Ordering::Release);
     ready();
-    crate::listener::serve(listener, listeners.more, context, http, shutdown).await;
+    crate::listener::serve(listener, listeners.more, context, http, shutdown, drains).await;
     http_tasks.shutdown().await;
     // Every connection is closed: now the entities, topics and forwarders stop.
     registry.shut_down().await;

@@ -484,6 +484,7 @@ async fn a_stalled_or_silent_peer_connection_is_closed() {
             max_frame: peer::MAX_FRAME,
             timeouts: (Duration::from_millis(200), Duration::from_millis(600)),
             local,
+            drain: Arc::default(),
         },
     );
     // A frame's length, then only part of its body.

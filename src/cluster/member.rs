@@ -425,4 +425,42 @@ impl RaftLog {
     pub fn node_id(&self) -> u64 {
         self.settings.node_id
     }
+
+    /// Sets what this node does when a stopping member asks it to drain the client
+    /// connections that member forwards to it ([`super::peer::DrainForwarded`]).
+    pub fn on_drain_request(&self, drain: super::peer::DrainForwarded) {
+        if let Some(cluster) = &self.cluster {
+            *cluster
+                .drain
+                .write()
+                .unwrap_or_else(|poison| poison.into_inner()) = Some(drain);
+        }
+    }
+
+    /// Asks the leader this node knows of to drain the client connections this node
+    /// forwards to it (this node is stopping); how many it drains.
+    pub async fn ask_leader_to_drain(&self, ttl: std::time::Duration) -> Result<usize, String> {
+        let cluster = self
+            .cluster
+            .as_ref()
+            .ok_or_else(|| "not a member of a cluster".to_string())?;
+        let leader = self
+            .member_view()
+            .and_then(|view| view.leader)
+            .filter(|leader| *leader != self.node_id())
+            .ok_or_else(|| "no other node leads".to_string())?;
+        let address = self
+            .running_member()
+            .and_then(|raft| {
+                raft.metrics()
+                    .borrow()
+                    .membership_config
+                    .nodes()
+                    .find(|(id, _)| **id == leader)
+                    .map(|(_, basic)| basic.addr.clone())
+            })
+            .or_else(|| cluster.members.get(&leader).map(|node| node.addr.clone()))
+            .ok_or_else(|| format!("node {leader}'s peer address is unknown"))?;
+        cluster.peers.drain(leader, &address, ttl).await
+    }
 }

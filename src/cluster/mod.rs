@@ -23,7 +23,7 @@ mod convert;
 mod log_store;
 mod member;
 mod network;
-mod peer;
+pub(crate) mod peer;
 mod propose;
 mod state_machine;
 mod types;
@@ -213,6 +213,8 @@ struct Cluster {
     /// The nodes the peer listener serves: the configured members, and every node a
     /// group's membership names (members added at run time).
     accepted: Arc<std::sync::RwLock<std::collections::BTreeSet<u64>>>,
+    /// What this node does when a stopping peer asks it to drain what that peer forwards.
+    drain: peer::DrainHook,
 }
 
 impl std::fmt::Debug for RaftLog {
@@ -338,6 +340,7 @@ impl RaftLog {
                 .collect::<std::collections::BTreeSet<u64>>(),
         ));
         let secret: Arc<[u8]> = secret.into();
+        let drain: peer::DrainHook = Arc::default();
         let peers = Arc::new(peer::Peers::new(
             settings.node_id,
             secret.clone(),
@@ -352,6 +355,7 @@ impl RaftLog {
             peers,
             listener: Mutex::new(None),
             accepted: accepted.clone(),
+            drain: drain.clone(),
         };
         let mut log = RaftLog::build(storage, groups, settings, config, Some(cluster))?;
         log.idle = NEVER_IDLE;
@@ -382,6 +386,7 @@ impl RaftLog {
                 max_frame: peer::MAX_FRAME,
                 timeouts: (peer::FRAME_TIMEOUT, peer::IDLE_TIMEOUT),
                 local,
+                drain,
             },
         );
         if let Some(cluster) = &log.cluster {

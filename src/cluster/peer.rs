@@ -98,12 +98,15 @@ pub(super) struct Request {
     rpc: Rpc,
 }
 
-/// openraft's requests.
+/// openraft's requests, and a node's own.
 #[derive(Serialize, Deserialize)]
 enum Rpc {
     Append(AppendEntriesRequest<TypeConfig>),
     Vote(VoteRequest<u64>),
     Snapshot(InstallSnapshotRequest<TypeConfig>),
+    /// The asking node is stopping: drain the client connections it forwards to this node
+    /// (the group is not used).
+    Drain,
 }
 
 /// A peer's answer to a [`Request`].
@@ -121,7 +124,17 @@ enum Reply {
     Snapshot(Result<InstallSnapshotResponse<u64>, RaftError<u64, InstallSnapshotError>>),
     /// The group does not run on the peer and cannot start there.
     Unavailable(String),
+    /// How many forwarded connections started to drain.
+    Drained(usize),
 }
+
+/// What a node does when a peer asks it to drain the connections that peer forwards
+/// ([`Rpc::Drain`]): given the peer's id and the address its peer connection comes from,
+/// how many connections started to drain. Unset: none (the node does not serve clients).
+pub(crate) type DrainHook = Arc<std::sync::RwLock<Option<DrainForwarded>>>;
+
+/// See [`DrainHook`].
+pub(crate) type DrainForwarded = Arc<dyn Fn(u64, std::net::IpAddr) -> usize + Send + Sync>;
 
 /// Finds (or starts) a group's Raft on this node for a peer's request.
 pub(super) type Local = Arc<
@@ -222,6 +235,8 @@ pub(super) struct Serving {
     /// without a frame ([`IDLE_TIMEOUT`]).
     pub(super) timeouts: (Duration, Duration),
     pub(super) local: Local,
+    /// Answers [`Rpc::Drain`].
+    pub(super) drain: DrainHook,
 }
 
 /// Serves peers on `listener` until the returned task is aborted (which closes every
@@ -428,10 +443,26 @@ async fn serve_connection(mut stream: TcpStream, address: SocketAddr, serving: S
         };
         let responses = responses.clone();
         let local = serving.local.clone();
+        let drain = serving.drain.clone();
         tasks.spawn(async move {
             let _permit = permit;
             let id = request.id;
-            let reply = answer(&local, request).await;
+            let reply = match request.rpc {
+                Rpc::Drain => {
+                    let hook = drain
+                        .read()
+                        .unwrap_or_else(|poison| poison.into_inner())
+                        .clone();
+                    let drained = hook.map_or(0, |hook| hook(client, address.ip()));
+                    tracing::info!(
+                        node = client,
+                        connections = drained,
+                        "node {client} is stopping: draining the connections it forwards"
+                    );
+                    Reply::Drained(drained)
+                }
+                _ => answer(&local, request).await,
+            };
             match encode(&Response { id, reply }) {
                 Ok(body) => {
                     let _ = responses.send(body).await;
@@ -452,6 +483,7 @@ async fn answer(local: &Local, request: Request) -> Reply {
         Rpc::Append(rpc) => Reply::Append(raft.append_entries(rpc).await),
         Rpc::Vote(rpc) => Reply::Vote(raft.vote(rpc).await),
         Rpc::Snapshot(rpc) => Reply::Snapshot(raft.install_snapshot(rpc).await),
+        Rpc::Drain => Reply::Drained(0),
     }
 }
 
@@ -623,6 +655,21 @@ impl Peers {
 
     /// Sends `rpc` to `group` on `target` (at `address`) and waits for its answer, at
     /// most `ttl` in all.
+    /// Asks node `target` (peer address `address`) to drain the client connections this
+    /// node forwards to it; how many it drains.
+    pub(super) async fn drain(
+        &self,
+        target: u64,
+        address: &str,
+        ttl: Duration,
+    ) -> Result<usize, String> {
+        match self.call(target, address, "", Rpc::Drain, ttl).await {
+            Ok(Reply::Drained(count)) => Ok(count),
+            Ok(_) => Err("the peer answered another kind of request".to_string()),
+            Err(Failed::Unreachable(why) | Failed::Network(why)) => Err(why),
+        }
+    }
+
     async fn call(
         &self,
         target: u64,

@@ -160,14 +160,22 @@ pub async fn run_member(
                 let keys = crate::access_keys(config);
                 Arc::new(move |head: &[u8]| metrics_allowed(&keys, head))
             },
+            source: raft
+                .member_host(settings.node_id)
+                .and_then(|host| host.parse().ok()),
         };
         let (flat, shape) = flatten(listeners);
-        let forwarded = forward_until(flat, forwarding, until).await;
-        (forwarded, shape, outcome)
+        let (forwarded, connections) = forward_until(flat, forwarding, until).await;
+        (forwarded, connections, shape, outcome)
     };
-    let (forwarded, shape, outcome) = led;
+    let (forwarded, connections, shape, outcome) = led;
     let leadership = match outcome {
         None => {
+            // A planned stop: no new connection is taken, and those forwarded are drained
+            // by the leader (their clients settle what they hold, then are closed) before
+            // this node leaves.
+            drop(forwarded);
+            hand_over_forwarded(&raft, &connections, config.server.shutdown_grace_period).await;
             raft.shutdown().await;
             store.close();
             return Ok(());
@@ -228,6 +236,25 @@ pub async fn run_member(
             Box::pin(async move { cluster_request(&raft, request).await })
         })
     };
+    let drains = Arc::new(crate::listener::drains::Drains::default());
+    {
+        // A stopping member asks for the connections it forwards to be drained: those from
+        // the address of its peer connection, and from its configured host.
+        let drains = drains.clone();
+        let weak = Arc::downgrade(&raft);
+        raft.on_drain_request(Arc::new(move |node, address| {
+            let mut drained = drains.drain_from(address);
+            let host = weak
+                .upgrade()
+                .and_then(|raft| raft.member_host(node))
+                .and_then(|host| host.parse::<std::net::IpAddr>().ok())
+                .filter(|host| *host != address);
+            if let Some(host) = host {
+                drained += drains.drain_from(host);
+            }
+            drained
+        }));
+    }
     let port: Arc<dyn crate::broker::storage::DurableLog> = raft.clone();
     let served = crate::serve(
         listeners,
@@ -243,12 +270,47 @@ pub async fn run_member(
             lease,
             view,
             control,
+            drains,
         }),
     )
     .await;
     raft.shutdown().await;
     store.close();
     served
+}
+
+/// A follower's planned stop: asks the leader to drain the connections this node forwards
+/// and waits for them to end (at most the grace period and a margin).
+async fn hand_over_forwarded(
+    raft: &RaftLog,
+    connections: &crate::listener::forward::Forwarded,
+    grace: std::time::Duration,
+) {
+    let open = connections.open();
+    if open == 0 {
+        return;
+    }
+    match raft
+        .ask_leader_to_drain(std::time::Duration::from_secs(2))
+        .await
+    {
+        Ok(drained) => tracing::info!(
+            "stopping: the leader drains the {open} connections this node forwards to it ({drained} found there)"
+        ),
+        Err(why) => {
+            tracing::warn!(
+                "stopping: cannot ask the leader to drain the {open} connections this node forwards ({why}); they are closed"
+            );
+            return;
+        }
+    }
+    let within = grace + std::time::Duration::from_secs(2);
+    if !connections.ended(within).await {
+        tracing::warn!(
+            "stopping: {} forwarded connections still open after {within:?}; they are closed",
+            connections.open()
+        );
+    }
 }
 
 /// Sets the cluster's gauges from what this node's Raft reports, once a second, until the

@@ -7,6 +7,11 @@
 //!
 //! `GET /health` and `GET /metrics` are answered here, by this node, so that each member
 //! reports its own view and its own figures.
+//!
+//! A forwarded connection leaves from this node's own host address where that is an IP
+//! address, so that the leader can tell the connections a member forwards: when the member
+//! stops, it asks the leader to drain them ([`super::drains`]) and waits for them to end
+//! ([`Forwarded::ended`]).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -42,18 +47,43 @@ pub struct Forwarding {
     /// Whether a `/metrics` request (its head, as received) may read them: `Err` is the
     /// status and text of the refusal.
     pub metrics_allowed: MetricsGate,
+    /// The address forwarded connections leave from (this node's host, when it is an IP
+    /// address); `None`: the system's choice.
+    pub source: Option<std::net::IpAddr>,
+}
+
+/// The connections being forwarded.
+pub struct Forwarded {
+    permits: Arc<Semaphore>,
+}
+
+impl Forwarded {
+    /// How many connections are being forwarded now.
+    pub fn open(&self) -> usize {
+        MAX_FORWARDED - self.permits.available_permits()
+    }
+
+    /// Waits until no connection is forwarded any more, at most `within`; whether none is.
+    pub async fn ended(&self, within: Duration) -> bool {
+        let all = u32::try_from(MAX_FORWARDED).unwrap_or(u32::MAX);
+        matches!(
+            tokio::time::timeout(within, self.permits.acquire_many(all)).await,
+            Ok(Ok(_))
+        )
+    }
 }
 
 /// Decides whether a `/metrics` request head may read them (`Err`: status and text).
 pub type MetricsGate = Arc<dyn Fn(&[u8]) -> Result<(), (u16, String)> + Send + Sync>;
 
 /// Forwards every connection the listeners accept until `until` completes, then hands the
-/// listeners back (the connections forwarded so far go on until the leader changes).
+/// listeners back (the connections forwarded so far go on until the leader changes) with
+/// the connections still forwarded.
 pub async fn forward_until(
     listeners: Vec<TcpListener>,
     forwarding: Forwarding,
     until: impl Future<Output = ()>,
-) -> Vec<TcpListener> {
+) -> (Vec<TcpListener>, Forwarded) {
     let (stop, stopped) = watch::channel(false);
     let permits = Arc::new(Semaphore::new(MAX_FORWARDED));
     let tasks: Vec<_> = listeners
@@ -76,7 +106,30 @@ pub async fn forward_until(
             listeners.push(listener);
         }
     }
-    listeners
+    (listeners, Forwarded { permits })
+}
+
+/// Connects to the leader at `host:port`, leaving from `source` when given (and possible).
+async fn connect_upstream(
+    host: &str,
+    port: u16,
+    source: Option<std::net::IpAddr>,
+) -> std::io::Result<TcpStream> {
+    let target = tokio::net::lookup_host((host, port))
+        .await?
+        .next()
+        .ok_or_else(|| std::io::Error::other(format!("{host} resolves to no address")))?;
+    if let Some(source) = source.filter(|source| source.is_ipv4() == target.is_ipv4()) {
+        let socket = if target.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        if socket.bind((source, 0).into()).is_ok() {
+            return socket.connect(target).await;
+        }
+    }
+    TcpStream::connect(target).await
 }
 
 async fn accept(
@@ -224,8 +277,11 @@ async fn forward(mut client: TcpStream, port: u16, forwarding: Forwarding) {
     let Some(host) = (forwarding.host_of)(target) else {
         return;
     };
-    let upstream =
-        tokio::time::timeout(FIRST_BYTES, TcpStream::connect((host.as_str(), port))).await;
+    let upstream = tokio::time::timeout(
+        FIRST_BYTES,
+        connect_upstream(&host, port, forwarding.source),
+    )
+    .await;
     let mut upstream = match upstream {
         Ok(Ok(upstream)) => upstream,
         Ok(Err(error)) => {

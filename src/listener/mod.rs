@@ -5,6 +5,7 @@
 //! One set of connection permits (`server.max_connections`) and one drain at shutdown cover
 //! every connection it accepts, whatever its protocol.
 
+pub mod drains;
 pub mod forward;
 pub mod sniff;
 
@@ -27,6 +28,8 @@ struct Fronts {
     amqp: Arc<Context>,
     /// HTTP connections are served by its routes; TLS takes its identity.
     http: Arc<Front>,
+    /// A cluster leader's drains of what a stopping member forwards.
+    drains: Option<Arc<drains::Drains>>,
 }
 
 fn spawn_connection(
@@ -40,7 +43,10 @@ fn spawn_connection(
 ) {
     let _ = stream.set_nodelay(true);
     let fronts = fronts.clone();
-    let shutdown = shutdown.clone();
+    let shutdown = match &fronts.drains {
+        Some(drains) => drains.signal(peer.ip(), shutdown),
+        None => shutdown.clone(),
+    };
     let span = tracing::info_span!("connection", %peer);
     connections.spawn(
         async move {
@@ -67,6 +73,7 @@ async fn serve_stream(
     let Fronts {
         amqp: context,
         http,
+        drains: _,
     } = fronts;
     // The handshake's time counts from the accept: a peer that sends nothing at all is
     // dropped at the same deadline as one that stops after the protocol header.
@@ -130,18 +137,21 @@ async fn serve_stream(
 
 /// Serves connections from `listener` until `shutdown` turns true, then stops accepting,
 /// lets every connection drain (receivers may settle for the grace period; then each is
-/// closed with `amqp:connection:forced`) and returns once all have ended.
+/// closed with `amqp:connection:forced`) and returns once all have ended. With `drains`
+/// (a cluster leader), the connections from one address can be drained before that.
 pub async fn serve(
     listener: TcpListener,
     more: Vec<TcpListener>,
     context: Arc<Context>,
     http: Arc<Front>,
     mut shutdown: watch::Receiver<bool>,
+    drains: Option<Arc<drains::Drains>>,
 ) {
     let permits = context.connection_permits.clone();
     let fronts = Fronts {
         amqp: context.clone(),
         http,
+        drains,
     };
     let mut connections = JoinSet::new();
     let spare = limits::SpareDescriptor::reserve();

@@ -710,6 +710,52 @@ async fn a_rolling_restart_under_load_loses_nothing() {
     receive_every(cluster.node(leader).address(), "orders", &sent).await;
 }
 
+/// A planned stop of a follower (SIGTERM) does not cut the connections it forwards: the
+/// leader drains them, so a client holding a locked message settles it before the follower
+/// leaves, and the settlement holds (the message does not come back once its lock would
+/// have run out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_follower_lets_its_clients_settle_what_they_hold() {
+    let mut cluster = Cluster::start("[[queues]]\nname = \"orders\"\nlock_duration = \"2s\"\n");
+    let leader = tokio::task::block_in_place(|| cluster.leader(&[]));
+    let follower = if leader == 1 { 2 } else { 1 };
+    follows(cluster.node(follower), leader).await;
+    let through = cluster.node(follower).address();
+    send(through, "orders", &["held"]).await;
+    let (_connection, mut session) = connect(through).await;
+    let mut receiver = Receiver::attach(&mut session, "holder", "orders")
+        .await
+        .expect("a receiver attaches");
+    let held = receive(&mut receiver).await;
+
+    cluster.node(follower).signal("TERM");
+    // It takes no new connection once it is stopping.
+    let deadline = Instant::now() + PATIENCE;
+    while TcpStream::connect_timeout(&through, Duration::from_millis(200)).is_ok() {
+        assert!(
+            Instant::now() < deadline,
+            "node {follower} still takes connections"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    receiver
+        .accept(&held)
+        .await
+        .expect("the held message is settled through the stopping follower");
+    let child = cluster.node_mut(follower).child.as_mut().expect("running");
+    let status = tokio::task::block_in_place(|| child.wait()).expect("exits");
+    assert!(
+        status.success(),
+        "node {follower} stopped cleanly: {status}"
+    );
+    cluster.node_mut(follower).child = None;
+
+    // Past the lock's 2 s: a settlement lost on the way would have let it come back.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let again = receive_some(cluster.node(leader).address(), "orders", 0, true).await;
+    assert!(again.is_empty(), "{again:?}");
+}
+
 /// A leader that hears from no majority (both followers paused) sends its clients nothing
 /// once its lease has run out — here a message a receiver asks for — and closes their
 /// connections; when the followers wake, it serves again and the message is there.

@@ -110,10 +110,7 @@ async fn a_lock_taken_before_a_restart_is_lost_after_it() {
 /// Peeks one message through `q/$management`: the status code and description.
 async fn peek(management: &mut Node) -> (i32, String) {
     let mut body = fe2o3_amqp::types::primitives::OrderedMap::new();
-    body.insert(
-        Value::String("from-sequence-number".into()),
-        Value::Long(1),
-    );
+    body.insert(Value::String("from-sequence-number".into()), Value::Long(1));
     body.insert(Value::String("message-count".into()), Value::Int(1));
     let (status, description, _) = management
         .request_full(
@@ -154,7 +151,10 @@ async fn a_draining_connection_refuses_new_work_as_busy_and_still_settles_what_i
 
     broker.shut_down();
     let (status, description) = peek(&mut management).await;
-    assert_eq!(status, 503, "new work is refused while draining: {description}");
+    assert_eq!(
+        status, 503,
+        "new work is refused while draining: {description}"
+    );
     assert!(
         description.contains("retry on a new connection"),
         "{description}"

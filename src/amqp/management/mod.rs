@@ -84,7 +84,10 @@ impl Plan {
             self,
             Plan::Settle(..)
                 | Plan::RenewLocks(_)
-                | Plan::Session(_, SessionOperation::RenewLock | SessionOperation::SetState(_))
+                | Plan::Session(
+                    _,
+                    SessionOperation::RenewLock | SessionOperation::SetState(_)
+                )
         )
     }
 
