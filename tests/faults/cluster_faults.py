@@ -30,7 +30,7 @@ longest a sending client went without an acknowledged send.
 
     python tests/faults/cluster_faults.py [--rounds N] [--seed S] [--auth none|keys]
                                           [--nodes 3|5] [--duration SECONDS] [--keep]
-                                          [--rolling]
+                                          [--rolling [--passes N]]
 
 Prints the seed, the entry node, each fault with its time, the counts and every violation;
 exits 1 on a violation, 2 when the run itself failed (a node did not start or rejoin, no
@@ -157,11 +157,19 @@ def hold_watching(cluster: cluster_module.Cluster, leader: int, at: float, hold:
     return detail
 
 
-def roll(cluster: cluster_module.Cluster, entry: int, started: float) -> List[Fault]:
+def roll(cluster: cluster_module.Cluster, entry: int, started: float, passes: int = 1) -> List[Fault]:
     """Restarts every node in turn with SIGTERM, the followers first and the leader last,
-    each time waiting until the cluster is whole again; returns the stops (kind ``stop``)."""
-    leader = cluster.wait_whole(RECOVERY_TIMEOUT_SECONDS)
-    order = [node for node in cluster.ids if node != leader] + [leader]
+    each time waiting until the cluster is whole again, ``passes`` times; returns the stops
+    (kind ``stop``)."""
+    stops = []
+    for _ in range(passes):
+        leader = cluster.wait_whole(RECOVERY_TIMEOUT_SECONDS)
+        order = [node for node in cluster.ids if node != leader] + [leader]
+        stops.extend(roll_once(cluster, entry, started, order))
+    return stops
+
+
+def roll_once(cluster: cluster_module.Cluster, entry: int, started: float, order: List[int]) -> List[Fault]:
     stops = []
     for node in order:
         time.sleep(ROLLING_PAUSE_SECONDS)
@@ -257,6 +265,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the work directory (history, node logs)")
     parser.add_argument("--log-level", default=None, help="every node's --log-level (e.g. debug)")
     parser.add_argument("--rolling", action="store_true", help="a rolling restart (SIGTERM each node in turn) instead of faults")
+    parser.add_argument("--passes", type=int, default=1, help="with --rolling: how many times every node is restarted")
     args = parser.parse_args(argv)
     why = netns.available()
     if why:
@@ -268,12 +277,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser.error(f"--faults: from {', '.join(FAULTS)}")
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
     if args.rolling:
-        default_duration = 12.0 * args.nodes + 10.0
+        default_duration = (ROLLING_PAUSE_SECONDS + 3.0) * args.nodes * args.passes + 6.0
     else:
         default_duration = max(20.0, 6.0 * args.rounds + 10.0)
     duration = args.duration if args.duration is not None else default_duration
     rng = random.Random(seed)
-    what = "a rolling restart" if args.rolling else f"{args.rounds} rounds"
+    what = f"a rolling restart ({args.passes} passes)" if args.rolling else f"{args.rounds} rounds"
     print(
         f"cluster under faults: seed {seed}, {args.nodes} nodes, {what}, "
         f"{duration:.0f} s of traffic, auth {args.auth}",
@@ -312,7 +321,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         started = time.time()
         if args.rolling:
             try:
-                faults = roll(cluster, entry, started)
+                faults = roll(cluster, entry, started, args.passes)
             except RuntimeError as error:
                 print(f"  {time.time() - started:6.1f} s  the rolling restart failed: {error}", flush=True)
                 failed = True
