@@ -97,6 +97,12 @@ pub enum ClusterRequest {
         /// The node's id.
         id: u64,
     },
+    /// `POST /$cluster/leader` `{"id": N}` (or no body): the leader drains its clients and
+    /// hands its leadership to node N (or to the member with the most of the log).
+    Transfer {
+        /// The node to lead next, if one is named.
+        to: Option<u64>,
+    },
 }
 
 /// Runs a membership request: its HTTP status and JSON answer.
@@ -505,6 +511,26 @@ async fn route(admin: Arc<Admin>, request: Request) -> Response {
                 _ => failure(
                     StatusCode::BAD_REQUEST,
                     "The body must be {\"id\": N (1 or more), \"address\": \"host:port\"}: the new node's id and peer address.",
+                ),
+            }
+        }
+        (Method::POST, ["$cluster", "leader"]) => {
+            #[derive(serde::Deserialize)]
+            struct Leader {
+                id: Option<u64>,
+            }
+            let named = if body.trim().is_empty() {
+                Ok(Leader { id: None })
+            } else {
+                serde_json::from_str::<Leader>(&body)
+            };
+            match named {
+                Ok(Leader { id }) if id != Some(0) => {
+                    cluster(&admin, ClusterRequest::Transfer { to: id }).await
+                }
+                _ => failure(
+                    StatusCode::BAD_REQUEST,
+                    "The body must be empty or {\"id\": N (1 or more)}: the node to lead next.",
                 ),
             }
         }

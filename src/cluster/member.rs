@@ -449,18 +449,136 @@ impl RaftLog {
             .and_then(|view| view.leader)
             .filter(|leader| *leader != self.node_id())
             .ok_or_else(|| "no other node leads".to_string())?;
-        let address = self
-            .running_member()
+        let address = self.peer_address(leader)?;
+        cluster.peers.drain(leader, &address, ttl).await
+    }
+
+    /// Member `node`'s peer address: from the group's membership, else the configuration.
+    fn peer_address(&self, node: u64) -> Result<String, String> {
+        self.running_member()
             .and_then(|raft| {
                 raft.metrics()
                     .borrow()
                     .membership_config
                     .nodes()
-                    .find(|(id, _)| **id == leader)
+                    .find(|(id, _)| **id == node)
                     .map(|(_, basic)| basic.addr.clone())
             })
-            .or_else(|| cluster.members.get(&leader).map(|node| node.addr.clone()))
-            .ok_or_else(|| format!("node {leader}'s peer address is unknown"))?;
-        cluster.peers.drain(leader, &address, ttl).await
+            .or_else(|| {
+                self.cluster
+                    .as_ref()
+                    .and_then(|cluster| cluster.members.get(&node))
+                    .map(|basic| basic.addr.clone())
+            })
+            .ok_or_else(|| format!("node {node}'s peer address is unknown"))
+    }
+
+    /// Hands this node's leadership of the cluster to `to`, or to the voting member that
+    /// holds the most of the log: once that node holds every entry, it is asked to start an
+    /// election at once, which this node grants. Returns the new leader once this node
+    /// knows one, at most `within` after the call.
+    ///
+    /// A leader refuses every vote for the longest election timeout after it was elected
+    /// (openraft's vote lease), so the request waits until `led_since` (when this node
+    /// began to lead) is that long ago.
+    pub async fn transfer_leadership(
+        &self,
+        to: Option<u64>,
+        led_since: tokio::time::Instant,
+        within: Duration,
+    ) -> Result<u64, String> {
+        let cluster = self
+            .cluster
+            .as_ref()
+            .ok_or_else(|| "not a member of a cluster".to_string())?;
+        let raft = self
+            .running_member()
+            .ok_or_else(|| "the cluster's group stopped".to_string())?;
+        let own = self.node_id();
+        let deadline = tokio::time::Instant::now() + within;
+        let view = self
+            .member_view()
+            .ok_or_else(|| "the cluster's group stopped".to_string())?;
+        if view.leader != Some(own) {
+            return Err(match view.leader {
+                Some(leader) => format!("this node does not lead the cluster: node {leader} does"),
+                None => "this node does not lead the cluster".to_string(),
+            });
+        }
+        let target = match to {
+            Some(target) if target == own => {
+                return Err(format!("node {own} already leads the cluster"));
+            }
+            Some(target) if !view.voters.contains(&target) => {
+                return Err(format!(
+                    "node {target} is not a voting member of the cluster"
+                ));
+            }
+            Some(target) => target,
+            None => view
+                .members
+                .iter()
+                .filter(|member| member.id != own && view.voters.contains(&member.id))
+                .min_by_key(|member| member.lag)
+                .map(|member| member.id)
+                .ok_or_else(|| "the cluster has no other voting member".to_string())?,
+        };
+        // The target must hold every entry, or this node would refuse it its vote.
+        loop {
+            let lag = self.member_view().and_then(|view| {
+                view.members
+                    .iter()
+                    .find(|member| member.id == target)
+                    .map(|member| member.lag)
+            });
+            if lag == Some(0) {
+                break;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(format!(
+                    "node {target} did not catch up with the log in {within:?} (behind by {lag:?} entries)"
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let address = self.peer_address(target)?;
+        tokio::time::sleep_until(led_since + ELECTION_TIMEOUT.1 + Duration::from_millis(50)).await;
+        // This node no longer stands for election: if the first request loses (a vote
+        // lease, a split vote), the leadership does not come back here.
+        raft.runtime_config().elect(false);
+        // Asked again while no other node leads (an election lost to a vote lease, a
+        // split vote), each time after the longest election timeout and a half.
+        let mut metrics = raft.metrics();
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                return Err(format!(
+                    "no other node took the leadership within {within:?} of asking node {target}"
+                ));
+            }
+            cluster
+                .peers
+                .elect(
+                    target,
+                    &address,
+                    METADATA_GROUP,
+                    left.max(Duration::from_millis(100)),
+                )
+                .await
+                .map_err(|why| format!("node {target} could not start an election: {why}"))?;
+            let round = (ELECTION_TIMEOUT.1 * 3 / 2)
+                .min(deadline.saturating_duration_since(tokio::time::Instant::now()));
+            let elected = tokio::time::timeout(
+                round,
+                metrics
+                    .wait_for(|metrics| metrics.current_leader.is_some_and(|leader| leader != own)),
+            )
+            .await;
+            match elected {
+                Ok(Ok(metrics)) => return Ok(metrics.current_leader.unwrap_or(target)),
+                Ok(Err(_)) => return Err("the cluster's group stopped".to_string()),
+                Err(_) => {}
+            }
+        }
     }
 }

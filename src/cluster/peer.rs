@@ -107,6 +107,8 @@ enum Rpc {
     /// The asking node is stopping: drain the client connections it forwards to this node
     /// (the group is not used).
     Drain,
+    /// The group's leader hands its leadership over: start an election now.
+    Elect,
 }
 
 /// A peer's answer to a [`Request`].
@@ -126,6 +128,8 @@ enum Reply {
     Unavailable(String),
     /// How many forwarded connections started to drain.
     Drained(usize),
+    /// Whether the election started (why not).
+    Elect(Result<(), String>),
 }
 
 /// What a node does when a peer asks it to drain the connections that peer forwards
@@ -484,6 +488,12 @@ async fn answer(local: &Local, request: Request) -> Reply {
         Rpc::Vote(rpc) => Reply::Vote(raft.vote(rpc).await),
         Rpc::Snapshot(rpc) => Reply::Snapshot(raft.install_snapshot(rpc).await),
         Rpc::Drain => Reply::Drained(0),
+        Rpc::Elect => Reply::Elect(
+            raft.trigger()
+                .elect()
+                .await
+                .map_err(|error| error.to_string()),
+        ),
     }
 }
 
@@ -665,6 +675,23 @@ impl Peers {
     ) -> Result<usize, String> {
         match self.call(target, address, "", Rpc::Drain, ttl).await {
             Ok(Reply::Drained(count)) => Ok(count),
+            Ok(_) => Err("the peer answered another kind of request".to_string()),
+            Err(Failed::Unreachable(why) | Failed::Network(why)) => Err(why),
+        }
+    }
+
+    /// Asks node `target` (peer address `address`) to start an election in `group` now
+    /// (this node leads it and hands the leadership over).
+    pub(super) async fn elect(
+        &self,
+        target: u64,
+        address: &str,
+        group: &str,
+        ttl: Duration,
+    ) -> Result<(), String> {
+        match self.call(target, address, group, Rpc::Elect, ttl).await {
+            Ok(Reply::Elect(result)) => result,
+            Ok(Reply::Unavailable(why)) => Err(why),
             Ok(_) => Err("the peer answered another kind of request".to_string()),
             Err(Failed::Unreachable(why) | Failed::Network(why)) => Err(why),
         }

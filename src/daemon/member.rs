@@ -169,6 +169,7 @@ pub async fn run_member(
         (forwarded, connections, shape, outcome)
     };
     let (forwarded, connections, shape, outcome) = led;
+    let led_since = tokio::time::Instant::now();
     let leadership = match outcome {
         None => {
             // A planned stop: no new connection is taken, and those forwarded are drained
@@ -196,6 +197,10 @@ pub async fn run_member(
         recovered.entities.len(),
         started.elapsed().as_secs_f64() * 1000.0
     );
+    // `POST /$cluster/leader` asks this leader to step down: it drains its clients as at a
+    // stop, hands the leadership over, and comes back as a follower.
+    let (step_down, stepping_down) = watch::channel::<Option<Option<u64>>>(None);
+    let serving_stop = stop_serving(shutdown.clone(), stepping_down.clone());
     let lease = Arc::new(Lease::new());
     {
         let raft = raft.clone();
@@ -207,11 +212,16 @@ pub async fn run_member(
         let mut leaders = raft.leaders();
         let deposed = deposed.clone();
         let mut stop = shutdown.clone();
+        let stepping_down = stepping_down.clone();
         tokio::spawn(async move {
             let ended = leaders
                 .wait_for(|leaders| leaders.get(METADATA_GROUP).copied() != Some(leadership));
             tokio::select! {
                 _ = ended => {
+                    if stepping_down.borrow().is_some() {
+                        // Handed over on request: the step-down comes back as a follower.
+                        return;
+                    }
                     tracing::warn!(
                         term = leadership.term,
                         "this node no longer leads the cluster: restarting as a follower"
@@ -231,9 +241,11 @@ pub async fn run_member(
     };
     let control: crate::admin::http::ClusterControl = {
         let raft = raft.clone();
+        let step_down = Arc::new(step_down);
         Arc::new(move |request| {
             let raft = raft.clone();
-            Box::pin(async move { cluster_request(&raft, request).await })
+            let step_down = step_down.clone();
+            Box::pin(async move { cluster_request(&raft, &step_down, request).await })
         })
     };
     let drains = Arc::new(crate::listener::drains::Drains::default());
@@ -263,7 +275,7 @@ pub async fn run_member(
         NamespaceStart::default(),
         Some(store.clone()),
         metrics,
-        shutdown.clone(),
+        serving_stop,
         || {},
         reload,
         Some(MemberRole {
@@ -274,9 +286,66 @@ pub async fn run_member(
         }),
     )
     .await;
+    // Every client connection drained and the entities stopped: hand the leadership over
+    // (a planned stop, or a step-down asked for), so the others need not wait out an
+    // election timeout.
+    let asked = *stepping_down.borrow();
+    if served.is_ok() && (asked.is_some() || *shutdown.borrow()) {
+        let to = asked.flatten();
+        match raft
+            .transfer_leadership(to, led_since, HAND_OVER_WITHIN)
+            .await
+        {
+            Ok(leader) => tracing::info!(
+                node = settings.node_id,
+                "handed the cluster's leadership to node {leader}"
+            ),
+            Err(why) => tracing::warn!(
+                node = settings.node_id,
+                "could not hand the cluster's leadership over: {why}"
+            ),
+        }
+        if asked.is_some() && !*shutdown.borrow() {
+            tracing::info!("stepped down: restarting as a follower");
+            deposed();
+            return Ok(());
+        }
+    }
     raft.shutdown().await;
     store.close();
     served
+}
+
+/// How long a leader that stops or steps down tries to hand its leadership over.
+const HAND_OVER_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The stop signal the leader's broker serves by: true on the process's `shutdown`, or
+/// when a step-down is asked for.
+fn stop_serving(
+    mut shutdown: watch::Receiver<bool>,
+    mut stepping_down: watch::Receiver<Option<Option<u64>>>,
+) -> watch::Receiver<bool> {
+    let (stop, signal) = watch::channel(*shutdown.borrow());
+    tokio::spawn(async move {
+        let stopping = async {
+            if shutdown.wait_for(|stopping| *stopping).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        let asked = async {
+            if stepping_down.wait_for(Option::is_some).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::select! {
+            () = stopping => {}
+            () = asked => {}
+            () = stop.closed() => return,
+        }
+        let _ = stop.send(true);
+        stop.closed().await;
+    });
+    signal
 }
 
 /// A follower's planned stop: asks the leader to drain the connections this node forwards
@@ -371,10 +440,12 @@ fn metrics_allowed(keys: &[crate::amqp::sas::AccessKey], head: &[u8]) -> Result<
 /// Runs a membership route on the leader.
 async fn cluster_request(
     raft: &RaftLog,
+    step_down: &watch::Sender<Option<Option<u64>>>,
     request: crate::admin::http::ClusterRequest,
 ) -> (u16, serde_json::Value) {
     use crate::admin::http::ClusterRequest;
     let done = match request {
+        ClusterRequest::Transfer { to } => return transfer_request(raft, step_down, to),
         ClusterRequest::View => raft
             .member_view()
             .ok_or_else(|| "the cluster's group stopped".to_string()),
@@ -403,6 +474,64 @@ async fn cluster_request(
             (status, serde_json::json!({ "error": error }))
         }
     }
+}
+
+/// `POST /$cluster/leader`: checks that the leadership can go to `to` (or to another
+/// voter), then starts the step-down; 202 with what happens next.
+fn transfer_request(
+    raft: &RaftLog,
+    step_down: &watch::Sender<Option<Option<u64>>>,
+    to: Option<u64>,
+) -> (u16, serde_json::Value) {
+    let own = raft.node_id();
+    let Some(view) = raft.member_view() else {
+        return (
+            503,
+            serde_json::json!({ "error": "the cluster's group stopped" }),
+        );
+    };
+    let refusal = match to {
+        Some(target) if target == own => {
+            Some((409, format!("node {own} already leads the cluster")))
+        }
+        Some(target) if !view.voters.contains(&target) => Some((
+            404,
+            format!("node {target} is not a voting member of the cluster"),
+        )),
+        None if !view.voters.iter().any(|voter| *voter != own) => Some((
+            409,
+            "the cluster has no other voting member to lead".to_string(),
+        )),
+        _ => None,
+    };
+    if let Some((status, error)) = refusal {
+        return (status, serde_json::json!({ "error": error }));
+    }
+    if step_down.borrow().is_some() {
+        return (
+            409,
+            serde_json::json!({ "error": "this node is already handing its leadership over" }),
+        );
+    }
+    tracing::info!(
+        node = own,
+        ?to,
+        "stepping down on request: draining the clients, then handing the leadership over"
+    );
+    let _ = step_down.send(Some(to));
+    let next = to.map_or("the member with the most of the log".to_string(), |to| {
+        format!("node {to}")
+    });
+    (
+        202,
+        serde_json::json!({
+            "leader": own,
+            "to": to,
+            "message": format!(
+                "Node {own} drains its clients (they reconnect through any node), hands the leadership to {next}, and comes back as a follower."
+            ),
+        }),
+    )
 }
 
 /// A follower's `/health`: healthy while it knows a leader to forward to.

@@ -1,5 +1,6 @@
-//! `ferrobus cluster status|add-node|remove-node`: a cluster's membership through the admin
-//! API's `/$cluster` routes (answered by the leader; any node forwards them).
+//! `ferrobus cluster status|add-node|remove-node|transfer-leader`: a cluster's membership
+//! and leadership through the admin API's `/$cluster` routes (answered by the leader; any
+//! node forwards them).
 
 use serde_json::Value as Json;
 
@@ -22,6 +23,12 @@ pub async fn cluster(action: &ClusterAction, connection: &Connection) -> Result<
                 .admin_json("DELETE", &format!("/$cluster/members/{id}"), None)
                 .await?
         }
+        ClusterAction::TransferLeader { id } => {
+            let body = id.map(|id| serde_json::json!({ "id": id }).to_string());
+            target
+                .admin_json("POST", "/$cluster/leader", body.as_deref())
+                .await?
+        }
     };
     let view: Json = serde_json::from_str(&answer)
         .map_err(|error| OpsError::Refused(format!("the broker answered no JSON: {error}")))?;
@@ -29,7 +36,10 @@ pub async fn cluster(action: &ClusterAction, connection: &Connection) -> Result<
         print_json(&view);
         return Ok(());
     }
-    print!("{}", render(&view));
+    match view["message"].as_str() {
+        Some(message) => println!("{message}"),
+        None => print!("{}", render(&view)),
+    }
     Ok(())
 }
 

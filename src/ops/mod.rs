@@ -489,6 +489,12 @@ pub enum ClusterAction {
         /// The node's id.
         id: u64,
     },
+    /// The leader drains its clients, hands its leadership to another node (ID, or the one
+    /// with the most of the log) and comes back as a follower.
+    TransferLeader {
+        /// The node to lead next.
+        id: Option<u64>,
+    },
 }
 
 /// `ferrobus config reload`.

@@ -756,6 +756,65 @@ async fn a_stopping_follower_lets_its_clients_settle_what_they_hold() {
     assert!(again.is_empty(), "{again:?}");
 }
 
+/// `ferrobus cluster transfer-leader N`: the leader drains its clients, node N leads, and
+/// the old leader comes back as a follower in the same process; a leader stopped with
+/// SIGTERM hands its leadership over before it leaves. Nothing acknowledged is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leadership_moves_on_request_and_before_a_planned_stop() {
+    let mut cluster = Cluster::start(ENTITIES);
+    let first = tokio::task::block_in_place(|| cluster.leader(&[]));
+    send(cluster.node(first).address(), "orders", &["before"]).await;
+    let chosen = (1..=3).find(|id| *id != first).expect("a follower");
+    let old_pid = cluster.node(first).pid();
+
+    let (moved, text) = cli(
+        cluster.node(chosen),
+        &["cluster", "transfer-leader", &chosen.to_string()],
+    );
+    assert!(moved, "{text}");
+    assert!(text.contains(&format!("node {chosen}")), "{text}");
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let leader = tokio::task::block_in_place(|| cluster.leader(&[]));
+        if leader == chosen {
+            break;
+        }
+        assert!(Instant::now() < deadline, "node {leader} still leads");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    follows(cluster.node(first), chosen).await;
+    assert_eq!(cluster.node(first).pid(), old_pid, "the same process");
+    let (refused, text) = cli(
+        cluster.node(first),
+        &["cluster", "transfer-leader", &chosen.to_string()],
+    );
+    assert!(!refused, "the leader cannot hand over to itself: {text}");
+    send(cluster.node(first).address(), "orders", &["between"]).await;
+
+    // A planned stop of the leader: it hands over before it leaves.
+    cluster.node(chosen).signal("TERM");
+    let child = cluster.node_mut(chosen).child.as_mut().expect("running");
+    let status = tokio::task::block_in_place(|| child.wait()).expect("exits");
+    assert!(status.success(), "node {chosen} stopped cleanly: {status}");
+    cluster.node_mut(chosen).child = None;
+    assert_eq!(
+        cluster
+            .node(chosen)
+            .logged("handed the cluster's leadership to node"),
+        1,
+        "node {chosen} handed its leadership over before it stopped"
+    );
+    let next = tokio::task::block_in_place(|| cluster.leader(&[chosen]));
+    send(cluster.node(next).address(), "orders", &["after"]).await;
+    let received = receive_all(cluster.node(next).address(), "orders", 3).await;
+    assert!(
+        received[0].contains("before")
+            && received[1].contains("between")
+            && received[2].contains("after"),
+        "{received:?}"
+    );
+}
+
 /// A leader that hears from no majority (both followers paused) sends its clients nothing
 /// once its lease has run out — here a message a receiver asks for — and closes their
 /// connections; when the followers wake, it serves again and the message is there.
