@@ -39,9 +39,10 @@ use view::*;
 const INDEX_HTML: &str = include_str!("explorer/index.html");
 const APP_CSS: &str = include_str!("explorer/app.css");
 /// The page's script modules by file name: `app.js` is the page and imports the others.
-const SCRIPTS: [(&str, &str); 5] = [
+const SCRIPTS: [(&str, &str); 6] = [
     ("app.js", include_str!("explorer/app.js")),
     ("client.js", include_str!("explorer/client.js")),
+    ("cluster.js", include_str!("explorer/cluster.js")),
     ("entities.js", include_str!("explorer/entities.js")),
     ("format.js", include_str!("explorer/format.js")),
     ("messages.js", include_str!("explorer/messages.js")),
@@ -376,10 +377,62 @@ impl Api<'_> {
             (&Method::POST, ["resubmit"]) => self.resubmit(&parse_body(body)?).await,
             (&Method::POST, ["purge"]) => self.purge(&parse_body(body)?).await,
             (&Method::POST, ["send"]) => self.send(&parse_body(body)?).await,
+            (&Method::POST, ["cluster", action]) => self.cluster(action, body).await,
             _ => Err(Failure::not_found(format!(
                 "No explorer API route {method} /{}.",
                 route.join("/")
             ))),
+        }
+    }
+
+    /// The cluster view's actions, as `/$cluster` runs them: `leader` `{"id": N}` (or
+    /// `{}`) moves the leadership, `add` `{"id": N, "address": "host:port"}` adds a node,
+    /// `remove` `{"id": N}` removes one.
+    async fn cluster(&self, action: &str, body: &[u8]) -> Answer {
+        use super::http::ClusterRequest;
+        let Some(control) = &self.admin.cluster_control else {
+            return Err(Failure::not_found(
+                "This broker is not a cluster member ([cluster] names one member).",
+            ));
+        };
+        let request = if body.is_empty() {
+            json!({})
+        } else {
+            parse_body(body)?
+        };
+        let id = request
+            .get("id")
+            .and_then(Json::as_u64)
+            .filter(|id| *id > 0);
+        let request = match (action, id) {
+            ("leader", to) => ClusterRequest::Transfer { to },
+            ("add", Some(id)) => ClusterRequest::Add {
+                id,
+                address: text_field(&request, "address")?,
+            },
+            ("remove", Some(id)) => ClusterRequest::Remove { id },
+            ("add" | "remove", None) => {
+                return Err(Failure::bad("The body needs 'id' (a node id, 1 or more)."));
+            }
+            _ => {
+                return Err(Failure::not_found(format!(
+                    "No explorer API route POST /cluster/{action}."
+                )));
+            }
+        };
+        let (status, answer) = control(request).await;
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        if status.is_success() {
+            Ok((status, answer))
+        } else {
+            Err(Failure {
+                status,
+                text: answer
+                    .get("error")
+                    .and_then(Json::as_str)
+                    .unwrap_or("The cluster refused the change.")
+                    .to_string(),
+            })
         }
     }
 

@@ -271,7 +271,7 @@ function scenario() {
       assert.ok(rate > 0, `In/s of payments is ${rate}`);
     });
     assert.match((await entityRow(QUEUE).locator("td.rate-in").textContent()).trim(), /^\d+(\.\d)?$/);
-    const entitiesCard = await page.locator("section.card").first().boundingBox();
+    const entitiesCard = await page.locator('section.card[aria-labelledby="entities-title"]').boundingBox();
     await screenshot("entities", { clip: { x: 0, y: 0, width: 1280, height: Math.ceil(entitiesCard.y + entitiesCard.height + 10) } });
     assertNoPageErrors();
   });

@@ -30,7 +30,8 @@
 // on a leader and term, that leader logged that it leads in that term, and a connection through
 // the follower is answered (waitForLeader, waitServing). kill() and stop() act on all three nodes; a cluster started again on the same
 // data directory takes the same ports. A test that cannot make sense on a cluster passes
-// `{ skip: skipInCluster("reason") }`. Mirrors tests/python/conftest.py.
+// `{ skip: skipInCluster("reason") }`. Mirrors tests/python/conftest.py. A test about the
+// cluster itself makes a `ClusterBroker` in either mode.
 
 import { execFileSync, spawn } from "node:child_process";
 import { copyFileSync, createWriteStream, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -319,13 +320,13 @@ function listenOn(host, port) {
 
 /** `count` distinct ports free on 127.0.0.1, .2 and .3 right now (every member serves the same
  * port numbers: a follower forwards to the leader's host at the port the client reached). */
-async function clusterPorts(count) {
+async function clusterPorts(count, nodes = 3) {
   const ports = [];
   while (ports.length < count) {
     const port = await listenOn(nodeHost(1), 0);
     if (port === undefined || ports.includes(port)) continue;
     let free = true;
-    for (let node = 2; node <= CLUSTER_SIZE && free; node++) {
+    for (let node = 2; node <= nodes && free; node++) {
       free = (await listenOn(nodeHost(node), port)) !== undefined;
     }
     if (free) ports.push(port);
@@ -394,7 +395,7 @@ const clusterPortsByDataDir = new Map();
  * [cluster] table, all listeners on the same ports on each node. Same interface as the single
  * broker; `host` is a follower's address (the connection string names it), `leader` the node
  * the members agreed on at start. */
-class ClusterBroker {
+export class ClusterBroker {
   constructor(configText, dataDir = undefined) {
     this.configText = withTestAuth(configText);
     this.workDir = mkdtempSync(path.join(tmpdir(), "ferrobus-js-cluster-"));
@@ -501,7 +502,7 @@ class ClusterBroker {
     this.ports = clusterPortsByDataDir.get(this.nodeDataDirs[1]) ?? (await clusterPorts(5));
     clusterPortsByDataDir.set(this.nodeDataDirs[1], this.ports);
     this.port = this.ports[0];
-    for (let node = 1; node <= CLUSTER_SIZE; node++) {
+    for (let node = 1; node <= 3; node++) {
       this.nodes[node] = new SingleBroker(this.nodeConfig(node), undefined, { workDir: this.workDir, number: node });
     }
     try {

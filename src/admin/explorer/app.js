@@ -34,6 +34,7 @@ import {
   purge,
   send,
 } from "./messages.js";
+import { renderClusterCard, wireCluster } from "./cluster.js";
 
 const POLL_MS = 2000;
 const NOTICE_MS = 10000;
@@ -147,6 +148,7 @@ export async function poll() {
     updateRates(data.entities || []);
     renderEntities(data.entities || []);
     renderCluster(data.cluster);
+    renderClusterCard(data.cluster);
     clearError("poll");
     setText($("#status"), `Updated ${formatTime(new Date().toISOString()).slice(11)} · every ${POLL_MS / 1000} s`);
     $("#status").classList.remove("offline");
@@ -382,6 +384,7 @@ function wire() {
 
 async function start() {
   wire();
+  wireCluster();
   updateSelectionControls();
   await poll();
   const wanted = decodeURIComponent(location.hash.slice(1));
