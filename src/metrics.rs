@@ -54,6 +54,8 @@ pub struct ClusterMetrics {
     pub forwarded: IntCounter,
     /// Forwarded connections open now.
     pub forwarded_open: IntGauge,
+    /// On the leader: client connections drained because the member forwarding them stopped.
+    pub drained: IntCounter,
     /// The node leading the cluster as this node knows it (0: none known).
     pub leader: IntGauge,
     /// The cluster's current term.
@@ -240,6 +242,14 @@ impl Metrics {
                     IntGauge::new(
                         "ferrobus_cluster_forwarded_connections",
                         "Forwarded client connections open now.",
+                    )
+                    .expect("valid metric"),
+                ),
+                drained: registered(
+                    &registry,
+                    IntCounter::new(
+                        "ferrobus_cluster_drained_connections_total",
+                        "Client connections the leader drained because the member forwarding them was stopping.",
                     )
                     .expect("valid metric"),
                 ),

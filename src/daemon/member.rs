@@ -254,6 +254,7 @@ pub async fn run_member(
         // the address of its peer connection, and from its configured host.
         let drains = drains.clone();
         let weak = Arc::downgrade(&raft);
+        let counted = metrics.cluster.drained.clone();
         raft.on_drain_request(Arc::new(move |node, address| {
             let mut drained = drains.drain_from(address);
             let host = weak
@@ -264,6 +265,7 @@ pub async fn run_member(
             if let Some(host) = host {
                 drained += drains.drain_from(host);
             }
+            counted.inc_by(drained as u64);
             drained
         }));
     }
