@@ -206,23 +206,7 @@ impl RaftLog {
     /// The host (without the port) other members reach `node` at: from the group's
     /// membership (members added at run time), else the configuration.
     pub fn member_host(&self, node: u64) -> Option<String> {
-        let address = self
-            .running_member()
-            .and_then(|raft| {
-                raft.metrics()
-                    .borrow()
-                    .membership_config
-                    .nodes()
-                    .find(|(id, _)| **id == node)
-                    .map(|(_, basic)| basic.addr.clone())
-            })
-            .or_else(|| {
-                self.settings
-                    .members
-                    .iter()
-                    .find(|member| member.id == node)
-                    .map(|member| member.address.clone())
-            })?;
+        let address = self.peer_address(node).ok()?;
         let (host, _) = address.rsplit_once(':')?;
         Some(
             host.trim_start_matches('[')

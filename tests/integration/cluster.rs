@@ -91,6 +91,18 @@ impl Node {
         }
     }
 
+    /// SIGTERM (a planned stop), then waits for the process to end; its exit status.
+    fn stop(&mut self) -> std::process::ExitStatus {
+        self.signal("TERM");
+        self.wait_exit()
+    }
+
+    /// Waits for the process to end; its exit status.
+    fn wait_exit(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        child.wait().expect("exits")
+    }
+
     fn signal(&self, signal: &str) {
         let status = Command::new("kill")
             .args([&format!("-{signal}"), &self.pid().to_string()])
@@ -693,11 +705,8 @@ async fn a_rolling_restart_under_load_loses_nothing() {
             send_until_acknowledged(&cluster, "orders", &body).await;
             sent.push(body);
         }
-        cluster.node(id).signal("TERM");
-        let child = cluster.node_mut(id).child.as_mut().expect("running");
-        let status = tokio::task::block_in_place(|| child.wait()).expect("exits");
+        let status = tokio::task::block_in_place(|| cluster.node_mut(id).stop());
         assert!(status.success(), "node {id} stopped cleanly: {status}");
-        cluster.node_mut(id).child = None;
         for index in 10..20 {
             let body = format!("roll-{id}-{index}");
             send_until_acknowledged(&cluster, "orders", &body).await;
@@ -742,13 +751,11 @@ async fn a_stopping_follower_lets_its_clients_settle_what_they_hold() {
         .accept(&held)
         .await
         .expect("the held message is settled through the stopping follower");
-    let child = cluster.node_mut(follower).child.as_mut().expect("running");
-    let status = tokio::task::block_in_place(|| child.wait()).expect("exits");
+    let status = tokio::task::block_in_place(|| cluster.node_mut(follower).wait_exit());
     assert!(
         status.success(),
         "node {follower} stopped cleanly: {status}"
     );
-    cluster.node_mut(follower).child = None;
 
     let (_, metrics) = cluster
         .node(leader)
@@ -835,11 +842,8 @@ async fn the_leadership_moves_on_request_and_before_a_planned_stop() {
     send(cluster.node(first).address(), "orders", &["between"]).await;
 
     // A planned stop of the leader: it hands over before it leaves.
-    cluster.node(chosen).signal("TERM");
-    let child = cluster.node_mut(chosen).child.as_mut().expect("running");
-    let status = tokio::task::block_in_place(|| child.wait()).expect("exits");
+    let status = tokio::task::block_in_place(|| cluster.node_mut(chosen).stop());
     assert!(status.success(), "node {chosen} stopped cleanly: {status}");
-    cluster.node_mut(chosen).child = None;
     assert_eq!(
         cluster
             .node(chosen)

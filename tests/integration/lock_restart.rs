@@ -39,27 +39,33 @@ fn lock_token(delivery: &Delivery<Body<Value>>) -> Uuid {
     }
 }
 
-/// Completes the message locked by `token` through `q/$management`; the status code.
-async fn complete(management: &mut Node, token: Uuid) -> (i32, String) {
+/// Runs `operation` on `q/$management` with a map body of `entries`: the status code and
+/// description.
+async fn request(
+    management: &mut Node,
+    operation: &str,
+    entries: Vec<(&str, Value)>,
+) -> (i32, String) {
     let mut body = fe2o3_amqp::types::primitives::OrderedMap::new();
-    body.insert(
-        Value::String("lock-tokens".into()),
-        Value::Array(vec![Value::Uuid(token)].into()),
-    );
-    body.insert(
-        Value::String("disposition-status".into()),
-        Value::String("completed".into()),
-    );
+    for (key, value) in entries {
+        body.insert(Value::String(key.into()), value);
+    }
     let (status, description, _) = management
         .request_full(
-            &[(
-                "operation",
-                SimpleValue::String("com.microsoft:update-disposition".into()),
-            )],
+            &[("operation", SimpleValue::String(operation.into()))],
             Value::Map(body),
         )
         .await;
     (status, description)
+}
+
+/// Completes the message locked by `token` through `q/$management`; the status code.
+async fn complete(management: &mut Node, token: Uuid) -> (i32, String) {
+    let entries = vec![
+        ("lock-tokens", Value::Array(vec![Value::Uuid(token)].into())),
+        ("disposition-status", Value::String("completed".into())),
+    ];
+    request(management, "com.microsoft:update-disposition", entries).await
 }
 
 #[tokio::test]
@@ -109,19 +115,11 @@ async fn a_lock_taken_before_a_restart_is_lost_after_it() {
 
 /// Peeks one message through `q/$management`: the status code and description.
 async fn peek(management: &mut Node) -> (i32, String) {
-    let mut body = fe2o3_amqp::types::primitives::OrderedMap::new();
-    body.insert(Value::String("from-sequence-number".into()), Value::Long(1));
-    body.insert(Value::String("message-count".into()), Value::Int(1));
-    let (status, description, _) = management
-        .request_full(
-            &[(
-                "operation",
-                SimpleValue::String("com.microsoft:peek-message".into()),
-            )],
-            Value::Map(body),
-        )
-        .await;
-    (status, description)
+    let entries = vec![
+        ("from-sequence-number", Value::Long(1)),
+        ("message-count", Value::Int(1)),
+    ];
+    request(management, "com.microsoft:peek-message", entries).await
 }
 
 #[tokio::test]

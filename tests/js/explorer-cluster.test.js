@@ -9,22 +9,10 @@
 // Skipped (with the reason) when /usr/bin/chromium or playwright-core is not installed.
 
 import assert from "node:assert/strict";
-import { existsSync } from "node:fs";
 import { test } from "node:test";
 import { ClusterBroker, KEYS_MODE, SAS_KEY_NAME, SAS_KEY_VALUE, delay, queueToml, receiveExactly, withClient } from "./harness.js";
+import { CHROMIUM, SKIP_REASON, chromium } from "./browser.js";
 
-const CHROMIUM = "/usr/bin/chromium";
-let chromium;
-try {
-  ({ chromium } = await import("playwright-core"));
-} catch {
-  chromium = undefined;
-}
-const SKIP_REASON = !existsSync(CHROMIUM)
-  ? `${CHROMIUM} is absent: the explorer's browser test needs Debian's chromium (apt-get install chromium)`
-  : !chromium
-    ? "playwright-core is not installed: run `npm ci` in tests/js"
-    : false;
 
 const QUEUE = "orders";
 const WAIT_MS = 20_000;

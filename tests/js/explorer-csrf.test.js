@@ -14,28 +14,16 @@
 // Skipped (with the reason) when /usr/bin/chromium or playwright-core is not installed.
 
 import assert from "node:assert/strict";
-import { existsSync } from "node:fs";
 import http from "node:http";
 import { after, before, test } from "node:test";
 import { KEYS_MODE, SAS_KEY_NAME, SAS_KEY_VALUE, delay, queueToml, useBroker, withClient } from "./harness.js";
+import { CHROMIUM, SKIP_REASON, chromium } from "./browser.js";
 
-const CHROMIUM = "/usr/bin/chromium";
 const REBOUND = "rebound.example";
 // The hostile pages' site (Chromium's host resolver maps it to 127.0.0.1, where the test serves
 // them): another site, not a page on the developer's own machine.
 const HOSTILE = "hostile.example";
 
-let chromium;
-try {
-  ({ chromium } = await import("playwright-core"));
-} catch {
-  chromium = undefined;
-}
-const SKIP_REASON = !existsSync(CHROMIUM)
-  ? `${CHROMIUM} is absent: the explorer's browser tests need Debian's chromium (apt-get install chromium)`
-  : !chromium
-    ? "playwright-core is not installed: run `npm ci` in tests/js"
-    : false;
 
 const QUEUE = "orders";
 const CREATED = "csrf-created";

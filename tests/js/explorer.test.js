@@ -12,7 +12,7 @@
 // Skipped (with the reason) when /usr/bin/chromium or playwright-core is not installed.
 
 import assert from "node:assert/strict";
-import { existsSync, mkdirSync } from "node:fs";
+import { mkdirSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { after, before, test } from "node:test";
@@ -28,23 +28,12 @@ import {
   useBroker,
   withClient,
 } from "./harness.js";
+import { CHROMIUM, SKIP_REASON, chromium } from "./browser.js";
 
-const CHROMIUM = "/usr/bin/chromium";
 const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", "..");
 const SCREENSHOTS = process.env.EXPLORER_SCREENSHOTS === "1";
 const IMAGES = path.join(REPO_ROOT, "docs", "images");
 
-let chromium;
-try {
-  ({ chromium } = await import("playwright-core"));
-} catch {
-  chromium = undefined;
-}
-const SKIP_REASON = !existsSync(CHROMIUM)
-  ? `${CHROMIUM} is absent: the explorer's browser test needs Debian's chromium (apt-get install chromium)`
-  : !chromium
-    ? "playwright-core is not installed: run `npm ci` in tests/js"
-    : false;
 
 const QUEUE = "orders";
 const TOPIC = "events";
