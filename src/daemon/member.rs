@@ -251,20 +251,17 @@ pub async fn run_member(
     let drains = Arc::new(crate::listener::drains::Drains::default());
     {
         // A stopping member asks for the connections it forwards to be drained: those from
-        // the address of its peer connection, and from its configured host.
+        // its host's address (its forwarded connections leave from there), or, when its host
+        // is a name, from the address its peer connection comes from.
         let drains = drains.clone();
         let weak = Arc::downgrade(&raft);
         let counted = metrics.cluster.drained.clone();
         raft.on_drain_request(Arc::new(move |node, address| {
-            let mut drained = drains.drain_from(address);
             let host = weak
                 .upgrade()
                 .and_then(|raft| raft.member_host(node))
-                .and_then(|host| host.parse::<std::net::IpAddr>().ok())
-                .filter(|host| *host != address);
-            if let Some(host) = host {
-                drained += drains.drain_from(host);
-            }
+                .and_then(|host| host.parse::<std::net::IpAddr>().ok());
+            let drained = drains.drain_from(host.unwrap_or(address));
             counted.inc_by(drained as u64);
             drained
         }));

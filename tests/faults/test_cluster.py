@@ -3,9 +3,9 @@ Python SDK from a host of its own: every node names the same leader in ``/health
 sent through a follower is received through another node; after ``kill -9`` of the leader the
 others elect a new one within 5 s and a message acknowledged before the kill is received
 after it (nothing acknowledged is lost while a majority lives); and the short form of
-``cluster_faults.py`` (the history workload through three seeded faults, in both auth modes)
-ends with 0 violations; and a rolling restart under that workload (every node stopped with
-SIGTERM in turn, keys) loses nothing and costs the SDK no operation it would not retry.
+``cluster_faults.py`` (the history workload through three seeded faults, with keys) ends
+with 0 violations; and a rolling restart under that workload (every node stopped with SIGTERM
+in turn, without keys) loses nothing and costs the SDK no operation it would not retry.
 
 Run: ``tests/python/.venv/bin/python -m pytest tests/faults/test_cluster.py -q`` as root
 (skipped, saying why, without root, iproute2 or nftables). ``FERROBUS_BIN`` picks the broker
@@ -122,9 +122,9 @@ class TestThreeNodes:
 
 
 @needs_namespaces
-@pytest.mark.parametrize("auth,seed", [("none", 1), ("keys", 2)])
-def test_the_history_through_seeded_faults_has_no_violation(auth: str, seed: int, capsys: pytest.CaptureFixture) -> None:
-    code = cluster_faults.main(["--rounds", "3", "--duration", "20", "--seed", str(seed), "--auth", auth])
+def test_the_history_through_seeded_faults_has_no_violation(capsys: pytest.CaptureFixture) -> None:
+    # With keys; the rolling restart below runs without (CI's time: both modes, one run each).
+    code = cluster_faults.main(["--rounds", "3", "--duration", "20", "--seed", "2", "--auth", "keys"])
     output = capsys.readouterr().out
     print(output)
     faults = re.findall(r"^\s+[\d.]+ s  (\S+) node", output, re.MULTILINE)
@@ -138,7 +138,7 @@ def test_a_rolling_restart_costs_the_sdk_nothing_it_cannot_retry(capsys: pytest.
     # Every node stopped with SIGTERM in turn (the leader last) under the history workload:
     # nothing lost, and no operation failed in a way the SDK does not retry (a lost lock, a
     # management request cut off by a closing connection).
-    code = cluster_faults.main(["--rolling", "--duration", "18", "--seed", "3", "--auth", "keys"])
+    code = cluster_faults.main(["--rolling", "--duration", "16", "--seed", "3", "--auth", "none"])
     output = capsys.readouterr().out
     print(output)
     stops = re.findall(r"^\s+[\d.]+ s  stop node", output, re.MULTILINE)
