@@ -424,10 +424,7 @@ impl RaftLog {
     /// Asks the leader this node knows of to drain the client connections this node
     /// forwards to it (this node is stopping); how many it drains.
     pub async fn ask_leader_to_drain(&self, ttl: std::time::Duration) -> Result<usize, String> {
-        let cluster = self
-            .cluster
-            .as_ref()
-            .ok_or_else(|| "not a member of a cluster".to_string())?;
+        let cluster = self.member_part()?;
         let leader = self
             .member_view()
             .and_then(|view| view.leader)
@@ -435,6 +432,13 @@ impl RaftLog {
             .ok_or_else(|| "no other node leads".to_string())?;
         let address = self.peer_address(leader)?;
         cluster.peers.drain(leader, &address, ttl).await
+    }
+
+    /// This node's part in a cluster of several members.
+    fn member_part(&self) -> Result<&super::Cluster, String> {
+        self.cluster
+            .as_ref()
+            .ok_or_else(|| "not a member of a cluster".to_string())
     }
 
     /// Member `node`'s peer address: from the group's membership, else the configuration.
@@ -471,10 +475,7 @@ impl RaftLog {
         led_since: tokio::time::Instant,
         within: Duration,
     ) -> Result<u64, String> {
-        let cluster = self
-            .cluster
-            .as_ref()
-            .ok_or_else(|| "not a member of a cluster".to_string())?;
+        let cluster = self.member_part()?;
         let raft = self
             .running_member()
             .ok_or_else(|| "the cluster's group stopped".to_string())?;

@@ -321,30 +321,11 @@ const HAND_OVER_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
 /// The stop signal the leader's broker serves by: true on the process's `shutdown`, or
 /// when a step-down is asked for.
 fn stop_serving(
-    mut shutdown: watch::Receiver<bool>,
-    mut stepping_down: watch::Receiver<Option<Option<u64>>>,
+    shutdown: watch::Receiver<bool>,
+    stepping_down: watch::Receiver<Option<Option<u64>>>,
 ) -> watch::Receiver<bool> {
-    let (stop, signal) = watch::channel(*shutdown.borrow());
-    tokio::spawn(async move {
-        let stopping = async {
-            if shutdown.wait_for(|stopping| *stopping).await.is_err() {
-                std::future::pending::<()>().await;
-            }
-        };
-        let asked = async {
-            if stepping_down.wait_for(Option::is_some).await.is_err() {
-                std::future::pending::<()>().await;
-            }
-        };
-        tokio::select! {
-            () = stopping => {}
-            () = asked => {}
-            () = stop.closed() => return,
-        }
-        let _ = stop.send(true);
-        stop.closed().await;
-    });
-    signal
+    let asked = crate::listener::drains::turns(stepping_down, Option::is_some);
+    crate::listener::drains::stop_signal(&shutdown, asked, || {})
 }
 
 /// A follower's planned stop: asks the leader to drain the connections this node forwards

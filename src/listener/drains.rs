@@ -10,6 +10,7 @@
 //! accepted after the request (the member started again) is not touched.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
@@ -57,38 +58,19 @@ impl Drains {
     /// The stop signal of a connection from `peer` accepted now: true once `shutdown` is,
     /// or once a drain request for `peer` comes.
     pub fn signal(&self, peer: IpAddr, shutdown: &watch::Receiver<bool>) -> watch::Receiver<bool> {
-        let (stop, signal) = watch::channel(*shutdown.borrow());
         let accepted = Instant::now();
-        let mut broker = shutdown.clone();
-        let mut requests = self.requests.subscribe();
         let open = self.open.clone();
         *open
             .lock()
             .unwrap_or_else(|poison| poison.into_inner())
             .entry(peer)
             .or_default() += 1;
-        tokio::spawn(async move {
-            let stopping = async {
-                if broker.wait_for(|stopping| *stopping).await.is_err() {
-                    std::future::pending::<()>().await;
-                }
-            };
-            let drained = async {
-                let asked = requests.wait_for(|requests| {
-                    requests
-                        .iter()
-                        .any(|(address, at)| *address == peer && *at >= accepted)
-                });
-                if asked.await.is_err() {
-                    std::future::pending::<()>().await;
-                }
-            };
-            tokio::select! {
-                () = stopping => { let _ = stop.send(true); }
-                () = drained => { let _ = stop.send(true); }
-                () = stop.closed() => {}
-            }
-            stop.closed().await;
+        let asked = turns(self.requests.subscribe(), move |requests| {
+            requests
+                .iter()
+                .any(|(address, at)| *address == peer && *at >= accepted)
+        });
+        stop_signal(shutdown, asked, move || {
             let mut open = open.lock().unwrap_or_else(|poison| poison.into_inner());
             if let Some(count) = open.get_mut(&peer) {
                 *count -= 1;
@@ -96,9 +78,36 @@ impl Drains {
                     open.remove(&peer);
                 }
             }
-        });
-        signal
+        })
     }
+}
+
+/// Completes once `receiver`'s value satisfies `wanted`; never when its sender is gone.
+pub async fn turns<T>(mut receiver: watch::Receiver<T>, wanted: impl FnMut(&T) -> bool) {
+    if receiver.wait_for(wanted).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// A stop signal of its own: true once `shutdown` is, or once `also` completes. `ended`
+/// runs when every receiver of the signal is gone.
+pub fn stop_signal(
+    shutdown: &watch::Receiver<bool>,
+    also: impl Future<Output = ()> + Send + 'static,
+    ended: impl FnOnce() + Send + 'static,
+) -> watch::Receiver<bool> {
+    let (stop, signal) = watch::channel(*shutdown.borrow());
+    let stopping = turns(shutdown.clone(), |stopping| *stopping);
+    tokio::spawn(async move {
+        tokio::select! {
+            () = stopping => { let _ = stop.send(true); }
+            () = also => { let _ = stop.send(true); }
+            () = stop.closed() => {}
+        }
+        stop.closed().await;
+        ended();
+    });
+    signal
 }
 
 #[cfg(test)]

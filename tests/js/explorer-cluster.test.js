@@ -10,27 +10,12 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { ClusterBroker, KEYS_MODE, SAS_KEY_NAME, SAS_KEY_VALUE, delay, queueToml, receiveExactly, withClient } from "./harness.js";
+import { ClusterBroker, KEYS_MODE, SAS_KEY_NAME, SAS_KEY_VALUE, eventually, queueToml, receiveExactly, withClient } from "./harness.js";
 import { CHROMIUM, SKIP_REASON, chromium } from "./browser.js";
 
 
 const QUEUE = "orders";
 const WAIT_MS = 20_000;
-
-async function eventually(what, check, timeoutMs = WAIT_MS) {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    try {
-      return await check();
-    } catch (error) {
-      if (Date.now() > deadline) {
-        error.message = `${what} (waited ${timeoutMs} ms): ${error.message}`;
-        throw error;
-      }
-    }
-    await delay(200);
-  }
-}
 
 test("the explorer's cluster card moves the leadership", { skip: SKIP_REASON, timeout: 120_000 }, async () => {
   const broker = new ClusterBroker(queueToml(QUEUE));
@@ -61,7 +46,7 @@ test("the explorer's cluster card moves the leadership", { skip: SKIP_REASON, ti
       assert.deepEqual(roles.toSorted(), ["leader", "voter", "voter"]);
       assert.deepEqual(lags, ["0", "0", "0"]);
       assert.equal(await page.locator(`#cluster-nodes tr[data-key="${first}"] td:nth-child(2)`).textContent(), "leader");
-    });
+    }, WAIT_MS);
     assert.ok(
       await page.locator(`#cluster-nodes button[data-cluster-action="leader"][data-node="${first}"]`).isHidden(),
       "the leader has no Make leader button",
@@ -71,12 +56,12 @@ test("the explorer's cluster card moves the leadership", { skip: SKIP_REASON, ti
     await page.locator(`#cluster-nodes button[data-cluster-action="leader"][data-node="${target}"]`).click();
     await eventually("the notice names the new leader", async () => {
       assert.match(await page.locator("#notice").textContent(), new RegExp(`node ${target}`));
-    });
+    }, WAIT_MS);
     const leader = await broker.waitForLeader(WAIT_MS, first);
     assert.equal(leader, target, "every node names the node chosen in the page");
     await eventually("the card names the new leader", async () => {
       assert.match(await page.locator("#cluster-summary").textContent(), new RegExp(`node ${target} leads`));
-    });
+    }, WAIT_MS);
 
     // Nothing acknowledged is lost with the move.
     await broker.waitServing();

@@ -21,6 +21,7 @@ import {
   SAS_KEY_NAME,
   SAS_KEY_VALUE,
   delay,
+  eventually,
   queueToml,
   receiveExactly,
   toNumber,
@@ -102,21 +103,6 @@ function scenario() {
 
   const entityRow = (entityPath) => page.locator(`tr[data-testid="entity-row"][data-path="${entityPath}"]`);
   const messageRows = () => page.locator('tr[data-testid="message-row"]');
-
-  async function eventually(what, check, timeoutMs = WAIT_MS) {
-    const deadline = Date.now() + timeoutMs;
-    for (;;) {
-      try {
-        return await check();
-      } catch (error) {
-        if (Date.now() > deadline) {
-          error.message = `${what} (waited ${timeoutMs} ms): ${error.message}`;
-          throw error;
-        }
-      }
-      await delay(100);
-    }
-  }
 
   async function countsOf(entityPath) {
     const row = entityRow(entityPath);

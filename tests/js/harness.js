@@ -771,3 +771,20 @@ export function assertNearNow(date, toleranceMs = 10_000, what = "time") {
 }
 
 export const delay = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Runs `check` until it stops throwing, every `everyMs`; after `timeoutMs` its last error,
+ * prefixed with `what` and the time waited. Returns what `check` returned. */
+export async function eventually(what, check, timeoutMs = 10_000, everyMs = 100) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      return await check();
+    } catch (error) {
+      if (Date.now() > deadline) {
+        error.message = `${what} (waited ${timeoutMs} ms): ${error.message}`;
+        throw error;
+      }
+    }
+    await delay(everyMs);
+  }
+}
