@@ -512,6 +512,13 @@ async fn a_paused_leader_comes_back_as_a_follower() {
     cluster.node(leader).signal("CONT");
     follows(cluster.node(leader), next).await;
     assert_eq!(cluster.node(leader).pid(), pid, "the same process");
+    // Its /health may name the new leader a moment before it logs why it starts again.
+    let deadline = Instant::now() + PATIENCE;
+    while cluster.node(leader).logged("no longer leads the cluster") == 0
+        && Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert_eq!(
         cluster.node(leader).logged("no longer leads the cluster"),
         1,
