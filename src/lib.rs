@@ -94,10 +94,10 @@ pub fn open_storage(config: &Config) -> Result<Option<(LogStorage, Recovery)>, S
         options.fault = Some(fault);
     }
     if config.cluster.is_multi_node() {
-        // Members read entries back for each other and for taking over; and a member keeps
-        // its whole log (compaction with snapshots for members behind it is not built yet).
+        // Members read entries back for each other and for taking over, and compact by
+        // snapshots of the cluster's log (sent to members that lack what was purged).
         options.keep_entry_locations = true;
-        options.compaction_min_bytes = u64::MAX;
+        options.compact_by_snapshots = true;
     }
     let (storage, mut recovery) = LogStorage::open(options).map_err(|error| error.to_string())?;
     recovery.elapsed = started.elapsed();

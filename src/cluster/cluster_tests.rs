@@ -70,10 +70,12 @@ async fn three(name: &str, secrets: [&[u8]; 3]) -> Vec<Node> {
     nodes
 }
 
-/// A cluster member's storage options: entries can be read back.
+/// A cluster member's storage options: entries can be read back, and compaction is by
+/// snapshots.
 fn member_options(directory: &std::path::Path) -> StorageOptions {
     let mut options = StorageOptions::new(directory);
     options.keep_entry_locations = true;
+    options.compact_by_snapshots = true;
     options
 }
 
@@ -604,4 +606,106 @@ async fn a_follower_that_comes_back_catches_up() {
         close(node).await;
     }
     assert_eq!(recovered(&back, "orders"), vec![1, 2, 3, 4]);
+}
+
+/// Waits until `node` finished `rounds` compaction rounds.
+async fn compacted(node: &Node, rounds: u64) {
+    let storage = node.log.storage().clone();
+    let done = async {
+        while storage.compactions() < rounds {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(PATIENCE, done)
+        .await
+        .unwrap_or_else(|_| panic!("node {} did not finish its compaction", node.id));
+}
+
+/// What `node`'s data directory replays for `entity`'s group: its snapshot, then the log
+/// after it (what a member that takes over serves).
+fn replayed(node: &Node, entity: &str) -> Vec<i64> {
+    let (storage, _) = LogStorage::open(member_options(&node.directory)).expect("opens again");
+    let replayed = storage.replay_group(group_of(entity)).expect("replays");
+    storage.close();
+    replayed
+        .get(entity)
+        .map(|changes| counters(changes))
+        .unwrap_or_default()
+}
+
+/// A compaction round on a member snapshots the group, purges its log and deletes the
+/// older segments; a member that was away and lacks the purged entries is sent the
+/// snapshot, installs it, and replays the same state as the others, also after a restart.
+#[tokio::test]
+async fn a_member_behind_a_compaction_is_sent_the_snapshot() {
+    let nodes = three("snapshot", [SECRET; 3]).await;
+    let all: Vec<&Node> = nodes.iter().collect();
+    let leader = write_through_leader(&all, "orders", 1).await;
+    let away = nodes.iter().find(|node| node.id != leader).expect("two");
+    let index = last_index(&nodes[leader as usize - 1], "orders").expect("written");
+    holds(away, "orders", index).await;
+    close(away).await;
+    let others: Vec<&Node> = nodes.iter().filter(|node| node.id != away.id).collect();
+    write_through_leader(&others, "orders", 2).await;
+    let leading = write_through_leader(&others, "orders", 3).await;
+    let index = last_index(&nodes[leading as usize - 1], "orders").expect("written");
+    for node in &others {
+        holds(node, "orders", index).await;
+        let segments = |node: &Node| {
+            node.log
+                .storage()
+                .log()
+                .statistics()
+                .segments
+                .load(std::sync::atomic::Ordering::Relaxed)
+        };
+        let before = segments(node);
+        node.log.storage().compact().await.expect("a round starts");
+        compacted(node, 1).await;
+        let log = node.log.storage().group_log(group_of("orders"));
+        assert!(
+            log.purged.is_some_and(|purged| purged.index >= index),
+            "node {}'s log is purged up to the round's start: {:?}",
+            node.id,
+            log.purged
+        );
+        assert!(
+            segments(node) < before + 1,
+            "node {}'s older segments were deleted ({before} before the round's new one, {} after)",
+            node.id,
+            segments(node)
+        );
+        assert_eq!(
+            node.log
+                .snapshot_stats()
+                .built
+                .load(std::sync::atomic::Ordering::Relaxed),
+            1
+        );
+    }
+    write_through_leader(&others, "orders", 4).await;
+    let back = reopen(away, &members(&nodes)).await;
+    let leading = write_through_leader(&others, "orders", 5).await;
+    let index = last_index(&nodes[leading as usize - 1], "orders").expect("written");
+    holds(&back, "orders", index).await;
+    assert_eq!(
+        back.log
+            .snapshot_stats()
+            .installed
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1,
+        "the member that was away installed the leader's snapshot"
+    );
+    close(&back).await;
+    for node in &others {
+        close(node).await;
+    }
+    for node in [&back, others[0], others[1]] {
+        assert_eq!(
+            replayed(node, "orders"),
+            vec![1, 2, 3, 4, 5],
+            "node {} replays the whole history",
+            node.id
+        );
+    }
 }

@@ -200,6 +200,8 @@ pub struct RaftLog {
     /// Every entity's writes go to the metadata group (a cluster of several members: one
     /// leader runs the whole namespace, `member`).
     single_group: bool,
+    /// What a member's groups did with snapshots.
+    snapshots: Arc<state_machine::SnapshotStats>,
 }
 
 /// A node's part in a cluster of several members.
@@ -239,6 +241,14 @@ const ELECTION_WAIT: Duration = Duration::from_secs(30);
 /// A cluster's new group waits this long for the member with the lowest id to initialize it
 /// before another member does.
 const INITIALIZE_WAIT: Duration = Duration::from_secs(3);
+
+/// A snapshot is sent to a member in chunks of this many bytes (the peer link's frames
+/// hold at most `peer::MAX_FRAME`).
+const SNAPSHOT_CHUNK: u64 = 4 << 20;
+
+/// How long a compaction round waits for a group to apply, snapshot and purge its log up to
+/// the round's start before it keeps the old segments for the next round.
+const COMPACT_WAIT: Duration = Duration::from_secs(60);
 
 /// Groups of several members never retire: a retired leader would stop its heartbeats and
 /// a retired follower would miss entries.
@@ -329,6 +339,9 @@ impl RaftLog {
             election_timeout_min: member::ELECTION_TIMEOUT.0.as_millis() as u64,
             election_timeout_max: member::ELECTION_TIMEOUT.1.as_millis() as u64,
             max_payload_entries: MAX_ENTRIES_PER_REQUEST,
+            // Snapshots are built when the store's compaction round asks (`compact`), and
+            // sent in chunks well under the peer link's frame limit.
+            snapshot_max_chunk_size: SNAPSHOT_CHUNK,
             ..openraft::Config::default()
         };
         let settings_node = settings.node_id;
@@ -361,6 +374,14 @@ impl RaftLog {
         log.idle = NEVER_IDLE;
         log.single_group = single_group;
         let log = Arc::new(log);
+        let weak = Arc::downgrade(&log);
+        log.storage.set_compactor(Arc::new(move |targets| {
+            let weak = weak.clone();
+            Box::pin(async move {
+                let log = weak.upgrade()?;
+                log.compact(targets).await
+            })
+        }));
         let weak = Arc::downgrade(&log);
         let local: peer::Local = Arc::new(move |group: String| {
             let weak = weak.clone();
@@ -439,6 +460,7 @@ impl RaftLog {
             metrics: std::sync::OnceLock::new(),
             leaders: Arc::new(watch::channel(Leaders::new()).0),
             single_group: false,
+            snapshots: Arc::default(),
         })
     }
 
@@ -502,6 +524,95 @@ impl RaftLog {
         &self.storage
     }
 
+    /// What this node's groups did with snapshots.
+    pub fn snapshot_stats(&self) -> &state_machine::SnapshotStats {
+        &self.snapshots
+    }
+
+    /// A member's end of a compaction round (the store's [`crate::store::storage::Compactor`]):
+    /// each group applies up to its last entry before the round, builds a snapshot and
+    /// purges its log that far. Answers the snapshots' bytes once every group is purged that
+    /// far; `None` when one is not within [`COMPACT_WAIT`] (the round keeps the segments).
+    async fn compact(&self, targets: Vec<(String, crate::store::codec::EntryId)>) -> Option<u64> {
+        let mut bytes = 0;
+        for (group, target) in targets {
+            if self.stopped.load(Ordering::Acquire) {
+                return None;
+            }
+            let running = match self.group(&group).await {
+                Ok(running) => running,
+                Err(error) => {
+                    tracing::warn!(group, %error, "log compaction: the group cannot start");
+                    return None;
+                }
+            };
+            let raft = &running.raft;
+            let index = target.index;
+            let waited = raft
+                .wait(Some(COMPACT_WAIT))
+                .metrics(
+                    |metrics| metrics.last_applied.is_some_and(|id| id.index >= index),
+                    "applied up to the round's start",
+                )
+                .await;
+            if let Err(error) = waited {
+                tracing::info!(group, index, %error, "log compaction: the group has not applied up to the round's start");
+                return None;
+            }
+            let has_snapshot = |metrics: &openraft::RaftMetrics<u64, BasicNode>| {
+                metrics.snapshot.is_some_and(|id| id.index >= index)
+            };
+            if !has_snapshot(&raft.metrics().borrow()) {
+                if let Err(error) = raft.trigger().snapshot().await {
+                    tracing::warn!(group, %error, "log compaction: cannot build a snapshot");
+                    return None;
+                }
+                let built = raft
+                    .wait(Some(COMPACT_WAIT))
+                    .metrics(has_snapshot, "a snapshot past the round's start")
+                    .await;
+                if let Err(error) = built {
+                    tracing::warn!(group, index, %error, "log compaction: no snapshot was built");
+                    return None;
+                }
+            }
+            if let Err(error) = raft.trigger().purge_log(index).await {
+                tracing::warn!(group, %error, "log compaction: cannot purge the log");
+                return None;
+            }
+            let purged = raft
+                .wait(Some(COMPACT_WAIT))
+                .metrics(
+                    |metrics| metrics.purged.is_some_and(|id| id.index >= index),
+                    "the log purged up to the round's start",
+                )
+                .await;
+            if let Err(error) = purged {
+                tracing::info!(group, index, %error, "log compaction: the log was not purged up to the round's start");
+                return None;
+            }
+            // openraft may report the purge before its command reached the store: the
+            // states the round writes before deleting segments must carry it.
+            let durable = async {
+                loop {
+                    let log = self.storage.group_log(&group);
+                    if log.purged.is_some_and(|purged| purged.index >= index) {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            };
+            if tokio::time::timeout(COMPACT_WAIT, durable).await.is_err() {
+                return None;
+            }
+            bytes += self
+                .snapshots
+                .bytes
+                .load(std::sync::atomic::Ordering::Relaxed);
+        }
+        Some(bytes)
+    }
+
     /// The group an entity's writes go to.
     fn group_for<'a>(&self, entity: &'a str) -> &'a str {
         if self.single_group {
@@ -551,7 +662,13 @@ impl RaftLog {
             Some(_) => Pending::keeping(),
         }));
         let store = GroupStore::new(group, self.storage.clone(), pending.clone());
-        let machine = GroupMachine::recovered(&log, pending.clone(), self.cluster.is_some());
+        let files = self.cluster.as_ref().map(|_| state_machine::Files {
+            group: group.into(),
+            storage: self.storage.clone(),
+            stats: self.snapshots.clone(),
+        });
+        let machine = GroupMachine::recovered(&log, pending.clone(), files)
+            .map_err(|error| failed("its snapshot", &error))?;
         let raft = match &self.cluster {
             None => {
                 openraft::Raft::new(node, self.config.clone(), network::NoPeers, store, machine)

@@ -2,11 +2,14 @@
 //! them (the actor's turn is the commit point: its replies wait for the entry to be
 //! committed and applied), and recovery replays the log into them; so on a one-member group
 //! applying an entry records how far the group has applied and its membership, and lets
-//! the log store forget the entry. Followers' replicas (`MessageLog::apply` into a copy
-//! without indexes or timers) and snapshots streamed to them belong to the multi-node
-//! cluster; a one-member group takes neither: its snapshots are the store's checkpoints.
+//! the log store forget the entry. A one-member group's snapshots are the store's
+//! checkpoints. A cluster member's are files ([`crate::store::snapshots`]): the group's
+//! state as of an applied entry, built from the member's own snapshot before and its log
+//! after it, so the log before it can be purged; a member that lacks purged entries is sent
+//! the file and installs it.
 
 use std::io::Cursor;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use openraft::storage::{RaftStateMachine, Snapshot};
@@ -18,13 +21,75 @@ use openraft::{
 use super::convert;
 use super::log_store::Pending;
 use super::types::TypeConfig;
-use crate::store::storage::GroupLog;
+use crate::store::snapshots::SnapshotMeta as FileMeta;
+use crate::store::storage::{GroupLog, LogStorage};
 
 /// A group's applied state.
 pub(super) struct GroupMachine {
     applied: Option<LogId<u64>>,
     membership: StoredMembership<u64, openraft::BasicNode>,
     pending: Arc<Mutex<Pending>>,
+    /// A cluster member's snapshot files; `None` on a single node.
+    files: Option<Files>,
+}
+
+/// Where a cluster member's group keeps its snapshots.
+#[derive(Clone)]
+pub(super) struct Files {
+    /// The group.
+    pub(super) group: Arc<str>,
+    /// The node's store (the snapshot files are in its data directory).
+    pub(super) storage: LogStorage,
+    /// Counted for the metrics.
+    pub(super) stats: Arc<SnapshotStats>,
+}
+
+/// What a node's groups did with snapshots (`ferrobus_cluster_snapshot*` metrics).
+#[derive(Debug, Default)]
+pub struct SnapshotStats {
+    /// Snapshots this node built.
+    pub built: AtomicU64,
+    /// Snapshots this node installed (sent by a leader).
+    pub installed: AtomicU64,
+    /// The size of the last snapshot built or installed.
+    pub bytes: AtomicU64,
+    /// Microseconds the last snapshot took to build.
+    pub build_micros: AtomicU64,
+}
+
+fn snapshot_error(
+    what: &str,
+    id: Option<&LogId<u64>>,
+    error: impl std::fmt::Display,
+) -> StorageError<u64> {
+    let signature = id.map(|id| {
+        SnapshotMeta::<u64, openraft::BasicNode> {
+            last_log_id: Some(*id),
+            ..SnapshotMeta::default()
+        }
+        .signature()
+    });
+    StorageError::IO {
+        source: StorageIOError::write_snapshot(
+            signature,
+            AnyError::error(format!("{what}: {error}")),
+        ),
+    }
+}
+
+/// openraft's description of a snapshot file.
+fn openraft_meta(meta: &FileMeta) -> SnapshotMeta<u64, openraft::BasicNode> {
+    SnapshotMeta {
+        last_log_id: Some(convert::log_id_from(meta.last)),
+        last_membership: match &meta.membership {
+            Some((at, membership)) => StoredMembership::new(
+                Some(convert::log_id_from(*at)),
+                convert::membership_from(membership),
+            ),
+            None => StoredMembership::default(),
+        },
+        snapshot_id: format!("{}-{}-{}", meta.last.term, meta.last.node, meta.last.index),
+    }
 }
 
 impl GroupMachine {
@@ -33,17 +98,32 @@ impl GroupMachine {
     /// nothing in memory (its leader replays the log when it takes over), and its log may
     /// end with entries that were never committed and that a new leader replaces; so it
     /// starts with nothing applied and applies again what the group has committed.
+    ///
+    /// A member with a snapshot starts from it: applied up to its last entry, with its
+    /// membership.
     pub(super) fn recovered(
         log: &GroupLog,
         pending: Arc<Mutex<Pending>>,
-        member_of_cluster: bool,
-    ) -> GroupMachine {
-        if member_of_cluster && log.purged.is_none() {
-            return GroupMachine {
-                applied: None,
-                membership: StoredMembership::default(),
-                pending,
+        files: Option<Files>,
+    ) -> Result<GroupMachine, String> {
+        if let Some(files) = files {
+            let snapshot = files
+                .storage
+                .group_snapshot_bytes(&files.group)
+                .map_err(|error| error.to_string())?;
+            let (applied, membership) = match snapshot {
+                Some((meta, _)) => {
+                    let meta = openraft_meta(&meta);
+                    (meta.last_log_id, meta.last_membership)
+                }
+                None => (None, StoredMembership::default()),
             };
+            return Ok(GroupMachine {
+                applied,
+                membership,
+                pending,
+                files: Some(files),
+            });
         }
         let membership = match &log.membership {
             Some((at, membership)) => StoredMembership::new(
@@ -52,11 +132,12 @@ impl GroupMachine {
             ),
             None => StoredMembership::default(),
         };
-        GroupMachine {
+        Ok(GroupMachine {
             applied: log.last.map(convert::log_id_from),
             membership,
             pending,
-        }
+            files: None,
+        })
     }
 }
 
@@ -79,6 +160,75 @@ pub(super) struct Checkpoints {
     membership: StoredMembership<u64, openraft::BasicNode>,
 }
 
+/// A cluster member's snapshot builder: writes the group's snapshot file as of the entry
+/// applied when openraft asked for it.
+pub(super) struct FileBuilder {
+    applied: Option<LogId<u64>>,
+    membership: StoredMembership<u64, openraft::BasicNode>,
+    files: Files,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for FileBuilder {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<u64>> {
+        let Some(applied) = self.applied else {
+            return Err(snapshot_error(
+                "building a snapshot",
+                None,
+                "the group has applied nothing yet",
+            ));
+        };
+        let membership = self.membership.log_id().map(|at| {
+            (
+                convert::entry_id_to(&at),
+                convert::membership_to(self.membership.membership()),
+            )
+        });
+        let files = self.files.clone();
+        let started = std::time::Instant::now();
+        let built = tokio::task::spawn_blocking(move || {
+            files
+                .storage
+                .snapshot_group(&files.group, convert::entry_id_to(&applied), membership)
+        })
+        .await
+        .map_err(|error| snapshot_error("building a snapshot", Some(&applied), error))?
+        .map_err(|error| snapshot_error("building a snapshot", Some(&applied), error))?;
+        let (meta, bytes) = built;
+        let stats = &self.files.stats;
+        stats.built.fetch_add(1, Ordering::Relaxed);
+        stats.bytes.store(bytes.len() as u64, Ordering::Relaxed);
+        stats
+            .build_micros
+            .store(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        tracing::info!(
+            group = %self.files.group,
+            index = applied.index,
+            bytes = bytes.len(),
+            "built a snapshot of the group in {:.1} ms",
+            started.elapsed().as_secs_f64() * 1000.0
+        );
+        Ok(Snapshot {
+            meta: openraft_meta(&meta),
+            snapshot: Box::new(Cursor::new(bytes)),
+        })
+    }
+}
+
+/// A group's snapshot builder: a member's files, or a single node's checkpoints.
+pub(super) enum Builder {
+    Files(FileBuilder),
+    Checkpoints(Checkpoints),
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for Builder {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<u64>> {
+        match self {
+            Builder::Files(builder) => builder.build_snapshot().await,
+            Builder::Checkpoints(builder) => builder.build_snapshot().await,
+        }
+    }
+}
+
 impl RaftSnapshotBuilder<TypeConfig> for Checkpoints {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<u64>> {
         let snapshot_id = match &self.applied {
@@ -97,7 +247,7 @@ impl RaftSnapshotBuilder<TypeConfig> for Checkpoints {
 }
 
 impl RaftStateMachine<TypeConfig> for GroupMachine {
-    type SnapshotBuilder = Checkpoints;
+    type SnapshotBuilder = Builder;
 
     async fn applied_state(
         &mut self,
@@ -134,29 +284,91 @@ impl RaftStateMachine<TypeConfig> for GroupMachine {
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        Checkpoints {
-            applied: self.applied,
-            membership: self.membership.clone(),
+        match &self.files {
+            Some(files) => Builder::Files(FileBuilder {
+                applied: self.applied,
+                membership: self.membership.clone(),
+                files: files.clone(),
+            }),
+            None => Builder::Checkpoints(Checkpoints {
+                applied: self.applied,
+                membership: self.membership.clone(),
+            }),
         }
     }
 
     async fn begin_receiving_snapshot(
         &mut self,
     ) -> Result<Box<Cursor<Vec<u8>>>, StorageError<u64>> {
-        Err(unsupported("receiving a snapshot"))
+        if self.files.is_none() {
+            return Err(unsupported("receiving a snapshot"));
+        }
+        Ok(Box::new(Cursor::new(Vec::new())))
     }
 
     async fn install_snapshot(
         &mut self,
-        _meta: &SnapshotMeta<u64, openraft::BasicNode>,
-        _snapshot: Box<Cursor<Vec<u8>>>,
+        meta: &SnapshotMeta<u64, openraft::BasicNode>,
+        snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError<u64>> {
-        Err(unsupported("installing a snapshot"))
+        let Some(files) = self.files.clone() else {
+            return Err(unsupported("installing a snapshot"));
+        };
+        let id = meta.last_log_id;
+        let bytes = snapshot.into_inner();
+        let size = bytes.len() as u64;
+        let group = files.group.clone();
+        let storage = files.storage.clone();
+        let installed =
+            tokio::task::spawn_blocking(move || storage.install_group_snapshot(&group, &bytes))
+                .await
+                .map_err(|error| snapshot_error("installing a snapshot", id.as_ref(), error))?
+                .map_err(|error| snapshot_error("installing a snapshot", id.as_ref(), error))?;
+        if Some(convert::log_id_from(installed.last)) != id {
+            return Err(snapshot_error(
+                "installing a snapshot",
+                id.as_ref(),
+                format!(
+                    "the file ends at entry {} and was announced as ending at {:?}",
+                    installed.last.index,
+                    id.map(|id| id.index)
+                ),
+            ));
+        }
+        self.applied = id;
+        self.membership = meta.last_membership.clone();
+        if let Some(id) = id {
+            self.pending
+                .lock()
+                .unwrap_or_else(|poison| poison.into_inner())
+                .applied(id.index);
+        }
+        files.stats.installed.fetch_add(1, Ordering::Relaxed);
+        files.stats.bytes.store(size, Ordering::Relaxed);
+        tracing::info!(
+            group = %files.group,
+            index = id.map(|id| id.index),
+            bytes = size,
+            "installed a snapshot of the group sent by its leader"
+        );
+        Ok(())
     }
 
     async fn get_current_snapshot(
         &mut self,
     ) -> Result<Option<Snapshot<TypeConfig>>, StorageError<u64>> {
-        Ok(None)
+        let Some(files) = &self.files else {
+            return Ok(None);
+        };
+        let read = files
+            .storage
+            .group_snapshot_bytes(&files.group)
+            .map_err(|error| StorageError::IO {
+                source: StorageIOError::read_snapshot(None, AnyError::error(error.to_string())),
+            })?;
+        Ok(read.map(|(meta, bytes)| Snapshot {
+            meta: openraft_meta(&meta),
+            snapshot: Box::new(Cursor::new(bytes)),
+        }))
     }
 }

@@ -17,6 +17,10 @@ use crate::store::codec::{
 };
 use crate::store::log::{Location, StoreError};
 use crate::store::segment;
+use crate::store::snapshots::{self, GroupSnapshot, SnapshotMeta};
+
+/// A snapshot's checkpoint of one entity is written in parts of this many changes.
+const SNAPSHOT_PART: usize = 1024;
 
 /// Every entity's changes in a group, replayed.
 pub type GroupChanges = HashMap<String, Vec<crate::broker::entity::state::Change>>;
@@ -415,22 +419,60 @@ impl LogStorage {
         group: &str,
     ) -> Result<(GroupChanges, Option<String>), StoreError> {
         let log = self.group_log(group);
-        let (Some(last), Some(first)) = (log.last, log.runs.first()) else {
-            return Ok((HashMap::new(), None));
+        let last = log.last.map_or(0, |last| last.index);
+        let replay = self.replay_group_upto(group, &log, last)?;
+        Ok((replay.entities, replay.namespace))
+    }
+
+    /// `group`'s snapshot file (a cluster member's), read and checked, if it has one.
+    pub fn group_snapshot(&self, group: &str) -> Result<Option<GroupSnapshot>, StoreError> {
+        let Some(bytes) = snapshots::read(self.directory(), group)? else {
+            return Ok(None);
         };
-        let first = log
-            .purged
-            .map_or(first.index, |purged| (purged.index + 1).max(first.index));
-        let end = last.index + 1;
+        snapshots::decode(&bytes).map(Some)
+    }
+
+    /// `group`'s snapshot file's bytes and what it describes, if it has one.
+    pub fn group_snapshot_bytes(
+        &self,
+        group: &str,
+    ) -> Result<Option<(SnapshotMeta, Vec<u8>)>, StoreError> {
+        let Some(bytes) = snapshots::read(self.directory(), group)? else {
+            return Ok(None);
+        };
+        let meta = snapshots::decode(&bytes)?.meta;
+        Ok(Some((meta, bytes)))
+    }
+
+    /// The state `group`'s snapshot and its entries after it up to `upto` build, replayed.
+    fn replay_group_upto(
+        &self,
+        group: &str,
+        log: &GroupLog,
+        upto: u64,
+    ) -> Result<Replay, StoreError> {
+        let mut replay = Replay::default();
+        let mut first = log.runs.first().map_or(0, |run| run.index);
+        if let Some(purged) = log.purged {
+            first = first.max(purged.index + 1);
+        }
+        if let Some(snapshot) = self.group_snapshot(group)? {
+            first = first.max(snapshot.meta.last.index + 1);
+            for record in snapshot.records {
+                replay.record(record);
+            }
+        }
+        if log.last.is_none() || upto < first {
+            return Ok(replay);
+        }
+        let end = upto + 1;
         let entries = self.read_entries(group, first, end)?;
         if entries.len() as u64 != end.saturating_sub(first) {
             return Err(StoreError::Recovery(format!(
-                "group {group}'s entries {first} to {} cannot all be read back ({} read)",
-                last.index,
+                "group {group}'s entries {first} to {upto} cannot all be read back ({} read)",
                 entries.len()
             )));
         }
-        let mut replay = Replay::default();
         for (_, payload) in entries {
             if let Payload::Records(records) = payload {
                 for record in records {
@@ -438,7 +480,65 @@ impl LogStorage {
                 }
             }
         }
-        Ok((replay.entities, replay.namespace))
+        Ok(replay)
+    }
+
+    /// Writes `group`'s snapshot as of entry `last` (applied, so on disk): its snapshot
+    /// before and the entries after that one replayed, each entity's changes written as a
+    /// checkpoint. Answers what it describes and the file's bytes. Reads files.
+    pub fn snapshot_group(
+        &self,
+        group: &str,
+        last: EntryId,
+        membership: Option<(EntryId, Membership)>,
+    ) -> Result<(SnapshotMeta, Vec<u8>), StoreError> {
+        let log = self.group_log(group);
+        let replay = self.replay_group_upto(group, &log, last.index)?;
+        let mut records = Vec::with_capacity(replay.entities.len() + 1);
+        let mut entities: Vec<(String, Vec<crate::broker::entity::state::Change>)> =
+            replay.entities.into_iter().collect();
+        entities.sort_by(|a, b| a.0.cmp(&b.0));
+        for (entity, changes) in entities {
+            let parts = changes.len().div_ceil(SNAPSHOT_PART).max(1);
+            let mut changes = changes.into_iter();
+            for index in 0..parts {
+                records.push(LogRecord::Checkpoint {
+                    entity: entity.clone(),
+                    first: index == 0,
+                    last: index + 1 == parts,
+                    changes: changes.by_ref().take(SNAPSHOT_PART).collect(),
+                });
+            }
+        }
+        if let Some(text) = replay.namespace {
+            records.push(LogRecord::Namespace { text });
+        }
+        let meta = SnapshotMeta {
+            group: group.to_string(),
+            last,
+            membership,
+        };
+        let bytes = snapshots::encode(&meta, &records);
+        snapshots::write(self.directory(), group, &bytes)?;
+        Ok((meta, bytes))
+    }
+
+    /// Installs a snapshot of `group` another member sent: checked, then written durably
+    /// as the group's snapshot (the group's log is purged up to it after this).
+    pub fn install_group_snapshot(
+        &self,
+        group: &str,
+        bytes: &[u8],
+    ) -> Result<SnapshotMeta, StoreError> {
+        let snapshot = snapshots::decode(bytes)?;
+        if snapshot.meta.group != group {
+            return Err(StoreError::Recovery(format!(
+                "a snapshot of group '{}' was sent for group '{group}'",
+                snapshot.meta.group
+            )));
+        }
+        snapshots::write(self.directory(), group, bytes)?;
+        Ok(snapshot.meta)
     }
 
     /// Whether entries can be read back ([`super::StorageOptions::keep_entry_locations`]).
@@ -565,6 +665,25 @@ impl LogStorage {
         groups
             .iter()
             .map(|(group, log)| state_record(group, log, log.last.or(log.purged)))
+            .collect()
+    }
+}
+
+impl LogStorage {
+    /// Each group's last entry: what a round with snapshots purges each group to.
+    pub(super) fn group_targets(groups: &HashMap<String, GroupLog>) -> Vec<(String, EntryId)> {
+        groups
+            .iter()
+            .filter_map(|(group, log)| Some((group.clone(), log.last?)))
+            .collect()
+    }
+
+    /// Every group's state as it is (its vote, membership and purge point).
+    pub(super) fn current_states(&self) -> Vec<Vec<u8>> {
+        let groups = self.inner.groups.lock().expect("groups lock");
+        groups
+            .iter()
+            .map(|(group, log)| state_record(group, log, log.purged))
             .collect()
     }
 }

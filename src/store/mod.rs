@@ -11,6 +11,7 @@ mod active;
 pub mod codec;
 pub mod log;
 pub mod segment;
+pub mod snapshots;
 pub mod storage;
 
 #[cfg(test)]

@@ -50,7 +50,24 @@ pub struct StorageOptions {
     /// can read entries back (a cluster's leader sends them to members that lack them).
     /// Off for a single node, whose groups never read an entry back.
     pub keep_entry_locations: bool,
+    /// A cluster member's compaction: a round ends by snapshotting each group and purging
+    /// its log through Raft (the [`Compactor`] its groups' runner sets), not by writing
+    /// purge points itself; no round starts before a compactor is set.
+    pub compact_by_snapshots: bool,
 }
+
+/// A cluster member's end of a compaction round (see
+/// [`StorageOptions::compact_by_snapshots`]): given each group's last entry before the
+/// round's first segment, snapshots the groups and purges their logs at least that far;
+/// answers the snapshots' bytes when every group is purged that far (the older segments
+/// may go), `None` when one is not.
+pub type Compactor = Arc<
+    dyn Fn(
+            Vec<(String, codec::EntryId)>,
+        ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<u64>> + Send>>
+        + Send
+        + Sync,
+>;
 
 impl StorageOptions {
     /// Defaults for `directory`: 64 MiB segments, 256 MiB before compaction, 64 MiB free.
@@ -63,6 +80,7 @@ impl StorageOptions {
             free_space_override: None,
             fault: None,
             keep_entry_locations: false,
+            compact_by_snapshots: false,
         }
     }
 }
@@ -202,6 +220,8 @@ struct Inner {
     /// metadata group): written again at the end of each compaction round. Held while a
     /// record of it is submitted, so the newest text is the last one in the log.
     direct_namespace: Mutex<Option<String>>,
+    /// How a round ends with [`StorageOptions::compact_by_snapshots`].
+    compactor: Mutex<Option<Compactor>>,
 }
 
 #[derive(Default)]
@@ -218,6 +238,8 @@ struct Compaction {
 pub(super) struct Finish {
     states: Vec<Vec<u8>>,
     first_segment: u64,
+    /// With snapshots: each group's last entry before the round (purged by the compactor).
+    targets: Vec<(String, codec::EntryId)>,
 }
 
 struct Round {
@@ -227,6 +249,8 @@ struct Round {
     bytes: u64,
     /// Every group's state as of the round's start: written before older segments go.
     states: Vec<Vec<u8>>,
+    /// With snapshots: each group's last entry before the round.
+    targets: Vec<(String, codec::EntryId)>,
 }
 
 /// Free bytes of the file system holding `path`.
@@ -314,6 +338,7 @@ impl LogStorage {
                 }),
                 groups: Mutex::new(recovery.groups.clone()),
                 direct_namespace: Mutex::new(None),
+                compactor: Mutex::new(None),
             }),
         };
         Ok((storage, recovery))
@@ -508,11 +533,21 @@ impl LogStorage {
                 return Ok(());
             }
         }
+        let snapshots = self.inner.options.compact_by_snapshots;
+        if snapshots && self.compactor().is_none() {
+            return Ok(());
+        }
         // The groups' purge points are their last entries before the new segment: taken
         // while no group can submit entries, with the rotation submitted in the same hold.
-        let (rotated, states) = {
+        // With snapshots they are what each group's log must be purged to instead.
+        let (rotated, states, targets) = {
             let groups = self.inner.groups.lock().expect("groups lock");
-            (self.inner.log.rotate(), LogStorage::group_states(&groups))
+            let rotated = self.inner.log.rotate();
+            if snapshots {
+                (rotated, Vec::new(), LogStorage::group_targets(&groups))
+            } else {
+                (rotated, LogStorage::group_states(&groups), Vec::new())
+            }
         };
         let first_segment = rotated.await.unwrap_or(Err(StoreError::Closed))?;
         let mut compaction = self.inner.compaction.lock().expect("compaction lock");
@@ -526,6 +561,7 @@ impl LogStorage {
             pending: compaction.live.clone(),
             bytes: 0,
             states,
+            targets,
         });
         self.inner.epoch.send_replace(epoch);
         let finish = self.finish_round_if_done(&mut compaction);
@@ -601,7 +637,8 @@ impl LogStorage {
             .lock()
             .expect("namespace lock")
             .is_some();
-        if round.states.is_empty() && !direct_namespace {
+        let snapshots = self.inner.options.compact_by_snapshots;
+        if round.states.is_empty() && !snapshots && !direct_namespace {
             compaction.completed += 1;
             self.inner.log.delete_before(round.first_segment);
             return None;
@@ -609,13 +646,70 @@ impl LogStorage {
         Some(Finish {
             states: round.states,
             first_segment: round.first_segment,
+            targets: round.targets,
         })
+    }
+
+    fn compactor(&self) -> Option<Compactor> {
+        self.inner.compactor.lock().expect("compactor lock").clone()
+    }
+
+    /// Sets how rounds end with [`StorageOptions::compact_by_snapshots`] (rounds start only
+    /// once it is set).
+    pub fn set_compactor(&self, compactor: Compactor) {
+        *self.inner.compactor.lock().expect("compactor lock") = Some(compactor);
+    }
+
+    /// Ends a round with snapshots, in a task of its own: the compactor snapshots and
+    /// purges each group, then the older segments go (or, when a group could not be purged
+    /// that far, stay for a later round).
+    fn finish_by_snapshots(&self, finish: Finish) {
+        let Some(compactor) = self.compactor() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(
+                "cannot finish a log compaction outside the runtime: old log segments are kept"
+            );
+            return;
+        };
+        let storage = self.clone();
+        runtime.spawn(async move {
+            let purged = compactor(finish.targets).await;
+            match purged {
+                Some(bytes) => {
+                    storage.inner.live_bytes.store(bytes, Ordering::Relaxed);
+                    // Every group's vote, membership and purge point as they are now, after
+                    // the older segments' records of them.
+                    let states = storage.current_states();
+                    let written = storage.inner.log.append(states).await;
+                    storage.delete_after(
+                        written.unwrap_or(Err(StoreError::Closed)),
+                        finish.first_segment,
+                    );
+                    return;
+                }
+                None => tracing::info!(
+                    "log compaction: a group was not purged past the round's start; its segments are kept for the next round"
+                ),
+            }
+            storage
+                .inner
+                .compaction
+                .lock()
+                .expect("compaction lock")
+                .completed += 1;
+        });
     }
 
     /// Ends a finished round whose groups' states (and namespace) must be durable before
     /// older segments go: writes them, then deletes the segments (a later write is ordered
     /// after it).
     pub(super) async fn finish(&self, finish: Finish) {
+        if self.inner.options.compact_by_snapshots {
+            self.finish_by_snapshots(finish);
+            return;
+        }
         let written = self.submit_finish(finish.states).await;
         self.delete_after(
             written.unwrap_or(Err(StoreError::Closed)),
@@ -640,6 +734,10 @@ impl LogStorage {
     /// [`LogStorage::finish`] where the caller cannot wait (an entity stopped).
     fn finish_in_background(&self, finish: Option<Finish>) {
         let Some(finish) = finish else { return };
+        if self.inner.options.compact_by_snapshots {
+            self.finish_by_snapshots(finish);
+            return;
+        }
         let written = self.submit_finish(finish.states);
         let storage = self.clone();
         let spawned = std::thread::Builder::new()
