@@ -62,6 +62,14 @@ pub struct ClusterMetrics {
     pub term: IntGauge,
     /// On the leader: entries of its log each member does not have yet.
     pub member_lag: IntGaugeVec,
+    /// Snapshots of the cluster's log this node built (at its compaction rounds).
+    pub snapshots_built: IntCounter,
+    /// Snapshots this node installed, sent by the leader (it lacked purged entries).
+    pub snapshots_installed: IntCounter,
+    /// The size of the last snapshot this node built or installed.
+    pub snapshot_bytes: IntGauge,
+    /// The last entry of the cluster's log this node purged (its snapshot holds it).
+    pub purged_index: IntGauge,
 }
 
 /// Buckets of the delivery latency histogram, in seconds: 100 µs to 5 min.
@@ -273,6 +281,38 @@ impl Metrics {
                         "On the leader: entries of its log each member does not have on its disk yet.",
                         &["member"],
                     ),
+                ),
+                snapshots_built: registered(
+                    &registry,
+                    IntCounter::new(
+                        "ferrobus_cluster_snapshots_built_total",
+                        "Snapshots of the cluster's log this node built at its log compactions.",
+                    )
+                    .expect("valid metric"),
+                ),
+                snapshots_installed: registered(
+                    &registry,
+                    IntCounter::new(
+                        "ferrobus_cluster_snapshots_installed_total",
+                        "Snapshots this node installed, sent by the leader because it lacked entries the leader had purged.",
+                    )
+                    .expect("valid metric"),
+                ),
+                snapshot_bytes: registered(
+                    &registry,
+                    IntGauge::new(
+                        "ferrobus_cluster_snapshot_bytes",
+                        "The size of the last snapshot this node built or installed.",
+                    )
+                    .expect("valid metric"),
+                ),
+                purged_index: registered(
+                    &registry,
+                    IntGauge::new(
+                        "ferrobus_cluster_log_purged_index",
+                        "The last entry of the cluster's log this node purged (its snapshot holds what came before).",
+                    )
+                    .expect("valid metric"),
                 ),
             },
             registry,

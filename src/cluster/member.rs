@@ -51,6 +51,12 @@ pub struct MemberView {
     pub term: u64,
     /// The index of the last entry in this node's log.
     pub last_index: Option<u64>,
+    /// The last entry its snapshot holds (none before its first log compaction).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub snapshot_index: Option<u64>,
+    /// Its log is purged up to this entry (its snapshot holds what came before).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub purged_index: Option<u64>,
     /// The voting members.
     pub voters: Vec<u64>,
     /// Nodes receiving the log that do not vote yet (being added).
@@ -193,6 +199,8 @@ impl RaftLog {
             leader: metrics.current_leader,
             term: metrics.current_term,
             last_index: metrics.last_log_index,
+            snapshot_index: metrics.snapshot.map(|id| id.index),
+            purged_index: metrics.purged.map(|id| id.index),
             voters: metrics.membership_config.voter_ids().collect(),
             learners: metrics
                 .membership_config

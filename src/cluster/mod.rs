@@ -50,6 +50,7 @@ use propose::{
     COMMANDS_PER_TURN_IN_CLUSTER, MAX_ENTRIES_PER_REQUEST, MAX_ENTRY_BYTES_IN_CLUSTER, Proposed,
     Write, propose,
 };
+pub use state_machine::SnapshotStats;
 use state_machine::GroupMachine;
 use types::GroupRaft;
 
@@ -525,7 +526,7 @@ impl RaftLog {
     }
 
     /// What this node's groups did with snapshots.
-    pub fn snapshot_stats(&self) -> &state_machine::SnapshotStats {
+    pub fn snapshot_stats(&self) -> &SnapshotStats {
         &self.snapshots
     }
 

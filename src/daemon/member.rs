@@ -374,6 +374,24 @@ async fn report_cluster(raft: std::sync::Weak<RaftLog>, metrics: crate::metrics:
         };
         metrics.leader.set(view.leader.unwrap_or(0) as i64);
         metrics.term.set(view.term as i64);
+        metrics
+            .purged_index
+            .set(view.purged_index.unwrap_or(0) as i64);
+        let stats = raft.snapshot_stats();
+        let counted = |counter: &prometheus::IntCounter, total: u64| {
+            counter.inc_by(total.saturating_sub(counter.get()));
+        };
+        counted(
+            &metrics.snapshots_built,
+            stats.built.load(std::sync::atomic::Ordering::Relaxed),
+        );
+        counted(
+            &metrics.snapshots_installed,
+            stats.installed.load(std::sync::atomic::Ordering::Relaxed),
+        );
+        metrics
+            .snapshot_bytes
+            .set(stats.bytes.load(std::sync::atomic::Ordering::Relaxed) as i64);
         metrics.member_lag.reset();
         for member in &view.members {
             metrics
