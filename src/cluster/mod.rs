@@ -50,8 +50,8 @@ use propose::{
     COMMANDS_PER_TURN_IN_CLUSTER, MAX_ENTRIES_PER_REQUEST, MAX_ENTRY_BYTES_IN_CLUSTER, Proposed,
     Write, propose,
 };
-pub use state_machine::SnapshotStats;
 use state_machine::GroupMachine;
+pub use state_machine::SnapshotStats;
 use types::GroupRaft;
 
 /// Where the groups report to the broker's metrics.
@@ -245,7 +245,11 @@ const INITIALIZE_WAIT: Duration = Duration::from_secs(3);
 
 /// A snapshot is sent to a member in chunks of this many bytes (the peer link's frames
 /// hold at most `peer::MAX_FRAME`).
-const SNAPSHOT_CHUNK: u64 = 4 << 20;
+const SNAPSHOT_CHUNK: u64 = 1 << 20;
+
+/// How long a member may take to take one chunk of a snapshot (the last one: to write and
+/// sync the whole file).
+const SNAPSHOT_CHUNK_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long a compaction round waits for a group to apply, snapshot and purge its log up to
 /// the round's start before it keeps the old segments for the next round.
@@ -343,6 +347,8 @@ impl RaftLog {
             // Snapshots are built when the store's compaction round asks (`compact`), and
             // sent in chunks well under the peer link's frame limit.
             snapshot_max_chunk_size: SNAPSHOT_CHUNK,
+            // A chunk's request, and the last one's install (the file written and synced).
+            install_snapshot_timeout: SNAPSHOT_CHUNK_TIMEOUT.as_millis() as u64,
             ..openraft::Config::default()
         };
         let settings_node = settings.node_id;

@@ -232,6 +232,8 @@ struct Compaction {
     round: Option<Round>,
     /// Rounds completed.
     completed: u64,
+    /// With snapshots: a round's compactor is still at work (no round starts meanwhile).
+    finishing: bool,
 }
 
 /// A finished round's last steps: the groups' states, then the deletion.
@@ -534,7 +536,15 @@ impl LogStorage {
             }
         }
         let snapshots = self.inner.options.compact_by_snapshots;
-        if snapshots && self.compactor().is_none() {
+        if snapshots
+            && (self.compactor().is_none()
+                || self
+                    .inner
+                    .compaction
+                    .lock()
+                    .expect("compaction lock")
+                    .finishing)
+        {
             return Ok(());
         }
         // The groups' purge points are their last entries before the new segment: taken
@@ -674,6 +684,11 @@ impl LogStorage {
             return;
         };
         let storage = self.clone();
+        self.inner
+            .compaction
+            .lock()
+            .expect("compaction lock")
+            .finishing = true;
         runtime.spawn(async move {
             let purged = compactor(finish.targets).await;
             match purged {
@@ -687,18 +702,21 @@ impl LogStorage {
                         written.unwrap_or(Err(StoreError::Closed)),
                         finish.first_segment,
                     );
+                    storage
+                        .inner
+                        .compaction
+                        .lock()
+                        .expect("compaction lock")
+                        .finishing = false;
                     return;
                 }
                 None => tracing::info!(
                     "log compaction: a group was not purged past the round's start; its segments are kept for the next round"
                 ),
             }
-            storage
-                .inner
-                .compaction
-                .lock()
-                .expect("compaction lock")
-                .completed += 1;
+            let mut compaction = storage.inner.compaction.lock().expect("compaction lock");
+            compaction.completed += 1;
+            compaction.finishing = false;
         });
     }
 

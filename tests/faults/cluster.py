@@ -65,17 +65,19 @@ def node_config(
     auth: str = "none",
     entities: str = ENTITIES_TOML,
     secret: str = SECRET,
+    compaction_threshold: Optional[str] = None,
 ) -> str:
     """Node ``node``'s configuration file: its listeners on its own address, the cluster's
-    members, durable storage in ``data_dir``, the entities, and the key when ``auth`` is
-    ``keys``."""
+    members, durable storage in ``data_dir`` (compacted past ``compaction_threshold`` when
+    given), the entities, and the key when ``auth`` is ``keys``."""
     members = "\n".join(
         f'  {{ id = {member}, address = "{address}:{PEER_PORT}" }},' for member, address in sorted(addresses.items())
     )
     text = (
         f'[server]\nlisten = "{addresses[node]}:{AMQP_PORT}"\n'
         f'[storage]\nmode = "durable"\ndata_dir = "{data_dir}"\n'
-        f"[cluster]\nnode_id = {node}\n"
+        + (f'compaction_threshold = "{compaction_threshold}"\n' if compaction_threshold else "")
+        + f"[cluster]\nnode_id = {node}\n"
         f'address = "{addresses[node]}:{PEER_PORT}"\n'
         f'secret = "{secret}"\n'
         f"members = [\n{members}\n]\n"
@@ -116,8 +118,12 @@ class Cluster:
         entities: str = ENTITIES_TOML,
         net: Optional[int] = None,
         log_level: Optional[str] = None,
+        compaction_threshold: Optional[str] = None,
     ) -> None:
         self.directory = Path(directory)
+        # Every node's [storage] compaction_threshold (small: compactions and snapshots
+        # happen under the faults).
+        self.compaction_threshold = compaction_threshold
         # Passed to every node as --log-level (e.g. "info,ferrobus::server=debug").
         self.log_level = log_level
         self.size = nodes
@@ -140,7 +146,14 @@ class Cluster:
             for node in self.ids:
                 (self.directory / f"node{node}").mkdir(parents=True, exist_ok=True)
                 self.config_path(node).write_text(
-                    node_config(node, self.address, self.directory / f"node{node}" / "data", self.auth, self.entities)
+                    node_config(
+                        node,
+                        self.address,
+                        self.directory / f"node{node}" / "data",
+                        self.auth,
+                        self.entities,
+                        compaction_threshold=self.compaction_threshold,
+                    )
                 )
             self._http = concurrent.futures.ThreadPoolExecutor(
                 max_workers=max(4, self.size), initializer=_enter_namespace, initargs=(self.network.namespace("client"),)

@@ -254,6 +254,21 @@ def print_failovers(faults: List[Fault], sends: List[Dict]) -> List[float]:
     return times
 
 
+def print_snapshots(cluster) -> None:
+    """How many snapshots each node built and installed (from its log lines)."""
+    counted = []
+    for node in cluster.ids:
+        try:
+            text = cluster.log_path(node).read_text(errors="replace")
+        except OSError:
+            text = ""
+        counted.append(
+            f"node {node} built {text.count('built a snapshot of the group')}, "
+            f"installed {text.count('installed a snapshot of the group')}"
+        )
+    print(f"snapshots: {'; '.join(counted)}")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5, help="faults to inject")
@@ -266,6 +281,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--log-level", default=None, help="every node's --log-level (e.g. debug)")
     parser.add_argument("--rolling", action="store_true", help="a rolling restart (SIGTERM each node in turn) instead of faults")
     parser.add_argument("--passes", type=int, default=1, help="with --rolling: how many times every node is restarted")
+    parser.add_argument(
+        "--compaction-threshold",
+        default=None,
+        help='every node\'s [storage] compaction_threshold (e.g. "1 MiB": log compactions and snapshots under the faults)',
+    )
     args = parser.parse_args(argv)
     why = netns.available()
     if why:
@@ -293,7 +313,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     failed = False
     faults: List[Fault] = []
     with cluster_module.Cluster(
-        directory, nodes=args.nodes, auth=args.auth, log_level=args.log_level
+        directory,
+        nodes=args.nodes,
+        auth=args.auth,
+        log_level=args.log_level,
+        compaction_threshold=args.compaction_threshold,
     ) as cluster:
         try:
             leader = cluster.wait_whole(RECOVERY_TIMEOUT_SECONDS)
@@ -380,6 +404,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 1
     else:
         print_failovers(faults, sends)
+    if args.compaction_threshold:
+        print_snapshots(cluster)
     return checker.conclude(report, failed, crashed, args.keep, directory, "history and node logs")
 
 

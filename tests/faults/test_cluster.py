@@ -5,7 +5,9 @@ others elect a new one within 5 s and a message acknowledged before the kill is 
 after it (nothing acknowledged is lost while a majority lives); and the short form of
 ``cluster_faults.py`` (the history workload through three seeded faults, with keys) ends
 with 0 violations; and a rolling restart under that workload (every node stopped with SIGTERM
-in turn, without keys) loses nothing and costs the SDK no operation it would not retry.
+in turn, without keys) loses nothing and costs the SDK no operation it would not retry. Both
+run with a small ``compaction_threshold``: the nodes compact their logs by snapshots (and
+restart from them) meanwhile.
 
 Run: ``tests/python/.venv/bin/python -m pytest tests/faults/test_cluster.py -q`` as root
 (skipped, saying why, without root, iproute2 or nftables). ``FERROBUS_BIN`` picks the broker
@@ -124,13 +126,17 @@ class TestThreeNodes:
 @needs_namespaces
 def test_the_history_through_seeded_faults_has_no_violation(capsys: pytest.CaptureFixture) -> None:
     # With keys; the rolling restart below runs without (CI's time: both modes, one run each).
-    code = cluster_faults.main(["--rounds", "3", "--duration", "20", "--seed", "2", "--auth", "keys"])
+    code = cluster_faults.main(
+        ["--rounds", "3", "--duration", "20", "--seed", "2", "--auth", "keys", "--compaction-threshold", "256 KiB"]
+    )
     output = capsys.readouterr().out
     print(output)
     faults = re.findall(r"^\s+[\d.]+ s  (\S+) node", output, re.MULTILINE)
     assert len(faults) >= 2, output
     assert code == 0, output
     assert "\nviolations: 0\n" in output, output
+    built = [int(count) for count in re.findall(r"node \d+ built (\d+)", output)]
+    assert len(built) == 3 and sum(built) >= 1, output
 
 
 @needs_namespaces
@@ -138,7 +144,9 @@ def test_a_rolling_restart_costs_the_sdk_nothing_it_cannot_retry(capsys: pytest.
     # Every node stopped with SIGTERM in turn (the leader last) under the history workload:
     # nothing lost, and no operation failed in a way the SDK does not retry (a lost lock, a
     # management request cut off by a closing connection).
-    code = cluster_faults.main(["--rolling", "--duration", "16", "--seed", "3", "--auth", "none"])
+    code = cluster_faults.main(
+        ["--rolling", "--duration", "16", "--seed", "3", "--auth", "none", "--compaction-threshold", "256 KiB"]
+    )
     output = capsys.readouterr().out
     print(output)
     stops = re.findall(r"^\s+[\d.]+ s  stop node", output, re.MULTILINE)
