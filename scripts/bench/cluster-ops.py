@@ -8,13 +8,19 @@
          (100,000) of 1 KiB stored in one queue: from the request to another node serving as
          leader (its /health 200 with role leader), the new leader's replay of the log (its
          own log line), and from the request to the first send acknowledged through it
+  join   a fourth node added (`ferrobus cluster add-node`) after the three compacted their
+         logs (`compaction_threshold` --threshold) with --messages messages of 1 KiB stored:
+         the snapshot's size and build time, from the request to the node a caught-up voter
+         (add-node returns then), its install, and then moving the leadership to it: its
+         replay from the snapshot and a send acknowledged through it
 
 The cluster is scripts/cluster's (127.0.9.1-3, ports 5672/5300/5700, no keys), in a scratch
 directory removed at the end; the single node listens on 127.0.9.9. Messages are sent with the
 official Python SDK (tests/python/.venv) in batches of 100.
 
-    tests/python/.venv/bin/python scripts/bench/cluster-ops.py [--only idle|move]
-        [--queues N] [--seconds S] [--messages N] [--rounds N] [--binary BIN]
+    tests/python/.venv/bin/python scripts/bench/cluster-ops.py [--only idle|move|join]
+        [--queues N] [--seconds S] [--messages N] [--rounds N] [--threshold SIZE]
+        [--binary BIN]
 
 Linux only; the release binary (cargo build --release) unless --binary.
 """
@@ -60,9 +66,15 @@ def queues_toml(count: int) -> str:
 
 
 class Cluster:
-    def __init__(self, directory: Path, binary: str, append: Path) -> None:
+    def __init__(self, directory: Path, binary: str, append: Path, storage: str = "") -> None:
         self.directory = directory
-        self.env = dict(os.environ, FERROBUS_BIN=binary, FERROBUS_CLUSTER_NET=NET, FERROBUS_CLUSTER_APPEND=str(append))
+        self.env = dict(
+            os.environ,
+            FERROBUS_BIN=binary,
+            FERROBUS_CLUSTER_NET=NET,
+            FERROBUS_CLUSTER_APPEND=str(append),
+            FERROBUS_CLUSTER_STORAGE=storage,
+        )
 
     def script(self, *arguments: str) -> str:
         return subprocess.run(
@@ -104,13 +116,82 @@ def send_all(connection_string: str, queue: str, count: int) -> None:
             sent += len(batch)
 
 
+def logged(path: Path, pattern: bytes, after: int = 0) -> list:
+    with open(path, "rb") as log:
+        log.seek(after)
+        return re.findall(pattern, log.read())
+
+
+def join(cluster: "Cluster", binary: str, messages: int) -> None:
+    """A fourth node added after the three compacted: see the module's text."""
+    leader = cluster.leader()
+    started = time.monotonic()
+    send_all(connection_string(leader), "moved", messages)
+    print(f"{messages} messages of 1 KiB stored in {time.monotonic() - started:.1f} s", flush=True)
+    deadline = time.monotonic() + 120
+    built = {}
+    while time.monotonic() < deadline:
+        built = {
+            node: logged(cluster.directory / f"node{node}.log", rb"built a snapshot of the group in ([0-9.]+) ms group=\S+ index=(\d+) bytes=(\d+)")
+            for node in (1, 2, 3)
+        }
+        if all(built.values()):
+            break
+        time.sleep(0.2)
+    else:
+        raise RuntimeError(f"not every node built a snapshot: {built}")
+    for node, found in built.items():
+        ms, index, size = found[-1]
+        print(f"  node {node}: {len(found)} snapshots, the last at entry {int(index)}: {int(size) / 1e6:.1f} MB built in {float(ms):.0f} ms")
+    config = (cluster.directory / "node3.toml").read_text()
+    config = config.replace(f"{NET}.3:", f"{NET}.4:").replace("node_id = 3", "node_id = 4").replace("/node3", "/node4")
+    config = config.replace("[cluster]\n", "[cluster]\njoin = true\n", 1)
+    (cluster.directory / "node4.toml").write_text(config)
+    log4 = cluster.directory / "node4.log"
+    node4 = subprocess.Popen([binary, "--config", str(cluster.directory / "node4.toml")], stdout=open(log4, "ab"), stderr=subprocess.STDOUT)
+    try:
+        while health(f"{NET}.4")[0] == 0:
+            time.sleep(0.05)
+        asked = time.monotonic()
+        subprocess.run(
+            [binary, "cluster", "add-node", "4", f"{NET}.4:5700", "--connection-string", connection_string(leader)],
+            check=True, capture_output=True, timeout=300,
+        )
+        voter = time.monotonic() - asked
+        line = [text for text in log4.read_text(errors="replace").splitlines() if "installed a snapshot" in text]
+        print(f"  node 4 added: a caught-up voter {voter:.2f} s after the request; {line[-1].split(' INFO ')[-1] if line else 'no snapshot installed'}", flush=True)
+        size = log4.stat().st_size
+        asked = time.monotonic()
+        subprocess.run(
+            [binary, "cluster", "transfer-leader", "4", "--connection-string", connection_string(leader)],
+            check=True, capture_output=True, timeout=60,
+        )
+        while not (health(f"{NET}.4")[0] == 200 and (health(f"{NET}.4")[1].get("cluster") or {}).get("role") == "leader"):
+            if time.monotonic() - asked > 60:
+                raise RuntimeError("node 4 did not lead")
+            time.sleep(0.02)
+        serving = time.monotonic() - asked
+        send_all(connection_string(4), "moved", 1)
+        acknowledged = time.monotonic() - asked
+        replay = logged(log4, rb"entities replayed in ([0-9.]+) ms", size)
+        print(
+            f"  node 4 leads: serving {serving:.2f} s after the request, replay {float(replay[-1]) / 1000 if replay else float('nan'):.2f} s, "
+            f"a send acknowledged {acknowledged:.2f} s after it",
+            flush=True,
+        )
+    finally:
+        node4.terminate()
+        node4.wait(timeout=30)
+
+
 def connection_string(node: int) -> str:
     return f"Endpoint=sb://{NET}.{node};SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--only", choices=["idle", "move"], default=None)
+    parser.add_argument("--only", choices=["idle", "move", "join"], default=None)
+    parser.add_argument("--threshold", default="32MiB", help="every node's compaction_threshold (join)")
     parser.add_argument("--queues", type=int, default=10_000)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--messages", type=int, default=100_000)
@@ -122,7 +203,8 @@ def main() -> int:
     shutil.copy(args.binary, binary)
     append = scratch / "queues.toml"
     append.write_text(queues_toml(args.queues))
-    cluster = Cluster(scratch / "cluster", binary, append)
+    storage = f'compaction_threshold = "{args.threshold}"' if args.only == "join" else ""
+    cluster = Cluster(scratch / "cluster", binary, append, storage)
     single = None
     try:
         started = time.monotonic()
@@ -178,6 +260,8 @@ def main() -> int:
             def summary(values: list) -> str:
                 return f"median {statistics.median(values):.2f} s ({min(values):.2f}-{max(values):.2f})"
             print(f"move with {args.messages} messages: serving {summary(serving)}; replay {summary(replays) if replays else '-'}; acknowledged send {summary(acknowledged)}")
+        if args.only == "join":
+            join(cluster, binary, args.messages)
     finally:
         if single is not None:
             single.terminate()

@@ -709,3 +709,56 @@ async fn a_member_behind_a_compaction_is_sent_the_snapshot() {
         );
     }
 }
+
+/// A checkpoint in a cluster is written in entries bounded like any other (a whole
+/// checkpoint in one entry, megabytes, outlasted every AppendEntries request's timeout and
+/// held the leader's writes for minutes), and every member replays it whole.
+#[tokio::test]
+async fn a_large_checkpoint_is_written_in_bounded_entries() {
+    let nodes = three("checkpoint-parts", [SECRET; 3]).await;
+    let all: Vec<&Node> = nodes.iter().collect();
+    let leader = write_through_leader(&all, "orders", -1).await;
+    let leading = &nodes[leader as usize - 1];
+    let before = last_index(leading, "orders").expect("written");
+    let values: Vec<i64> = (0..10_000).collect();
+    leading
+        .log
+        .checkpoint("orders", 1, values.iter().copied().map(next).collect())
+        .await
+        .expect("the checkpoint is committed");
+    let last = last_index(leading, "orders").expect("written");
+    let entries = leading
+        .log
+        .storage()
+        .read_entries(group_of("orders"), before + 1, last + 1)
+        .expect("reads back");
+    let parts: Vec<usize> = entries
+        .iter()
+        .filter_map(|(_, payload)| match payload {
+            crate::store::codec::Payload::Records(records) => Some(
+                records
+                    .iter()
+                    .map(|record| match record {
+                        LogRecord::Checkpoint { changes, .. } => changes.len(),
+                        _ => 0,
+                    })
+                    .sum(),
+            ),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        parts.len() >= 4 && parts.iter().all(|changes| *changes <= 2048),
+        "changes per entry: {parts:?}"
+    );
+    assert_eq!(parts.iter().sum::<usize>(), values.len());
+    for node in &nodes {
+        holds(node, "orders", last).await;
+    }
+    for node in &nodes {
+        close(node).await;
+    }
+    for node in &nodes {
+        assert_eq!(replayed(node, "orders"), values, "node {}", node.id);
+    }
+}

@@ -981,6 +981,26 @@ impl DurableLog for RaftLog {
     fn checkpoint(&self, entity: &str, epoch: u64, changes: Vec<Change>) -> Durable<'_> {
         let entity = entity.to_string();
         Box::pin(async move {
+            let group = self.group_for(&entity).to_string();
+            if self.cluster.is_some() {
+                // Each part in an entry of its own, bounded like any entry of a cluster: a
+                // whole checkpoint in one entry (megabytes) would outlast every
+                // AppendEntries request's timeout. Parts committed without the last (the
+                // leader stopped) are ignored at replay; the changes in between count.
+                let parts = propose::checkpoint_parts(changes, MAX_ENTRY_BYTES_IN_CLUSTER / 2);
+                let count = parts.len();
+                for (index, part) in parts.into_iter().enumerate() {
+                    let record = LogRecord::Checkpoint {
+                        entity: entity.clone(),
+                        first: index == 0,
+                        last: index + 1 == count,
+                        changes: part,
+                    };
+                    self.write(&group, vec![record]).await?;
+                }
+                self.storage.checkpoint_done(&entity, epoch).await;
+                return Ok(());
+            }
             let parts = changes.len().div_ceil(CHECKPOINT_PART).max(1);
             let mut records = Vec::with_capacity(parts);
             let mut changes = changes.into_iter();
@@ -992,7 +1012,7 @@ impl DurableLog for RaftLog {
                     changes: changes.by_ref().take(CHECKPOINT_PART).collect(),
                 });
             }
-            self.write(self.group_for(&entity), records).await?;
+            self.write(&group, records).await?;
             self.storage.checkpoint_done(&entity, epoch).await;
             Ok(())
         })

@@ -64,17 +64,36 @@ pub(super) const COMMANDS_PER_TURN_IN_CLUSTER: usize = 4;
 /// default is 300), for the same reason.
 pub(super) const MAX_ENTRIES_PER_REQUEST: u64 = 4;
 
+/// About how many bytes a change takes in the log.
+fn change_bytes(change: &Change) -> usize {
+    match change {
+        Change::Put { record, .. } | Change::Outbox { record, .. } => record.message.size() + 64,
+        _ => 64,
+    }
+}
+
+/// A checkpoint's changes cut into parts of about `max_bytes` each (at least one change a
+/// part; one empty part for an entity without changes), in order.
+pub(super) fn checkpoint_parts(changes: Vec<Change>, max_bytes: usize) -> Vec<Vec<Change>> {
+    let mut parts = vec![Vec::new()];
+    let mut bytes = 0;
+    for change in changes {
+        let size = change_bytes(&change);
+        let current = parts.last_mut().expect("a part");
+        if !current.is_empty() && bytes + size > max_bytes {
+            parts.push(Vec::new());
+            bytes = 0;
+        }
+        bytes += size;
+        parts.last_mut().expect("a part").push(change);
+    }
+    parts
+}
+
 /// About how many bytes `records` take in the log (messages by their size, other changes
 /// a fixed amount): enough to bound an entry, not an exact encoding.
 fn approximate_bytes(records: &[LogRecord]) -> usize {
-    fn change(change: &Change) -> usize {
-        match change {
-            Change::Put { record, .. } | Change::Outbox { record, .. } => {
-                record.message.size() + 64
-            }
-            _ => 64,
-        }
-    }
+    let change = change_bytes;
     records
         .iter()
         .map(|record| match record {

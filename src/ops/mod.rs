@@ -476,8 +476,9 @@ pub struct PurgeArgs {
 pub enum ClusterAction {
     /// The leader's view: each node, voter or learner, how far its log is.
     Status,
-    /// Add a node (started with `[cluster] join = true`): it receives the log as a learner
-    /// until it has caught up, then votes.
+    /// Add a node (started with `[cluster] join = true`): it receives the log (the leader's
+    /// snapshot first, when the leader compacted its log) as a learner until it has caught
+    /// up, then votes.
     AddNode {
         /// The new node's id.
         id: u64,

@@ -1177,10 +1177,12 @@ async fn complete_next(
 /// LCK-1 (a completed message does not come back) and SEQ-2 (the order they were sent in).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_added_after_compaction_installs_the_snapshot_and_serves_what_is_left() {
-    // 4,000 messages of 4 KiB: about 16 MiB through the log, 100 of them left at the end.
+    // 4,000 messages of 4 KiB: about 16 MiB through the log, 1,000 of them (4 MiB) left at
+    // the end: the leader's checkpoints are megabytes, written in entries small enough for
+    // the AppendEntries requests' timeout.
     const ROUNDS: usize = 20;
     const PER_ROUND: usize = 200;
-    const COMPLETED_PER_ROUND: usize = 195;
+    const COMPLETED_PER_ROUND: usize = 150;
     let started = Instant::now();
     let mut cluster = Cluster::start_with_storage(ENTITIES, SMALL_COMPACTION);
     let leader = tokio::task::block_in_place(|| cluster.leader(&[]));
@@ -1228,7 +1230,7 @@ async fn a_node_added_after_compaction_installs_the_snapshot_and_serves_what_is_
             if built >= 1
                 && snapshot.exists()
                 && numbers.first().is_some_and(|first| *first > 0)
-                && bytes < written / 4
+                && bytes < written / 2
                 && counted.is_some_and(|counted| counted >= 1.0)
                 && purged.is_some_and(|purged| purged > 0.0)
             {
