@@ -415,6 +415,9 @@ pub(crate) async fn serve(
     };
     let namespace = seed_namespace(config, storage.as_ref(), start).await?;
     let registry = Registry::start_seeded(&namespace, config, clock, codec, storage)?;
+    if member.is_some() {
+        registry.cap_message_size(cluster::MAX_MESSAGE_SIZE);
+    }
     let keys = access_keys(config);
     let admin_keys = keys.clone();
     if let Some(store) = &wal {

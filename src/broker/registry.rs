@@ -97,6 +97,9 @@ pub struct Registry {
     /// from them.
     /// Replaced by a configuration reload ([`Registry::reload_file`]).
     pub(super) seed: RwLock<Config>,
+    /// The largest message any entity takes, whatever it is configured with
+    /// ([`Registry::cap_message_size`]; unlimited by default).
+    message_size_cap: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Registry {
@@ -298,6 +301,7 @@ impl Registry {
             },
             changes: tokio::sync::Mutex::new(()),
             seed: RwLock::new(seed.clone()),
+            message_size_cap: std::sync::atomic::AtomicU64::new(u64::MAX),
         });
         let mut recovered = |path: &str| -> Vec<Change> {
             storage
@@ -564,18 +568,24 @@ impl Registry {
         }
     }
 
-    /// The largest message the entity at `path` accepts, in bytes (256 KiB when unknown).
+    /// The largest message the entity at `path` accepts, in bytes (256 KiB when unknown),
+    /// at most the broker's cap ([`Registry::cap_message_size`]).
     pub fn max_message_size(&self, path: &str) -> u64 {
-        match self.slot(path).map(|slot| slot.description) {
+        let configured = match self.slot(path).map(|slot| slot.description) {
             Some(Description::Queue(queue)) => queue.max_message_size_in_kilobytes * 1024,
             Some(Description::Topic(topic)) => topic.max_message_size_in_kilobytes * 1024,
             _ => 256 * 1024,
-        }
+        };
+        configured.min(
+            self.message_size_cap
+                .load(std::sync::atomic::Ordering::Relaxed),
+        )
     }
 
     /// The largest message any entity accepts, in bytes.
     pub fn largest_message_size(&self) -> u64 {
-        self.entities
+        let largest = self
+            .entities
             .read()
             .map(|map| {
                 map.values()
@@ -587,7 +597,49 @@ impl Registry {
                     .max()
                     .unwrap_or(0)
             })
-            .unwrap_or(0)
+            .unwrap_or(0);
+        largest.min(
+            self.message_size_cap
+                .load(std::sync::atomic::Ordering::Relaxed),
+        )
+    }
+
+    /// Caps every entity's largest message at `bytes` whatever it is configured with (a
+    /// cluster: a message is replicated in one Raft entry, which must reach the followers
+    /// within an AppendEntries request's timeout); warns once naming the entities
+    /// configured with more.
+    pub fn cap_message_size(&self, bytes: u64) {
+        self.message_size_cap
+            .store(bytes, std::sync::atomic::Ordering::Relaxed);
+        let capped: Vec<String> = self
+            .entities
+            .read()
+            .map(|map| {
+                let mut capped: Vec<String> = map
+                    .iter()
+                    .filter(|(_, slot)| match &slot.description {
+                        Description::Queue(queue) => {
+                            queue.max_message_size_in_kilobytes * 1024 > bytes
+                        }
+                        Description::Topic(topic) => {
+                            topic.max_message_size_in_kilobytes * 1024 > bytes
+                        }
+                        Description::Subscription { .. } => false,
+                    })
+                    .map(|(path, _)| path.clone())
+                    .collect();
+                capped.sort();
+                capped
+            })
+            .unwrap_or_default();
+        if !capped.is_empty() {
+            tracing::warn!(
+                "a cluster takes messages of at most {} KiB: {} configured with more (max_message_size_in_kilobytes) accept{} at most that",
+                bytes / 1024,
+                capped.join(", "),
+                if capped.len() == 1 { "s" } else { "" }
+            );
+        }
     }
 
     /// Number of entities (queues, topics and subscriptions).

@@ -243,6 +243,12 @@ const ELECTION_WAIT: Duration = Duration::from_secs(30);
 /// before another member does.
 const INITIALIZE_WAIT: Duration = Duration::from_secs(3);
 
+/// The largest message a cluster takes (entities configured with more are capped): it is
+/// replicated in one entry, which must reach the followers within an AppendEntries
+/// request's timeout (the heartbeat interval); one of 48 MiB never did, and the followers'
+/// elections it caused left the cluster without a leader.
+pub const MAX_MESSAGE_SIZE: u64 = 1024 * 1024;
+
 /// A snapshot is sent to a member in chunks of this many bytes (the peer link's frames
 /// hold at most `peer::MAX_FRAME`).
 const SNAPSHOT_CHUNK: u64 = 1 << 20;

@@ -1322,3 +1322,81 @@ async fn a_node_added_after_compaction_installs_the_snapshot_and_serves_what_is_
         started.elapsed()
     );
 }
+
+/// A cluster takes messages of at most 1 MiB, whatever the entity is configured with: a
+/// larger one is refused with `MessageSizeExceeded` and never enters the log. (One 48 MiB
+/// message replicated in one entry never reached the followers within an AppendEntries
+/// timeout, and the elections it caused left the cluster without a leader.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_over_the_clusters_limit_is_refused_and_the_cluster_goes_on() {
+    let entities = "[[queues]]\nname = \"big\"\nmax_message_size_in_kilobytes = 102400\n";
+    let cluster = Cluster::start(entities);
+    let leader = tokio::task::block_in_place(|| cluster.leader(&[]));
+    assert!(
+        cluster
+            .node(leader)
+            .logged("a cluster takes messages of at most 1024 KiB: big")
+            >= 1,
+        "the leader warns about the capped queue"
+    );
+    let follower = (1..=3).find(|id| *id != leader).expect("a follower");
+    let (mut connection, mut session) = connect(cluster.node(follower).address()).await;
+    let mut sender = Sender::attach(&mut session, "sender", "big")
+        .await
+        .expect("a sender attaches");
+    // Just over the cap (a message far over it is refused before it has all arrived, by
+    // detaching the link).
+    let over = fe2o3_amqp::types::primitives::Binary::from(vec![7u8; 1024 * 1024 + 16 * 1024]);
+    let refused = match tokio::time::timeout(PATIENCE, sender.send(over))
+        .await
+        .expect("the send is answered")
+    {
+        Ok(fe2o3_amqp::types::messaging::Outcome::Rejected(rejected)) => {
+            format!("{:?}", rejected.error)
+        }
+        Ok(other) => panic!("a message over 1 MiB was not refused: {other:?}"),
+        Err(error) => format!("{error:?}"),
+    };
+    assert!(
+        refused.contains("MessageSizeExceeded") || refused.contains("message-size-exceeded"),
+        "{refused}"
+    );
+    let outcome = sender
+        .send(fe2o3_amqp::types::primitives::Binary::from(vec![
+            9u8;
+            900 * 1024
+        ]))
+        .await
+        .expect("a 900 KiB message is sent");
+    assert!(outcome.is_accepted(), "{outcome:?}");
+    sender.close().await.ok();
+    session.end().await.ok();
+    connection.close().await.ok();
+    assert_eq!(
+        tokio::task::block_in_place(|| cluster.leader(&[])),
+        leader,
+        "the leadership did not move"
+    );
+    let mut receiver_connection = connect(cluster.node(leader).address()).await;
+    let mut receiver = Receiver::attach(&mut receiver_connection.1, "receiver", "big")
+        .await
+        .expect("a receiver attaches");
+    let delivery = tokio::time::timeout(
+        PATIENCE,
+        receiver.recv::<fe2o3_amqp::types::messaging::Body<fe2o3_amqp::types::primitives::Value>>(),
+    )
+    .await
+    .expect("in time")
+    .expect("the 900 KiB message");
+    receiver.accept(&delivery).await.expect("completed");
+    let bytes = match delivery.body() {
+        fe2o3_amqp::types::messaging::Body::Value(fe2o3_amqp::types::messaging::AmqpValue(
+            fe2o3_amqp::types::primitives::Value::Binary(bytes),
+        )) => bytes.len(),
+        _ => panic!("the body is not the binary sent"),
+    };
+    assert_eq!(bytes, 900 * 1024);
+    receiver.close().await.ok();
+    receiver_connection.1.end().await.ok();
+    receiver_connection.0.close().await.ok();
+}
