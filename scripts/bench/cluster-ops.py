@@ -144,8 +144,11 @@ def join(cluster: "Cluster", binary: str, messages: int) -> None:
         ms, index, size = found[-1]
         print(f"  node {node}: {len(found)} snapshots, the last at entry {int(index)}: {int(size) / 1e6:.1f} MB built in {float(ms):.0f} ms")
     config = (cluster.directory / "node3.toml").read_text()
-    config = config.replace(f"{NET}.3:", f"{NET}.4:").replace("node_id = 3", "node_id = 4").replace("/node3", "/node4")
+    for key in ("listen", "address"):
+        config = config.replace(f'{key} = "{NET}.3:', f'{key} = "{NET}.4:')
+    config = config.replace("node_id = 3", "node_id = 4").replace("/node3", "/node4")
     config = config.replace("[cluster]\n", "[cluster]\njoin = true\n", 1)
+    config = config.replace("members = [\n", f'members = [\n  {{ id = 4, address = "{NET}.4:5700" }},\n', 1)
     (cluster.directory / "node4.toml").write_text(config)
     log4 = cluster.directory / "node4.log"
     node4 = subprocess.Popen([binary, "--config", str(cluster.directory / "node4.toml")], stdout=open(log4, "ab"), stderr=subprocess.STDOUT)

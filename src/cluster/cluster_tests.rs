@@ -762,3 +762,29 @@ async fn a_large_checkpoint_is_written_in_bounded_entries() {
         assert_eq!(replayed(node, "orders"), values, "node {}", node.id);
     }
 }
+
+/// A node added that never receives the log (it does not run) is not made a voter: the
+/// request fails naming it and it stays a learner. (openraft's own wait counts a learner
+/// within 5,000 entries of the leader as caught up, one that never answered too.)
+#[tokio::test]
+async fn a_node_added_that_never_catches_up_gets_no_vote() {
+    let nodes = three("add-absent", [SECRET; 3]).await;
+    let all: Vec<&Node> = nodes.iter().collect();
+    let leader = write_through_leader(&all, METADATA_GROUP, 1).await;
+    let leading = &nodes[leader as usize - 1];
+    let absent = TcpListener::bind("127.0.0.1:0").await.expect("binds");
+    let address = absent.local_addr().expect("bound").to_string();
+    drop(absent);
+    let error = leading
+        .log
+        .add_member(4, &address, Duration::from_millis(800))
+        .await
+        .expect_err("a node that does not run is not added");
+    assert!(error.contains("did not receive the log"), "{error}");
+    let view = leading.log.member_view().expect("runs");
+    assert_eq!(view.voters, vec![1, 2, 3]);
+    assert_eq!(view.learners, vec![4]);
+    for node in &nodes {
+        close(node).await;
+    }
+}

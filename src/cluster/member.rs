@@ -254,10 +254,21 @@ impl RaftLog {
         Some(groups.get(METADATA_GROUP)?.get()?.raft.clone())
     }
 
+    /// How long [`RaftLog::add_member`] waits for the new node to receive the log (under
+    /// the command line's 30 s request timeout).
+    pub const LEARNER_CATCH_UP: std::time::Duration = std::time::Duration::from_secs(25);
+
     /// Adds node `id` (its peer listener at `address`) to the cluster: first as a learner
     /// that receives the log until it has caught up, then as a voting member (Raft's joint
     /// consensus). This node must lead. Returns the new view.
-    pub async fn add_member(&self, id: u64, address: &str) -> Result<MemberView, String> {
+    /// Fails when the node has not received the log up to the entry that added it within
+    /// `within` (it stays a learner, without a vote).
+    pub async fn add_member(
+        &self,
+        id: u64,
+        address: &str,
+        within: std::time::Duration,
+    ) -> Result<MemberView, String> {
         let raft = self
             .running_member()
             .ok_or("the cluster's group does not run here")?;
@@ -265,9 +276,47 @@ impl RaftLog {
         if voters.contains(&id) {
             return Err(format!("node {id} is a member already"));
         }
-        raft.add_learner(id, openraft::BasicNode::new(address), true)
-            .await
-            .map_err(|error| format!("cannot add node {id} as a learner: {error}"))?;
+        let (learner, last) = {
+            let metrics = raft.metrics();
+            let metrics = metrics.borrow();
+            let learner = metrics
+                .membership_config
+                .membership()
+                .learner_ids()
+                .any(|learner| learner == id);
+            (learner, metrics.last_log_index.unwrap_or(0))
+        };
+        // A node added before that has not caught up yet is waited for again.
+        let wanted = if learner {
+            last
+        } else {
+            raft.add_learner(id, openraft::BasicNode::new(address), false)
+                .await
+                .map_err(|error| format!("cannot add node {id} as a learner: {error}"))?
+                .log_id
+                .index
+        };
+        // openraft's own wait counts a learner within 5,000 entries as caught up, one that
+        // never answered too: wait until it has the log up to the entry that added it.
+        let caught_up = raft
+            .wait(Some(within))
+            .metrics(
+                |metrics| {
+                    metrics
+                        .replication
+                        .as_ref()
+                        .and_then(|replication| replication.get(&id).copied().flatten())
+                        .is_some_and(|matched| matched.index >= wanted)
+                },
+                "the new node has the log",
+            )
+            .await;
+        if caught_up.is_err() {
+            return Err(format!(
+                "node {id} did not receive the log up to entry {wanted} within {} s (is it running, with [cluster] join = true, at {address}?): it stays a learner, without a vote; run add-node again once it runs",
+                within.as_secs_f64()
+            ));
+        }
         let mut next = voters;
         next.insert(id);
         raft.change_membership(next, false)

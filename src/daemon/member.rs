@@ -449,7 +449,8 @@ async fn cluster_request(
             .ok_or_else(|| "the cluster's group stopped".to_string()),
         ClusterRequest::Add { id, address } => {
             tracing::info!(node = id, %address, "adding a member to the cluster");
-            raft.add_member(id, &address).await
+            raft.add_member(id, &address, RaftLog::LEARNER_CATCH_UP)
+                .await
         }
         ClusterRequest::Remove { id } => {
             tracing::info!(node = id, "removing a member from the cluster");
