@@ -42,7 +42,7 @@ use crate::broker::entity::state::Change;
 use crate::broker::leadership::Leadership;
 use crate::broker::storage::{Durable, DurableLog, StorageError};
 use crate::config::ClusterConfig;
-use crate::store::codec::LogRecord;
+use crate::store::codec::{LogRecord, checkpoint_records, parts_of};
 use crate::store::log::StoreError;
 use crate::store::storage::{GroupLog, LogStorage};
 use log_store::{GroupStore, Pending};
@@ -994,30 +994,13 @@ impl DurableLog for RaftLog {
                 // AppendEntries request's timeout. Parts committed without the last (the
                 // leader stopped) are ignored at replay; the changes in between count.
                 let parts = propose::checkpoint_parts(changes, MAX_ENTRY_BYTES_IN_CLUSTER / 2);
-                let count = parts.len();
-                for (index, part) in parts.into_iter().enumerate() {
-                    let record = LogRecord::Checkpoint {
-                        entity: entity.clone(),
-                        first: index == 0,
-                        last: index + 1 == count,
-                        changes: part,
-                    };
+                for record in checkpoint_records(&entity, parts) {
                     self.write(&group, vec![record]).await?;
                 }
                 self.storage.checkpoint_done(&entity, epoch).await;
                 return Ok(());
             }
-            let parts = changes.len().div_ceil(CHECKPOINT_PART).max(1);
-            let mut records = Vec::with_capacity(parts);
-            let mut changes = changes.into_iter();
-            for index in 0..parts {
-                records.push(LogRecord::Checkpoint {
-                    entity: entity.clone(),
-                    first: index == 0,
-                    last: index + 1 == parts,
-                    changes: changes.by_ref().take(CHECKPOINT_PART).collect(),
-                });
-            }
+            let records = checkpoint_records(&entity, parts_of(changes, CHECKPOINT_PART));
             self.write(&group, records).await?;
             self.storage.checkpoint_done(&entity, epoch).await;
             Ok(())

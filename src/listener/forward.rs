@@ -180,7 +180,30 @@ const MAX_HEAD: usize = 16 * 1024;
 /// Reads on until `head` holds a whole HTTP request head (its blank line); `false` when the
 /// client closes, takes too long or sends too much.
 async fn read_head(client: &mut TcpStream, head: &mut Vec<u8>) -> bool {
-    let complete = |head: &[u8]| head.windows(4).any(|window| window == b"\r\n\r\n");
+    read_until(client, head, |head| {
+        head.windows(4).any(|window| window == b"\r\n\r\n")
+    })
+    .await
+}
+
+/// Reads on until `head` holds a GET request's whole first line, when what the first read
+/// returned is one cut short (so that its route is known before the connection is
+/// forwarded); `true` at once for anything else.
+async fn read_request_line(client: &mut TcpStream, head: &mut Vec<u8>) -> bool {
+    let get = head.starts_with(b"GET ") || b"GET ".starts_with(&head[..]);
+    if !get {
+        return true;
+    }
+    read_until(client, head, |head| head.contains(&b'\n')).await
+}
+
+/// Reads on until `complete(head)`; `false` when the client closes, takes too long or
+/// sends more than [`MAX_HEAD`].
+async fn read_until(
+    client: &mut TcpStream,
+    head: &mut Vec<u8>,
+    complete: impl Fn(&[u8]) -> bool,
+) -> bool {
     let reading = async {
         let mut buffer = [0u8; 4096];
         while !complete(head) {
@@ -228,6 +251,9 @@ async fn forward(mut client: TcpStream, port: u16, forwarding: Forwarding) {
         _ => return,
     };
     first.truncate(read);
+    if !read_request_line(&mut client, &mut first).await {
+        return;
+    }
     if (asks_for(&first, b"/health") || asks_for(&first, b"/metrics"))
         && !read_head(&mut client, &mut first).await
     {

@@ -109,6 +109,32 @@ const PARAMETER_GUID: u8 = 7;
 #[error("malformed log record: {0}")]
 pub struct DecodeError(String);
 
+/// An entity's checkpoint as records, one a part, the first and the last marked (a
+/// complete checkpoint replaces everything recorded for the entity before it).
+pub fn checkpoint_records(entity: &str, parts: Vec<Vec<Change>>) -> Vec<LogRecord> {
+    let count = parts.len();
+    parts
+        .into_iter()
+        .enumerate()
+        .map(|(index, changes)| LogRecord::Checkpoint {
+            entity: entity.to_string(),
+            first: index == 0,
+            last: index + 1 == count,
+            changes,
+        })
+        .collect()
+}
+
+/// `changes` cut into parts of `per_part` changes, in order (one empty part when there are
+/// none).
+pub fn parts_of(changes: Vec<Change>, per_part: usize) -> Vec<Vec<Change>> {
+    let count = changes.len().div_ceil(per_part).max(1);
+    let mut changes = changes.into_iter();
+    (0..count)
+        .map(|_| changes.by_ref().take(per_part).collect())
+        .collect()
+}
+
 /// Encodes a log record.
 pub fn encode(record: &LogRecord) -> Vec<u8> {
     let mut output = Vec::with_capacity(256);

@@ -499,16 +499,10 @@ impl LogStorage {
             replay.entities.into_iter().collect();
         entities.sort_by(|a, b| a.0.cmp(&b.0));
         for (entity, changes) in entities {
-            let parts = changes.len().div_ceil(SNAPSHOT_PART).max(1);
-            let mut changes = changes.into_iter();
-            for index in 0..parts {
-                records.push(LogRecord::Checkpoint {
-                    entity: entity.clone(),
-                    first: index == 0,
-                    last: index + 1 == parts,
-                    changes: changes.by_ref().take(SNAPSHOT_PART).collect(),
-                });
-            }
+            records.extend(codec::checkpoint_records(
+                &entity,
+                codec::parts_of(changes, SNAPSHOT_PART),
+            ));
         }
         if let Some(text) = replay.namespace {
             records.push(LogRecord::Namespace { text });

@@ -483,21 +483,15 @@ impl LogStorage {
         changes: Vec<Change>,
     ) -> Result<(), StoreError> {
         const PART: usize = 1024;
-        let parts = changes.len().div_ceil(PART).max(1);
-        let mut records = Vec::with_capacity(parts);
-        let mut bytes = 0;
-        let mut iterator = changes.into_iter();
-        for index in 0..parts {
-            let part: Vec<Change> = iterator.by_ref().take(PART).collect();
-            let encoded = codec::encode(&LogRecord::Checkpoint {
-                entity: entity.to_string(),
-                first: index == 0,
-                last: index + 1 == parts,
-                changes: part,
-            });
-            bytes += encoded.len() as u64;
-            records.push(encoded);
-        }
+        let records: Vec<Vec<u8>> =
+            codec::checkpoint_records(entity, codec::parts_of(changes, PART))
+                .iter()
+                .map(codec::encode)
+                .collect();
+        let bytes = records
+            .iter()
+            .map(|record| record.len() as u64)
+            .sum::<u64>();
         // One submission: the parts are written together, in order.
         self.inner
             .log

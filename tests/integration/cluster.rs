@@ -348,39 +348,6 @@ async fn send(address: SocketAddr, queue: &str, bodies: &[&str]) {
     connection.close().await.ok();
 }
 
-/// Receives `count` messages (peek-lock), completing each; with `nothing_more`, asserts
-/// nothing else comes within a short wait.
-async fn receive_some(
-    address: SocketAddr,
-    queue: &str,
-    count: usize,
-    nothing_more: bool,
-) -> Vec<String> {
-    let (mut connection, mut session) = connect(address).await;
-    let mut receiver = Receiver::attach(&mut session, "receiver", queue)
-        .await
-        .expect("a receiver attaches");
-    let mut bodies = Vec::new();
-    for _ in 0..count {
-        let delivery = receive(&mut receiver).await;
-        bodies.push(format!("{:?}", delivery.body()));
-        receiver.accept(&delivery).await.expect("completed");
-    }
-    if nothing_more {
-        let more = tokio::time::timeout(
-            Duration::from_millis(700),
-            receiver
-                .recv::<fe2o3_amqp::types::messaging::Body<fe2o3_amqp::types::primitives::Value>>(),
-        )
-        .await;
-        assert!(more.is_err(), "an unexpected message: {more:?}");
-    }
-    receiver.close().await.ok();
-    session.end().await.ok();
-    connection.close().await.ok();
-    bodies
-}
-
 /// Receives exactly `count` messages.
 async fn receive_all(address: SocketAddr, queue: &str, count: usize) -> Vec<String> {
     receive_some(address, queue, count, true).await
@@ -450,9 +417,9 @@ async fn every_node_reports_its_own_view_of_the_cluster() {
     };
     for (node, (status, view)) in cluster.nodes.iter().zip(views) {
         assert_eq!(status, 200, "{view}");
-        assert_eq!(view["status"], "healthy");
-        assert_eq!(view["cluster"]["node"].as_u64(), Some(node.id));
-        assert_eq!(view["cluster"]["leader"].as_u64(), Some(leader));
+        assert_eq!(view["status"], "healthy", "{view}");
+        assert_eq!(view["cluster"]["node"].as_u64(), Some(node.id), "{view}");
+        assert_eq!(view["cluster"]["leader"].as_u64(), Some(leader), "{view}");
         if node.id == leader {
             assert_eq!(view["cluster"]["role"], "leader");
             let members = view["cluster"]["members"].as_array().expect("members");
@@ -1121,7 +1088,7 @@ async fn send_pipelined(address: SocketAddr, queue: &str, bodies: &[String]) {
 /// (so that no other message is left locked), completing each; fewer when none comes for
 /// 5 s. With `nothing_more`, one credit more, and asserts nothing comes on it within a short
 /// wait. Their string bodies, in order.
-async fn complete_next(
+async fn receive_some(
     address: SocketAddr,
     queue: &str,
     count: usize,
@@ -1196,7 +1163,7 @@ async fn a_node_added_after_compaction_installs_the_snapshot_and_serves_what_is_
         send_pipelined(cluster.node(leader).address(), "orders", &bodies).await;
         sent.extend(bodies);
         let address = cluster.node(leader).address();
-        let bodies = complete_next(address, "orders", COMPLETED_PER_ROUND, false).await;
+        let bodies = receive_some(address, "orders", COMPLETED_PER_ROUND, false).await;
         assert_eq!(bodies.len(), COMPLETED_PER_ROUND, "round {round}");
         completed.extend(bodies);
     }
@@ -1294,7 +1261,7 @@ async fn a_node_added_after_compaction_installs_the_snapshot_and_serves_what_is_
         assert!(Instant::now() < deadline, "node {now} still leads");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let received = complete_next(cluster.node(4).address(), "orders", left.len(), true).await;
+    let received = receive_some(cluster.node(4).address(), "orders", left.len(), true).await;
     let name = |body: &String| body[..6].to_string();
     let missing: Vec<String> = left
         .iter()
