@@ -642,6 +642,8 @@ impl LogStorage {
             .expect("namespace lock")
             .is_some();
         let snapshots = self.inner.options.compact_by_snapshots;
+        // With snapshots the round ends in the compactor's task: no round starts meanwhile.
+        compaction.finishing = snapshots;
         if round.states.is_empty() && !snapshots && !direct_namespace {
             compaction.completed += 1;
             self.inner.log.delete_before(round.first_segment);
@@ -668,49 +670,43 @@ impl LogStorage {
     /// purges each group, then the older segments go (or, when a group could not be purged
     /// that far, stay for a later round).
     fn finish_by_snapshots(&self, finish: Finish) {
-        let Some(compactor) = self.compactor() else {
-            return;
+        let finished = |storage: &LogStorage| {
+            let mut compaction = storage.inner.compaction.lock().expect("compaction lock");
+            compaction.finishing = false;
         };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(
-                "cannot finish a log compaction outside the runtime: old log segments are kept"
-            );
+        let (Some(compactor), Ok(runtime)) =
+            (self.compactor(), tokio::runtime::Handle::try_current())
+        else {
+            tracing::warn!("cannot finish a log compaction here: old log segments are kept");
+            finished(self);
             return;
         };
         let storage = self.clone();
-        self.inner
-            .compaction
-            .lock()
-            .expect("compaction lock")
-            .finishing = true;
         runtime.spawn(async move {
-            let purged = compactor(finish.targets).await;
-            match purged {
+            match compactor(finish.targets).await {
                 Some(bytes) => {
                     storage.inner.live_bytes.store(bytes, Ordering::Relaxed);
                     // Every group's vote, membership and purge point as they are now, after
                     // the older segments' records of them.
-                    let states = storage.current_states();
-                    let written = storage.inner.log.append(states).await;
+                    let written = storage.inner.log.append(storage.current_states()).await;
                     storage.delete_after(
                         written.unwrap_or(Err(StoreError::Closed)),
                         finish.first_segment,
+                    );
+                }
+                None => {
+                    tracing::info!(
+                        "log compaction: a group was not purged past the round's start; its segments are kept for the next round"
                     );
                     storage
                         .inner
                         .compaction
                         .lock()
                         .expect("compaction lock")
-                        .finishing = false;
-                    return;
+                        .completed += 1;
                 }
-                None => tracing::info!(
-                    "log compaction: a group was not purged past the round's start; its segments are kept for the next round"
-                ),
             }
-            let mut compaction = storage.inner.compaction.lock().expect("compaction lock");
-            compaction.completed += 1;
-            compaction.finishing = false;
+            finished(&storage);
         });
     }
 
