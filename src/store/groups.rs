@@ -492,6 +492,14 @@ impl LogStorage {
         last: EntryId,
         membership: Option<(EntryId, Membership)>,
     ) -> Result<(SnapshotMeta, Vec<u8>), StoreError> {
+        let _writing = self.inner.snapshots.lock().expect("snapshots lock");
+        // A snapshot as new (installed while this one was asked for) stays: built from
+        // older entries over it, this one would claim less than it holds.
+        if let Some((meta, bytes)) = self.group_snapshot_bytes(group)?
+            && meta.last.index >= last.index
+        {
+            return Ok((meta, bytes));
+        }
         let log = self.group_log(group);
         let replay = self.replay_group_upto(group, &log, last.index)?;
         let mut records = Vec::with_capacity(replay.entities.len() + 1);
@@ -524,6 +532,7 @@ impl LogStorage {
         group: &str,
         bytes: &[u8],
     ) -> Result<SnapshotMeta, StoreError> {
+        let _writing = self.inner.snapshots.lock().expect("snapshots lock");
         let snapshot = snapshots::decode(bytes)?;
         if snapshot.meta.group != group {
             return Err(StoreError::Recovery(format!(
@@ -935,6 +944,49 @@ mod tests {
         let (storage, _) = LogStorage::open(StorageOptions::new(&directory)).expect("opens");
         assert!(!storage.keeps_entry_locations());
         assert!(storage.read_entries("g", 21, 23).expect("reads").is_empty());
+        storage.close();
+        let _ = std::fs::remove_dir_all(&directory);
+    }
+
+    /// A snapshot built from an older entry than the one installed meanwhile leaves the
+    /// installed one in place (built over it, it would claim less than it holds).
+    #[tokio::test]
+    async fn a_snapshot_built_from_older_entries_keeps_the_newer_one_installed() {
+        use crate::store::snapshots;
+        use crate::store::storage::StorageOptions;
+        let directory = crate::store::storage::test_support::scratch("snapshot-race");
+        let mut options = StorageOptions::new(&directory);
+        options.keep_entry_locations = true;
+        let (storage, _) = LogStorage::open(options).expect("opens");
+        for index in 1..=5u64 {
+            let records = turn(index as i64);
+            storage
+                .append_entries("g", [(id(1, index), NewEntry::Records(&records))])
+                .await
+                .expect("written")
+                .expect("durable");
+        }
+        let installed = snapshots::encode(
+            &SnapshotMeta {
+                group: "g".to_string(),
+                last: id(2, 9),
+                membership: None,
+            },
+            &turn(99),
+        );
+        storage
+            .install_group_snapshot("g", &installed)
+            .expect("installs");
+        let (meta, bytes) = storage
+            .snapshot_group("g", id(1, 5), None)
+            .expect("answers");
+        assert_eq!(meta.last, id(2, 9));
+        assert_eq!(bytes, installed);
+        let (meta, _) = storage
+            .group_snapshot_bytes("g")
+            .expect("reads")
+            .expect("a snapshot");
+        assert_eq!(meta.last, id(2, 9), "the installed snapshot stays");
         storage.close();
         let _ = std::fs::remove_dir_all(&directory);
     }

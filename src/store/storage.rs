@@ -222,6 +222,9 @@ struct Inner {
     direct_namespace: Mutex<Option<String>>,
     /// How a round ends with [`StorageOptions::compact_by_snapshots`].
     compactor: Mutex<Option<Compactor>>,
+    /// Held while a group's snapshot is built or installed: one built from an older entry
+    /// never replaces one installed meanwhile.
+    snapshots: Mutex<()>,
 }
 
 #[derive(Default)]
@@ -341,6 +344,7 @@ impl LogStorage {
                 groups: Mutex::new(recovery.groups.clone()),
                 direct_namespace: Mutex::new(None),
                 compactor: Mutex::new(None),
+                snapshots: Mutex::new(()),
             }),
         };
         Ok((storage, recovery))
