@@ -183,6 +183,18 @@ fn last_index(node: &Node, group: &str) -> Option<u64> {
         .map(|last| last.index)
 }
 
+/// Writes 1 to "orders" through the leader, waits until a follower holds it, and closes
+/// that follower: the member that is away while the others go on.
+async fn one_away(nodes: &[Node]) -> &Node {
+    let all: Vec<&Node> = nodes.iter().collect();
+    let leader = write_through_leader(&all, "orders", 1).await;
+    let away = nodes.iter().find(|node| node.id != leader).expect("two");
+    let index = last_index(&nodes[leader as usize - 1], "orders").expect("written");
+    holds(away, "orders", index).await;
+    close(away).await;
+    away
+}
+
 /// Warnings and errors logged while the returned guard lives (the test runs on one
 /// thread, so every task it spawns logs here).
 #[derive(Clone, Default)]
@@ -550,12 +562,7 @@ fn a_turns_records_cross_the_wire_unchanged() {
 #[tokio::test]
 async fn entries_a_member_lacks_are_read_back_from_the_log() {
     let nodes = three("read-back", [SECRET; 3]).await;
-    let all: Vec<&Node> = nodes.iter().collect();
-    let leader = write_through_leader(&all, "orders", 1).await;
-    let away = nodes.iter().find(|node| node.id != leader).expect("two");
-    let index = last_index(&nodes[leader as usize - 1], "orders").expect("written");
-    holds(away, "orders", index).await;
-    close(away).await;
+    let away = one_away(&nodes).await;
     let others: Vec<&Node> = nodes.iter().filter(|node| node.id != away.id).collect();
     write_through_leader(&others, "orders", 2).await;
     write_through_leader(&others, "orders", 3).await;
@@ -639,12 +646,7 @@ fn replayed(node: &Node, entity: &str) -> Vec<i64> {
 #[tokio::test]
 async fn a_member_behind_a_compaction_is_sent_the_snapshot() {
     let nodes = three("snapshot", [SECRET; 3]).await;
-    let all: Vec<&Node> = nodes.iter().collect();
-    let leader = write_through_leader(&all, "orders", 1).await;
-    let away = nodes.iter().find(|node| node.id != leader).expect("two");
-    let index = last_index(&nodes[leader as usize - 1], "orders").expect("written");
-    holds(away, "orders", index).await;
-    close(away).await;
+    let away = one_away(&nodes).await;
     let others: Vec<&Node> = nodes.iter().filter(|node| node.id != away.id).collect();
     write_through_leader(&others, "orders", 2).await;
     let leading = write_through_leader(&others, "orders", 3).await;

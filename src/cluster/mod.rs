@@ -561,31 +561,37 @@ impl RaftLog {
             };
             let raft = &running.raft;
             let index = target.index;
-            let waited = raft
-                .wait(Some(COMPACT_WAIT))
-                .metrics(
-                    |metrics| metrics.last_applied.is_some_and(|id| id.index >= index),
-                    "applied up to the round's start",
-                )
-                .await;
-            if let Err(error) = waited {
-                tracing::info!(group, index, %error, "log compaction: the group has not applied up to the round's start");
+            let reached =
+                |what: &'static str,
+                 reached: fn(&openraft::RaftMetrics<u64, BasicNode>, u64) -> bool| {
+                    let group = group.clone();
+                    async move {
+                        let waited = raft
+                            .wait(Some(COMPACT_WAIT))
+                            .metrics(|metrics| reached(metrics, index), what)
+                            .await;
+                        if let Err(error) = &waited {
+                            tracing::info!(group, index, %error, "log compaction: not {what}");
+                        }
+                        waited.is_ok()
+                    }
+                };
+            if !reached("applied up to the round's start", |metrics, index| {
+                metrics.last_applied.is_some_and(|id| id.index >= index)
+            })
+            .await
+            {
                 return None;
             }
-            let has_snapshot = |metrics: &openraft::RaftMetrics<u64, BasicNode>| {
+            let has_snapshot = |metrics: &openraft::RaftMetrics<u64, BasicNode>, index: u64| {
                 metrics.snapshot.is_some_and(|id| id.index >= index)
             };
-            if !has_snapshot(&raft.metrics().borrow()) {
+            if !has_snapshot(&raft.metrics().borrow(), index) {
                 if let Err(error) = raft.trigger().snapshot().await {
                     tracing::warn!(group, %error, "log compaction: cannot build a snapshot");
                     return None;
                 }
-                let built = raft
-                    .wait(Some(COMPACT_WAIT))
-                    .metrics(has_snapshot, "a snapshot past the round's start")
-                    .await;
-                if let Err(error) = built {
-                    tracing::warn!(group, index, %error, "log compaction: no snapshot was built");
+                if !reached("a snapshot past the round's start", has_snapshot).await {
                     return None;
                 }
             }
@@ -593,15 +599,12 @@ impl RaftLog {
                 tracing::warn!(group, %error, "log compaction: cannot purge the log");
                 return None;
             }
-            let purged = raft
-                .wait(Some(COMPACT_WAIT))
-                .metrics(
-                    |metrics| metrics.purged.is_some_and(|id| id.index >= index),
-                    "the log purged up to the round's start",
-                )
-                .await;
-            if let Err(error) = purged {
-                tracing::info!(group, index, %error, "log compaction: the log was not purged up to the round's start");
+            if !reached(
+                "the log purged up to the round's start",
+                |metrics, index| metrics.purged.is_some_and(|id| id.index >= index),
+            )
+            .await
+            {
                 return None;
             }
             // openraft may report the purge before its command reached the store: the
