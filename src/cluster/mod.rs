@@ -19,7 +19,9 @@
 //! Only this module names openraft (pinned in `Cargo.toml`), so an upgrade stays local. It
 //! leans on the core's port and the store, never the other way.
 
+mod compaction;
 mod convert;
+mod durable;
 mod log_store;
 mod member;
 mod network;
@@ -38,18 +40,19 @@ use openraft::{BasicNode, SnapshotPolicy};
 use tokio::net::TcpListener;
 use tokio::sync::{OnceCell, mpsc, oneshot, watch};
 
-use crate::broker::entity::state::Change;
 use crate::broker::leadership::Leadership;
-use crate::broker::storage::{Durable, DurableLog, StorageError};
+use crate::broker::storage::StorageError;
+// The tests' `use super::*` names these (the port's implementation is in `durable`).
+#[cfg(test)]
+use crate::broker::entity::state::Change;
+#[cfg(test)]
+use crate::broker::storage::DurableLog;
 use crate::config::ClusterConfig;
-use crate::store::codec::{LogRecord, checkpoint_records, parts_of};
+use crate::store::codec::LogRecord;
 use crate::store::log::StoreError;
 use crate::store::storage::{GroupLog, LogStorage};
 use log_store::{GroupStore, Pending};
-use propose::{
-    COMMANDS_PER_TURN_IN_CLUSTER, MAX_ENTRIES_PER_REQUEST, MAX_ENTRY_BYTES_IN_CLUSTER, Proposed,
-    Write, propose,
-};
+use propose::{MAX_ENTRIES_PER_REQUEST, MAX_ENTRY_BYTES_IN_CLUSTER, Proposed, Write, propose};
 use state_machine::GroupMachine;
 pub use state_machine::SnapshotStats;
 use types::GroupRaft;
@@ -229,9 +232,6 @@ impl std::fmt::Debug for RaftLog {
     }
 }
 
-/// Checkpoints are written in parts of this many changes (one entry holds them all).
-const CHECKPOINT_PART: usize = 1024;
-
 /// A group's Raft stops after this long without writes (restarting it takes ~0.2 ms).
 const GROUP_IDLE: Duration = Duration::from_secs(30);
 
@@ -256,10 +256,6 @@ const SNAPSHOT_CHUNK: u64 = 1 << 20;
 /// How long a member may take to take one chunk of a snapshot (the last one: to write and
 /// sync the whole file).
 const SNAPSHOT_CHUNK_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// How long a compaction round waits for a group to apply, snapshot and purge its log up to
-/// the round's start before it keeps the old segments for the next round.
-const COMPACT_WAIT: Duration = Duration::from_secs(60);
 
 /// Groups of several members never retire: a retired leader would stop its heartbeats and
 /// a retired follower would miss entries.
@@ -540,93 +536,6 @@ impl RaftLog {
     /// What this node's groups did with snapshots.
     pub fn snapshot_stats(&self) -> &SnapshotStats {
         &self.snapshots
-    }
-
-    /// A member's end of a compaction round (the store's [`crate::store::storage::Compactor`]):
-    /// each group applies up to its last entry before the round, builds a snapshot and
-    /// purges its log that far. Answers the snapshots' bytes once every group is purged that
-    /// far; `None` when one is not within [`COMPACT_WAIT`] (the round keeps the segments).
-    async fn compact(&self, targets: Vec<(String, crate::store::codec::EntryId)>) -> Option<u64> {
-        let mut bytes = 0;
-        for (group, target) in targets {
-            if self.stopped.load(Ordering::Acquire) {
-                return None;
-            }
-            let running = match self.group(&group).await {
-                Ok(running) => running,
-                Err(error) => {
-                    tracing::warn!(group, %error, "log compaction: the group cannot start");
-                    return None;
-                }
-            };
-            let raft = &running.raft;
-            let index = target.index;
-            let reached =
-                |what: &'static str,
-                 reached: fn(&openraft::RaftMetrics<u64, BasicNode>, u64) -> bool| {
-                    let group = group.clone();
-                    async move {
-                        let waited = raft
-                            .wait(Some(COMPACT_WAIT))
-                            .metrics(|metrics| reached(metrics, index), what)
-                            .await;
-                        if let Err(error) = &waited {
-                            tracing::info!(group, index, %error, "log compaction: not {what}");
-                        }
-                        waited.is_ok()
-                    }
-                };
-            if !reached("applied up to the round's start", |metrics, index| {
-                metrics.last_applied.is_some_and(|id| id.index >= index)
-            })
-            .await
-            {
-                return None;
-            }
-            let has_snapshot = |metrics: &openraft::RaftMetrics<u64, BasicNode>, index: u64| {
-                metrics.snapshot.is_some_and(|id| id.index >= index)
-            };
-            if !has_snapshot(&raft.metrics().borrow(), index) {
-                if let Err(error) = raft.trigger().snapshot().await {
-                    tracing::warn!(group, %error, "log compaction: cannot build a snapshot");
-                    return None;
-                }
-                if !reached("a snapshot past the round's start", has_snapshot).await {
-                    return None;
-                }
-            }
-            if let Err(error) = raft.trigger().purge_log(index).await {
-                tracing::warn!(group, %error, "log compaction: cannot purge the log");
-                return None;
-            }
-            if !reached(
-                "the log purged up to the round's start",
-                |metrics, index| metrics.purged.is_some_and(|id| id.index >= index),
-            )
-            .await
-            {
-                return None;
-            }
-            // openraft may report the purge before its command reached the store: the
-            // states the round writes before deleting segments must carry it.
-            let durable = async {
-                loop {
-                    let log = self.storage.group_log(&group);
-                    if log.purged.is_some_and(|purged| purged.index >= index) {
-                        break;
-                    }
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-            };
-            if tokio::time::timeout(COMPACT_WAIT, durable).await.is_err() {
-                return None;
-            }
-            bytes += self
-                .snapshots
-                .bytes
-                .load(std::sync::atomic::Ordering::Relaxed);
-        }
-        Some(bytes)
     }
 
     /// The group an entity's writes go to.
@@ -952,101 +861,6 @@ async fn report_replication(raft: GroupRaft, node: u64, pending: Arc<Mutex<Pendi
         if metrics.changed().await.is_err() {
             return;
         }
-    }
-}
-
-fn one_record(mut batch: Vec<(String, Vec<Change>)>) -> LogRecord {
-    if batch.len() == 1 {
-        let (entity, changes) = batch.remove(0);
-        LogRecord::Changes { entity, changes }
-    } else {
-        LogRecord::Batch { entries: batch }
-    }
-}
-
-impl DurableLog for RaftLog {
-    fn append(&self, batch: Vec<(String, Vec<Change>)>) -> Durable<'_> {
-        Box::pin(async move {
-            let Some((first, _)) = batch.first() else {
-                return Ok(());
-            };
-            let group = self.group_for(first).to_string();
-            self.write(&group, vec![one_record(batch)]).await
-        })
-    }
-
-    fn drop_entity(&self, entity: &str) -> Durable<'_> {
-        let entity = entity.to_string();
-        Box::pin(async move {
-            let record = LogRecord::Dropped {
-                entity: entity.clone(),
-            };
-            let result = self.write(self.group_for(&entity), vec![record]).await;
-            self.storage.unregister(&entity);
-            result
-        })
-    }
-
-    fn checkpoint(&self, entity: &str, epoch: u64, changes: Vec<Change>) -> Durable<'_> {
-        let entity = entity.to_string();
-        Box::pin(async move {
-            let group = self.group_for(&entity).to_string();
-            if self.cluster.is_some() {
-                // Each part in an entry of its own, bounded like any entry of a cluster: a
-                // whole checkpoint in one entry (megabytes) would outlast every
-                // AppendEntries request's timeout. Parts committed without the last (the
-                // leader stopped) are ignored at replay; the changes in between count.
-                let parts = propose::checkpoint_parts(changes, MAX_ENTRY_BYTES_IN_CLUSTER / 2);
-                for record in checkpoint_records(&entity, parts) {
-                    self.write(&group, vec![record]).await?;
-                }
-                self.storage.checkpoint_done(&entity, epoch).await;
-                return Ok(());
-            }
-            let records = checkpoint_records(&entity, parts_of(changes, CHECKPOINT_PART));
-            self.write(&group, records).await?;
-            self.storage.checkpoint_done(&entity, epoch).await;
-            Ok(())
-        })
-    }
-
-    fn save_namespace(&self, text: String) -> Durable<'_> {
-        Box::pin(async move {
-            let mut metadata = self.metadata.lock().await;
-            let record = LogRecord::Namespace { text: text.clone() };
-            self.write(METADATA_GROUP, vec![record]).await?;
-            metadata.text = Some(text);
-            let owed = metadata.owed.take();
-            drop(metadata);
-            if let Some(epoch) = owed {
-                self.storage.checkpoint_done(METADATA_GROUP, epoch).await;
-            }
-            Ok(())
-        })
-    }
-
-    fn has_room(&self) -> bool {
-        self.storage.has_room()
-    }
-
-    fn full_error(&self) -> String {
-        self.storage.full_error()
-    }
-
-    fn register(&self, entity: &str) {
-        self.storage.register(entity)
-    }
-
-    fn unregister(&self, entity: &str) {
-        self.storage.unregister(entity)
-    }
-
-    fn commands_per_turn(&self) -> Option<usize> {
-        self.cluster.as_ref().map(|_| COMMANDS_PER_TURN_IN_CLUSTER)
-    }
-
-    fn epochs(&self) -> watch::Receiver<u64> {
-        self.storage.epochs()
     }
 }
 

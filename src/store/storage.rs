@@ -4,12 +4,7 @@
 //! checkpoint when asked. Records are data ([`Change`]) that apply deterministically, so a
 //! replicated backend can implement the same interface (see `docs/scale-out.md`).
 //!
-//! Compaction: once the log on disk outgrows `max(compaction_min_bytes, 2 × the live data of
-//! the last round)`, a round starts: the writer moves to a new segment, every entity writes
-//! its whole durable state as a checkpoint into the log, and once all of them are durable
-//! the segments before the round are deleted. A checkpoint supersedes everything recorded
-//! for its entity before it, so recovery reads the newest complete checkpoint plus what
-//! follows it.
+//! Compaction (when a round starts, how it ends) is in `compaction.rs`.
 //!
 //! The namespace's run-time changes are a record of the log too ([`LogRecord::Namespace`],
 //! the metadata group's state in `crate::cluster`): recovery takes the newest, and each
@@ -17,13 +12,13 @@
 //! data directory from a build that kept them in [`NAMESPACE_FILE`] is read once and moved
 //! into the log at start ([`Recovery::namespace_file`]).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 
 use super::codec::{self, LogRecord};
 use super::log::{LogOptions, StoreError, WriteAheadLog};
@@ -165,6 +160,10 @@ impl Replay {
 #[path = "groups.rs"]
 mod groups;
 
+#[path = "compaction.rs"]
+mod compaction;
+use compaction::Compaction;
+
 /// The file in the data directory where builds before the metadata group kept the
 /// namespace's run-time changes; read (and then removed) at start only.
 pub const NAMESPACE_FILE: &str = "namespace.toml";
@@ -225,37 +224,6 @@ struct Inner {
     /// Held while a group's snapshot is built or installed: one built from an older entry
     /// never replaces one installed meanwhile.
     snapshots: Mutex<()>,
-}
-
-#[derive(Default)]
-struct Compaction {
-    /// Entities with an actor.
-    live: HashSet<String>,
-    /// A round in progress: the first segment of the round, and who has not checkpointed.
-    round: Option<Round>,
-    /// Rounds completed.
-    completed: u64,
-    /// With snapshots: a round's compactor is still at work (no round starts meanwhile).
-    finishing: bool,
-}
-
-/// A finished round's last steps: the groups' states, then the deletion.
-pub(super) struct Finish {
-    states: Vec<Vec<u8>>,
-    first_segment: u64,
-    /// With snapshots: each group's last entry before the round (purged by the compactor).
-    targets: Vec<(String, codec::EntryId)>,
-}
-
-struct Round {
-    epoch: u64,
-    first_segment: u64,
-    pending: HashSet<String>,
-    bytes: u64,
-    /// Every group's state as of the round's start: written before older segments go.
-    states: Vec<Vec<u8>>,
-    /// With snapshots: each group's last entry before the round.
-    targets: Vec<(String, codec::EntryId)>,
 }
 
 /// Free bytes of the file system holding `path`.
@@ -361,16 +329,6 @@ impl LogStorage {
             self.inner.log.append(vec![bytes])
         };
         answer.await.unwrap_or(Err(StoreError::Closed))
-    }
-
-    /// Writes a finished round's groups' states, and the namespace written on the direct
-    /// path (its newest text, after every earlier record of it).
-    fn submit_finish(&self, mut states: Vec<Vec<u8>>) -> oneshot::Receiver<Result<(), StoreError>> {
-        let namespace = self.inner.direct_namespace.lock().expect("namespace lock");
-        if let Some(text) = namespace.as_ref() {
-            states.push(codec::encode(&LogRecord::Namespace { text: text.clone() }));
-        }
-        self.inner.log.append(states)
     }
 
     /// The data directory.
@@ -515,254 +473,6 @@ impl LogStorage {
         Ok(())
     }
 
-    /// Compaction rounds completed.
-    pub fn compactions(&self) -> u64 {
-        self.inner
-            .compaction
-            .lock()
-            .expect("compaction lock")
-            .completed
-    }
-
-    /// Starts a compaction round now (tests, benchmarks); the answer comes once the round
-    /// has started (entities are asked for checkpoints).
-    pub async fn compact(&self) -> Result<(), StoreError> {
-        {
-            let compaction = self.inner.compaction.lock().expect("compaction lock");
-            if compaction.round.is_some() {
-                return Ok(());
-            }
-        }
-        let snapshots = self.inner.options.compact_by_snapshots;
-        if snapshots
-            && (self.compactor().is_none()
-                || self
-                    .inner
-                    .compaction
-                    .lock()
-                    .expect("compaction lock")
-                    .finishing)
-        {
-            return Ok(());
-        }
-        // The groups' purge points are their last entries before the new segment: taken
-        // while no group can submit entries, with the rotation submitted in the same hold.
-        // With snapshots they are what each group's log must be purged to instead.
-        let (rotated, states, targets) = {
-            let groups = self.inner.groups.lock().expect("groups lock");
-            let rotated = self.inner.log.rotate();
-            if snapshots {
-                (rotated, Vec::new(), LogStorage::group_targets(&groups))
-            } else {
-                (rotated, LogStorage::group_states(&groups), Vec::new())
-            }
-        };
-        let first_segment = rotated.await.unwrap_or(Err(StoreError::Closed))?;
-        let mut compaction = self.inner.compaction.lock().expect("compaction lock");
-        if compaction.round.is_some() {
-            return Ok(());
-        }
-        let epoch = *self.inner.epoch.borrow() + 1;
-        compaction.round = Some(Round {
-            epoch,
-            first_segment,
-            pending: compaction.live.clone(),
-            bytes: 0,
-            states,
-            targets,
-        });
-        self.inner.epoch.send_replace(epoch);
-        let finish = self.finish_round_if_done(&mut compaction);
-        drop(compaction);
-        self.finish_in_background(finish);
-        Ok(())
-    }
-
-    /// Starts a round when the log on disk has outgrown the live data.
-    /// A round also waits until at least the live data (half the minimum, at least) has
-    /// been written since the last round ended: the old segments' deletion lags the round's
-    /// end (the groups' states are written first), and a round that started on the bytes
-    /// about to go would rewrite the whole live backlog again and again.
-    fn maybe_compact(&self) {
-        let statistics = self.inner.log.statistics();
-        let on_disk = statistics.disk_bytes.load(Ordering::Relaxed);
-        let live = self.inner.live_bytes.load(Ordering::Relaxed);
-        let threshold = self.inner.options.compaction_min_bytes.max(2 * live);
-        if on_disk < threshold {
-            return;
-        }
-        let written_since = statistics
-            .bytes
-            .load(Ordering::Relaxed)
-            .saturating_sub(self.inner.written_at_round_end.load(Ordering::Relaxed));
-        if written_since < live.max(self.inner.options.compaction_min_bytes / 2) {
-            return;
-        }
-        if self
-            .inner
-            .compaction
-            .lock()
-            .expect("compaction lock")
-            .round
-            .is_some()
-        {
-            return;
-        }
-        let storage = self.clone();
-        tokio::spawn(async move {
-            if let Err(error) = storage.compact().await {
-                tracing::warn!(%error, "cannot start a log compaction");
-            }
-        });
-    }
-
-    /// Ends the round if every entity has checkpointed; what is left to do when the groups'
-    /// states must be written first.
-    #[must_use]
-    fn finish_round_if_done(&self, compaction: &mut Compaction) -> Option<Finish> {
-        let done = compaction
-            .round
-            .as_ref()
-            .is_some_and(|round| round.pending.is_empty());
-        if !done {
-            return None;
-        }
-        let round = compaction.round.take()?;
-        self.inner.live_bytes.store(round.bytes, Ordering::Relaxed);
-        let written = self.inner.log.statistics().bytes.load(Ordering::Relaxed);
-        self.inner
-            .written_at_round_end
-            .store(written, Ordering::Relaxed);
-        tracing::debug!(
-            epoch = round.epoch,
-            live = round.bytes,
-            "log compaction: segments before {} superseded",
-            round.first_segment
-        );
-        let direct_namespace = self
-            .inner
-            .direct_namespace
-            .lock()
-            .expect("namespace lock")
-            .is_some();
-        let snapshots = self.inner.options.compact_by_snapshots;
-        // With snapshots the round ends in the compactor's task: no round starts meanwhile.
-        compaction.finishing = snapshots;
-        if round.states.is_empty() && !snapshots && !direct_namespace {
-            compaction.completed += 1;
-            self.inner.log.delete_before(round.first_segment);
-            return None;
-        }
-        Some(Finish {
-            states: round.states,
-            first_segment: round.first_segment,
-            targets: round.targets,
-        })
-    }
-
-    fn compactor(&self) -> Option<Compactor> {
-        self.inner.compactor.lock().expect("compactor lock").clone()
-    }
-
-    /// Sets how rounds end with [`StorageOptions::compact_by_snapshots`] (rounds start only
-    /// once it is set).
-    pub fn set_compactor(&self, compactor: Compactor) {
-        *self.inner.compactor.lock().expect("compactor lock") = Some(compactor);
-    }
-
-    /// Ends a round with snapshots, in a task of its own: the compactor snapshots and
-    /// purges each group, then the older segments go (or, when a group could not be purged
-    /// that far, stay for a later round).
-    fn finish_by_snapshots(&self, finish: Finish) {
-        let finished = |storage: &LogStorage| {
-            let mut compaction = storage.inner.compaction.lock().expect("compaction lock");
-            compaction.finishing = false;
-        };
-        let (Some(compactor), Ok(runtime)) =
-            (self.compactor(), tokio::runtime::Handle::try_current())
-        else {
-            tracing::warn!("cannot finish a log compaction here: old log segments are kept");
-            finished(self);
-            return;
-        };
-        let storage = self.clone();
-        runtime.spawn(async move {
-            match compactor(finish.targets).await {
-                Some(bytes) => {
-                    storage.inner.live_bytes.store(bytes, Ordering::Relaxed);
-                    // Every group's vote, membership and purge point as they are now, after
-                    // the older segments' records of them.
-                    let written = storage.inner.log.append(storage.current_states()).await;
-                    storage.delete_after(
-                        written.unwrap_or(Err(StoreError::Closed)),
-                        finish.first_segment,
-                    );
-                }
-                None => {
-                    tracing::info!(
-                        "log compaction: a group was not purged past the round's start; its segments are kept for the next round"
-                    );
-                    storage
-                        .inner
-                        .compaction
-                        .lock()
-                        .expect("compaction lock")
-                        .completed += 1;
-                }
-            }
-            finished(&storage);
-        });
-    }
-
-    /// Ends a finished round whose groups' states (and namespace) must be durable before
-    /// older segments go: writes them, then deletes the segments (a later write is ordered
-    /// after it).
-    pub(super) async fn finish(&self, finish: Finish) {
-        if self.inner.options.compact_by_snapshots {
-            self.finish_by_snapshots(finish);
-            return;
-        }
-        let written = self.submit_finish(finish.states).await;
-        self.delete_after(
-            written.unwrap_or(Err(StoreError::Closed)),
-            finish.first_segment,
-        );
-    }
-
-    fn delete_after(&self, written: Result<(), StoreError>, first_segment: u64) {
-        match written {
-            Ok(()) => self.inner.log.delete_before(first_segment),
-            Err(error) => {
-                tracing::warn!(%error, "cannot write the groups' states: old log segments are kept");
-            }
-        }
-        self.inner
-            .compaction
-            .lock()
-            .expect("compaction lock")
-            .completed += 1;
-    }
-
-    /// [`LogStorage::finish`] where the caller cannot wait (an entity stopped).
-    fn finish_in_background(&self, finish: Option<Finish>) {
-        let Some(finish) = finish else { return };
-        if self.inner.options.compact_by_snapshots {
-            self.finish_by_snapshots(finish);
-            return;
-        }
-        let written = self.submit_finish(finish.states);
-        let storage = self.clone();
-        let spawned = std::thread::Builder::new()
-            .name("ferrobus-compaction".to_string())
-            .spawn(move || {
-                let written = written.blocking_recv().unwrap_or(Err(StoreError::Closed));
-                storage.delete_after(written, finish.first_segment);
-            });
-        if let Err(error) = spawned {
-            tracing::warn!(%error, "cannot finish a log compaction: old log segments are kept");
-        }
-    }
-
     /// Stops the writer after what was submitted, and releases the directory; logs what
     /// the log did (benchmarks read this line).
     pub fn close(&self) {
@@ -896,202 +606,5 @@ pub(crate) mod test_support {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    use super::test_support::{counters, next, scratch};
-
-    /// A batch of several entities is one record: each entity recovers its part, in order
-    /// with its other records, and a checkpoint in progress takes its part too.
-    #[tokio::test]
-    async fn a_batch_recovers_each_entity_its_part() {
-        let directory = scratch("batch");
-        {
-            let (storage, _) = LogStorage::open(StorageOptions::new(&directory)).expect("opens");
-            storage
-                .append("t/subscriptions/a", vec![next(1)])
-                .await
-                .expect("durable");
-            storage
-                .append_batch(vec![
-                    ("t".into(), vec![next(7)]),
-                    ("t/subscriptions/a".into(), vec![next(2)]),
-                    ("t/subscriptions/b".into(), vec![next(3)]),
-                ])
-                .await
-                .expect("durable");
-            assert_eq!(
-                storage.log().statistics().records.load(Ordering::Relaxed),
-                2
-            );
-            storage.close();
-        }
-        let (storage, recovery) =
-            LogStorage::open(StorageOptions::new(&directory)).expect("reopens");
-        storage.close();
-        assert_eq!(recovery.records, 2);
-        assert_eq!(counters(&recovery.entities["t"]), [7]);
-        assert_eq!(counters(&recovery.entities["t/subscriptions/a"]), [1, 2]);
-        assert_eq!(counters(&recovery.entities["t/subscriptions/b"]), [3]);
-        let _ = std::fs::remove_dir_all(&directory);
-    }
-
-    /// A complete checkpoint replaces what came before it; records after it apply on top;
-    /// a checkpoint cut off by a crash (first part without the last) is ignored; a dropped
-    /// entity is forgotten.
-    #[tokio::test]
-    async fn recovery_reads_the_newest_complete_checkpoint_and_what_follows() {
-        let directory = scratch("checkpoints");
-        {
-            let (storage, recovery) =
-                LogStorage::open(StorageOptions::new(&directory)).expect("opens");
-            assert!(recovery.entities.is_empty());
-            storage.register("q");
-            storage.append("q", vec![next(2)]).await.expect("durable");
-            storage
-                .checkpoint("q", 1, vec![next(10)])
-                .await
-                .expect("durable");
-            storage.append("q", vec![next(11)]).await.expect("durable");
-            // A checkpoint whose last part never made it to disk.
-            let torn = codec::encode(&LogRecord::Checkpoint {
-                entity: "q".into(),
-                first: true,
-                last: false,
-                changes: vec![next(99)],
-            });
-            storage
-                .log()
-                .append(vec![torn])
-                .await
-                .expect("answered")
-                .expect("durable");
-            storage
-                .append("gone", vec![next(5)])
-                .await
-                .expect("durable");
-            storage.drop_entity("gone").await.expect("durable");
-            storage.close();
-        }
-        let (storage, recovery) =
-            LogStorage::open(StorageOptions::new(&directory)).expect("reopens");
-        assert_eq!(counters(&recovery.entities["q"]), vec![10, 11]);
-        assert!(!recovery.entities.contains_key("gone"));
-        storage.close();
-        let _ = std::fs::remove_dir_all(&directory);
-    }
-
-    /// A compaction round deletes the segments before it once every registered entity has
-    /// written its checkpoint, and recovery afterwards still has every entity's state.
-    #[tokio::test]
-    async fn a_compaction_round_deletes_old_segments_only_after_every_checkpoint() {
-        let directory = scratch("round");
-        let (storage, _) = LogStorage::open(StorageOptions::new(&directory)).expect("opens");
-        storage.register("a");
-        storage.register("b");
-        storage.append("a", vec![next(3)]).await.expect("durable");
-        storage.append("b", vec![next(4)]).await.expect("durable");
-        storage.compact().await.expect("round started");
-        let epoch = *storage.epochs().borrow();
-        storage
-            .checkpoint("a", epoch, vec![next(3)])
-            .await
-            .expect("durable");
-        assert_eq!(storage.compactions(), 0, "b has not checkpointed yet");
-        assert!(directory.join(super::super::segment::file_name(0)).exists());
-        storage
-            .checkpoint("b", epoch, vec![next(4)])
-            .await
-            .expect("durable");
-        assert_eq!(storage.compactions(), 1);
-        // Deletion happens on the writer thread; a later append is ordered after it.
-        storage.append("a", vec![next(7)]).await.expect("durable");
-        assert!(!directory.join(super::super::segment::file_name(0)).exists());
-        storage.close();
-        let (storage, recovery) =
-            LogStorage::open(StorageOptions::new(&directory)).expect("reopens");
-        assert_eq!(counters(&recovery.entities["a"]), vec![3, 7]);
-        assert_eq!(counters(&recovery.entities["b"]), vec![4]);
-        storage.close();
-        let _ = std::fs::remove_dir_all(&directory);
-    }
-
-    /// Waits until `rounds` compaction rounds have completed (the last steps of a round
-    /// without entities run on a thread of their own).
-    fn wait_for_rounds(storage: &LogStorage, rounds: u64) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while storage.compactions() < rounds {
-            assert!(Instant::now() < deadline, "round {rounds} completes");
-            std::thread::sleep(Duration::from_millis(2));
-        }
-    }
-
-    /// On the direct path the namespace's text is a record of the log: the newest wins at
-    /// recovery, and a compaction round writes it again before the old segments go.
-    #[tokio::test]
-    async fn the_namespace_written_straight_to_the_log_survives_compaction() {
-        let directory = scratch("namespace-direct");
-        {
-            let (storage, recovery) =
-                LogStorage::open(StorageOptions::new(&directory)).expect("opens");
-            assert_eq!(recovery.namespace, None);
-            storage
-                .save_namespace("[[queues]]\nname = \"first\"\n".into())
-                .await
-                .expect("durable");
-            storage
-                .save_namespace("[[queues]]\nname = \"second\"\n".into())
-                .await
-                .expect("durable");
-            storage.compact().await.expect("round started");
-            wait_for_rounds(&storage, 1);
-            storage.append("q", vec![next(1)]).await.expect("durable");
-            assert!(!directory.join(super::super::segment::file_name(0)).exists());
-            assert!(!directory.join(NAMESPACE_FILE).exists());
-            storage.close();
-        }
-        let (storage, recovery) =
-            LogStorage::open(StorageOptions::new(&directory)).expect("reopens");
-        storage.close();
-        assert_eq!(
-            recovery.namespace.as_deref(),
-            Some("[[queues]]\nname = \"second\"\n")
-        );
-        assert_eq!(recovery.namespace_file, None);
-        let _ = std::fs::remove_dir_all(&directory);
-    }
-
-    /// A `namespace.toml` left by an older build is read at start and wins over the log
-    /// (a start that moved it into the log and crashed before removing it reads it again);
-    /// once it is removed the log's text is read.
-    #[tokio::test]
-    async fn a_namespace_file_from_an_older_build_wins_until_it_is_removed() {
-        let directory = scratch("namespace-file");
-        {
-            let (storage, _) = LogStorage::open(StorageOptions::new(&directory)).expect("opens");
-            storage
-                .save_namespace("logged".into())
-                .await
-                .expect("durable");
-            storage.close();
-        }
-        let file = directory.join(NAMESPACE_FILE);
-        std::fs::write(&file, "from the file").expect("written");
-        let (storage, mut recovery) =
-            LogStorage::open(StorageOptions::new(&directory)).expect("reopens");
-        storage.close();
-        assert_eq!(recovery.namespace.as_deref(), Some("from the file"));
-        assert_eq!(recovery.namespace_file.as_deref(), Some(file.as_path()));
-        assert!(!recovery.namespace_reset);
-        recovery.reset_runtime_changes();
-        assert_eq!(recovery.namespace.as_deref(), Some(""));
-        assert!(recovery.namespace_reset);
-        remove_namespace_file(&file).expect("removed");
-        let (storage, recovery) =
-            LogStorage::open(StorageOptions::new(&directory)).expect("reopens");
-        storage.close();
-        assert_eq!(recovery.namespace.as_deref(), Some("logged"));
-        assert_eq!(recovery.namespace_file, None);
-        let _ = std::fs::remove_dir_all(&directory);
-    }
-}
+#[path = "storage_tests.rs"]
+mod tests;
