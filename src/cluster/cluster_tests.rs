@@ -359,6 +359,23 @@ async fn the_other_two_elect_a_leader_when_the_leader_stops() {
     }
 }
 
+/// The client's half of a peer handshake as a member configured with no entities or keys
+/// (as [`RaftLog::new_cluster`]'s are) holding `secret`.
+async fn peer_handshake(
+    stream: &mut TcpStream,
+    node: u64,
+    target: u64,
+    secret: &[u8],
+) -> Result<(), String> {
+    peer::connect_handshake(
+        stream,
+        node,
+        target,
+        (secret, &peer::definitions(secret, "")),
+    )
+    .await
+}
+
 /// A member without the cluster's secret is refused both ways: its handshake fails, the
 /// refusal is logged with its address, and the group goes on without it.
 #[tokio::test]
@@ -376,7 +393,7 @@ async fn a_peer_without_the_secret_is_refused_and_cannot_join() {
     let mut stream = TcpStream::connect(&nodes[0].address)
         .await
         .expect("connects");
-    let refused = peer::connect_handshake(&mut stream, 3, 1, b"another secret").await;
+    let refused = peer_handshake(&mut stream, 3, 1, b"another secret").await;
     assert!(refused.is_err(), "the wrong secret is refused");
 
     let outsider = &nodes[2];
@@ -409,7 +426,7 @@ async fn a_frame_over_the_limit_closes_the_connection() {
     let mut stream = TcpStream::connect(&nodes[0].address)
         .await
         .expect("connects");
-    peer::connect_handshake(&mut stream, 2, 1, SECRET)
+    peer_handshake(&mut stream, 2, 1, SECRET)
         .await
         .expect("the secret is accepted");
     let length = u32::try_from(peer::MAX_FRAME + 1).expect("fits");
@@ -448,7 +465,7 @@ async fn a_peer_that_is_not_the_member_expected_is_refused() {
         let address = nodes[0].address.clone();
         async move {
             let mut stream = TcpStream::connect(&address).await.expect("connects");
-            peer::connect_handshake(&mut stream, node, target, SECRET).await
+            peer_handshake(&mut stream, node, target, SECRET).await
         }
     };
     let stranger = handshake(9, 1).await.expect_err("a non-member is refused");
@@ -480,6 +497,53 @@ async fn a_peer_that_is_not_the_member_expected_is_refused() {
     }
 }
 
+/// Holding the secret is not enough either when the two members are configured with other
+/// entities or keys: the server refuses the client, both sides say why, and a client
+/// configured alike is accepted.
+#[tokio::test]
+async fn a_peer_configured_with_other_entities_is_refused() {
+    let (captured, _guard) = Captured::start();
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("binds");
+    let address = listener.local_addr().expect("bound");
+    let ours = "[[queues]]\nname = \"orders\"\n";
+    let local: peer::Local =
+        Arc::new(|_group: String| Box::pin(async { Err("no groups here".to_string()) }));
+    let task = peer::serve(
+        listener,
+        peer::Serving {
+            node: 1,
+            members: Arc::new(std::sync::RwLock::new([1, 2].into_iter().collect())),
+            secret: SECRET.into(),
+            definitions: peer::definitions(SECRET, ours),
+            max_frame: peer::MAX_FRAME,
+            timeouts: (peer::FRAME_TIMEOUT, peer::IDLE_TIMEOUT),
+            local,
+            drain: Arc::default(),
+        },
+    );
+    let greet = |text: &'static str| async move {
+        let mut stream = TcpStream::connect(address).await.expect("connects");
+        let definitions = peer::definitions(SECRET, text);
+        peer::connect_handshake(&mut stream, 2, 1, (SECRET, &definitions)).await
+    };
+    let refused = greet("[[queues]]\nname = \"payments\"\n")
+        .await
+        .expect_err("other entities are refused");
+    assert!(
+        refused.contains("node 1 refused this node: it is configured with other entities or keys")
+            && refused.contains("[[auth.keys]]"),
+        "{refused}"
+    );
+    greet(ours).await.expect("the same entities are accepted");
+    let text = captured.text();
+    assert!(
+        text.contains("refused a peer connection")
+            && text.contains("node 2 is configured with other entities or keys than this node"),
+        "the server logs why: {text}"
+    );
+    task.abort();
+}
+
 /// A served connection that stalls in the middle of a frame, or sends no frame at all, is
 /// closed after its timeout (logged), so a stalled or paused peer gives its slot back.
 #[tokio::test]
@@ -495,6 +559,7 @@ async fn a_stalled_or_silent_peer_connection_is_closed() {
             node: 1,
             members: Arc::new(std::sync::RwLock::new([1, 2].into_iter().collect())),
             secret: SECRET.into(),
+            definitions: peer::definitions(SECRET, ""),
             max_frame: peer::MAX_FRAME,
             timeouts: (Duration::from_millis(200), Duration::from_millis(600)),
             local,
@@ -503,7 +568,7 @@ async fn a_stalled_or_silent_peer_connection_is_closed() {
     );
     // A frame's length, then only part of its body.
     let mut stalled = TcpStream::connect(address).await.expect("connects");
-    peer::connect_handshake(&mut stalled, 2, 1, SECRET)
+    peer_handshake(&mut stalled, 2, 1, SECRET)
         .await
         .expect("accepted");
     stalled
@@ -513,7 +578,7 @@ async fn a_stalled_or_silent_peer_connection_is_closed() {
     stalled.write_all(&[0u8; 10]).await.expect("sent");
     // Nothing at all after the handshake.
     let mut silent = TcpStream::connect(address).await.expect("connects");
-    peer::connect_handshake(&mut silent, 2, 1, SECRET)
+    peer_handshake(&mut silent, 2, 1, SECRET)
         .await
         .expect("accepted");
     for stream in [&mut stalled, &mut silent] {

@@ -302,26 +302,29 @@ impl RaftLog {
         secret: &[u8],
         listener: TcpListener,
     ) -> Result<Arc<RaftLog>, String> {
-        RaftLog::cluster_with(storage, groups, settings, secret, listener, false)
+        RaftLog::cluster_with(storage, groups, settings, (secret, ""), listener, false)
     }
 
     /// [`RaftLog::new_cluster`] with every entity's writes in the metadata group: one
     /// leader for the whole namespace, how a cluster member runs today (`member`).
+    /// `credentials` are the cluster secret and this node's entities and keys as
+    /// [`crate::config::render::definitions`] renders them: a peer configured with others
+    /// is refused (`peer`).
     pub fn new_member(
         storage: LogStorage,
         groups: &HashMap<String, GroupLog>,
         settings: ClusterConfig,
-        secret: &[u8],
+        credentials: (&[u8], &str),
         listener: TcpListener,
     ) -> Result<Arc<RaftLog>, String> {
-        RaftLog::cluster_with(storage, groups, settings, secret, listener, true)
+        RaftLog::cluster_with(storage, groups, settings, credentials, listener, true)
     }
 
     fn cluster_with(
         storage: LogStorage,
         groups: &HashMap<String, GroupLog>,
         settings: ClusterConfig,
-        secret: &[u8],
+        (secret, definitions): (&[u8], &str),
         listener: TcpListener,
         single_group: bool,
     ) -> Result<Arc<RaftLog>, String> {
@@ -361,11 +364,12 @@ impl RaftLog {
                 .map(|member| member.id)
                 .collect::<std::collections::BTreeSet<u64>>(),
         ));
+        let definitions = peer::definitions(secret, definitions);
         let secret: Arc<[u8]> = secret.into();
         let drain: peer::DrainHook = Arc::default();
         let peers = Arc::new(peer::Peers::new(
             settings.node_id,
-            secret.clone(),
+            (secret.clone(), definitions),
             peer::MAX_FRAME,
         ));
         let cluster = Cluster {
@@ -413,6 +417,7 @@ impl RaftLog {
                 node: settings_node,
                 members: accepted,
                 secret,
+                definitions,
                 max_frame: peer::MAX_FRAME,
                 timeouts: (peer::FRAME_TIMEOUT, peer::IDLE_TIMEOUT),
                 local,

@@ -7,17 +7,22 @@
 //! secret without sending it (HMAC-SHA256 over both sides' fresh nonces):
 //!
 //! 1. client → server: [`MAGIC`], the client's node id (8 bytes, big-endian), its nonce
-//!    (32 bytes);
+//!    (32 bytes), its [`Definitions`] (32 bytes);
 //! 2. server → client: the server's nonce, its node id (8 bytes), then `HMAC(secret,
 //!    "server" ‖ client id ‖ server id ‖ client nonce ‖ server nonce)`;
 //! 3. client → server: `HMAC(secret, "client" ‖ client id ‖ server id ‖ client nonce ‖
-//!    server nonce)`;
-//! 4. server → client: one byte, [`ACCEPTED`].
+//!    server nonce ‖ client definitions)`;
+//! 4. server → client: one byte, [`ACCEPTED`], or [`DIFFERENT_DEFINITIONS`] when the
+//!    client's definitions are not the server's.
 //!
 //! Besides the secret, each side checks who the other is: the server refuses a client whose
 //! id is not one of the cluster's members or is its own, and the client refuses a server
 //! that is not the member it dialed (two members configured with each other's address, or
-//! with the same id). A side whose check fails closes the connection and logs a warning
+//! with the same id). Both must also be configured with the same entities and keys: a
+//! node's [`Definitions`] is an HMAC under the secret of its configuration's `[[queues]]`,
+//! `[[topics]]` and `[[auth.keys]]` (see [`crate::config::render::definitions`]), so a
+//! member started with a different file is refused, by name, instead of serving other
+//! entities when it leads. A side whose check fails closes the connection and logs a warning
 //! naming the other side's address. Then both ways carry frames: a length (4 bytes, big-endian, at most
 //! the frame limit; a bigger one closes the connection) and a CBOR body, a [`Request`]
 //! from the client (an id, the group's name, openraft's AppendEntries, Vote or
@@ -61,10 +66,28 @@ use tokio::task::{AbortHandle, JoinSet};
 use super::types::{GroupRaft, TypeConfig};
 
 /// The first bytes of a connection: the protocol and its version.
-pub(super) const MAGIC: &[u8; 8] = b"FBRAFT2\0";
+pub(super) const MAGIC: &[u8; 8] = b"FBRAFT3\0";
 
 /// The server's last handshake byte: the client is accepted.
 const ACCEPTED: u8 = 1;
+
+/// The server's last handshake byte: the client proved the secret, but its entities and
+/// keys differ from the server's.
+const DIFFERENT_DEFINITIONS: u8 = 2;
+
+/// A digest of a node's configured entities and keys (see [`definitions`]).
+pub(crate) type Definitions = [u8; 32];
+
+/// The [`Definitions`] of a configuration whose entities and keys render as `text`
+/// ([`crate::config::render::definitions`]): an HMAC under the cluster secret, so that the
+/// digest (sent before the peer proved the secret) tells no one without it anything about
+/// the keys.
+pub(crate) fn definitions(secret: &[u8], text: &str) -> Definitions {
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes keys of any length");
+    mac.update(b"definitions");
+    mac.update(text.as_bytes());
+    mac.finalize().into_bytes().into()
+}
 
 /// The largest frame either side reads or writes by default (openraft sends at most 300
 /// entries in one AppendEntries; an entry holds up to 256 writes).
@@ -87,6 +110,10 @@ pub(super) const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 const NONCE: usize = 32;
 const MAC: usize = 32;
+
+/// What a [`DIFFERENT_DEFINITIONS`] refusal compares, for its message.
+const DIFFERENT: &str =
+    "the [[queues]], [[topics]] and [[auth.keys]] of the configuration files differ";
 
 /// A request to a peer's group.
 #[derive(Serialize, Deserialize)]
@@ -234,6 +261,8 @@ pub(super) struct Serving {
     /// membership): only they are served.
     pub(super) members: Arc<std::sync::RwLock<std::collections::BTreeSet<u64>>>,
     pub(super) secret: Arc<[u8]>,
+    /// This node's entities and keys: a client with others is refused.
+    pub(super) definitions: Definitions,
     pub(super) max_frame: usize,
     /// How long a frame's body may take ([`FRAME_TIMEOUT`]) and a connection may stay
     /// without a frame ([`IDLE_TIMEOUT`]).
@@ -279,7 +308,7 @@ pub(super) fn serve(listener: TcpListener, serving: Serving) -> tokio::task::Joi
 /// is one of the other members.
 async fn accept_handshake(stream: &mut TcpStream, serving: &Serving) -> Result<u64, String> {
     let (secret, server) = (&serving.secret[..], serving.node);
-    let mut hello = [0u8; 8 + 8 + NONCE];
+    let mut hello = [0u8; 8 + 8 + NONCE + MAC];
     stream
         .read_exact(&mut hello)
         .await
@@ -288,7 +317,8 @@ async fn accept_handshake(stream: &mut TcpStream, serving: &Serving) -> Result<u
         return Err("not a ferrobus peer of this version (wrong greeting)".to_string());
     }
     let client = u64::from_be_bytes(hello[8..16].try_into().expect("8 bytes"));
-    let theirs = &hello[16..];
+    let theirs = &hello[16..16 + NONCE];
+    let their_definitions = &hello[16 + NONCE..];
     let ours = nonce()?;
     let proof = mac(secret, b"server", (client, server), theirs, &ours).finalize();
     let mut challenge = [0u8; NONCE + 8 + MAC];
@@ -304,7 +334,9 @@ async fn accept_handshake(stream: &mut TcpStream, serving: &Serving) -> Result<u
         .read_exact(&mut answer)
         .await
         .map_err(|error| format!("no answer to the challenge: {error}"))?;
-    mac(secret, b"client", (client, server), theirs, &ours)
+    let mut proof = mac(secret, b"client", (client, server), theirs, &ours);
+    proof.update(their_definitions);
+    proof
         .verify_slice(&answer)
         .map_err(|_| format!("node {client} does not hold the cluster secret"))?;
     if client == server {
@@ -320,6 +352,12 @@ async fn accept_handshake(stream: &mut TcpStream, serving: &Serving) -> Result<u
     if !member {
         return Err(format!("node {client} is not a member of this cluster"));
     }
+    if their_definitions != serving.definitions {
+        let _ = stream.write_all(&[DIFFERENT_DEFINITIONS]).await;
+        return Err(format!(
+            "node {client} is configured with other entities or keys than this node ({DIFFERENT}); every member must have the same"
+        ));
+    }
     stream
         .write_all(&[ACCEPTED])
         .await
@@ -332,13 +370,14 @@ pub(super) async fn connect_handshake(
     stream: &mut TcpStream,
     node: u64,
     target: u64,
-    secret: &[u8],
+    (secret, definitions): (&[u8], &Definitions),
 ) -> Result<(), String> {
     let ours = nonce()?;
-    let mut hello = [0u8; 8 + 8 + NONCE];
+    let mut hello = [0u8; 8 + 8 + NONCE + MAC];
     hello[..8].copy_from_slice(MAGIC);
     hello[8..16].copy_from_slice(&node.to_be_bytes());
-    hello[16..].copy_from_slice(&ours);
+    hello[16..16 + NONCE].copy_from_slice(&ours);
+    hello[16 + NONCE..].copy_from_slice(definitions);
     stream
         .write_all(&hello)
         .await
@@ -359,7 +398,9 @@ pub(super) async fn connect_handshake(
             "the peer is node {server}, not node {target} (check the members' addresses)"
         ));
     }
-    let answer = mac(secret, b"client", (node, server), &ours, theirs).finalize();
+    let mut answer = mac(secret, b"client", (node, server), &ours, theirs);
+    answer.update(definitions);
+    let answer = answer.finalize();
     stream
         .write_all(&answer.into_bytes())
         .await
@@ -369,6 +410,11 @@ pub(super) async fn connect_handshake(
         "the peer refused this node (is the cluster secret the same, and this node one of its members?)"
             .to_string()
     })?;
+    if accepted[0] == DIFFERENT_DEFINITIONS {
+        return Err(format!(
+            "node {server} refused this node: it is configured with other entities or keys ({DIFFERENT}); every member must have the same"
+        ));
+    }
     if accepted[0] != ACCEPTED {
         return Err("the peer refused this node".to_string());
     }
@@ -502,6 +548,8 @@ pub(super) struct Peers {
     /// This node's id, told to each peer at the handshake.
     node: u64,
     secret: Arc<[u8]>,
+    /// This node's entities and keys, proved to each peer.
+    definitions: Definitions,
     max_frame: usize,
     /// One connection slot per peer (by node id); its lock orders connecting.
     slots: Mutex<HashMap<u64, Slot>>,
@@ -546,10 +594,15 @@ impl Drop for Waiting<'_> {
 }
 
 impl Peers {
-    pub(super) fn new(node: u64, secret: Arc<[u8]>, max_frame: usize) -> Peers {
+    pub(super) fn new(
+        node: u64,
+        (secret, definitions): (Arc<[u8]>, Definitions),
+        max_frame: usize,
+    ) -> Peers {
         Peers {
             node,
             secret,
+            definitions,
             max_frame,
             slots: Mutex::default(),
         }
@@ -586,7 +639,14 @@ impl Peers {
             .await
             .map_err(|error| format!("cannot connect to {address}: {error}"))?;
         let _ = stream.set_nodelay(true);
-        if let Err(why) = connect_handshake(&mut stream, self.node, target, &self.secret).await {
+        if let Err(why) = connect_handshake(
+            &mut stream,
+            self.node,
+            target,
+            (&self.secret, &self.definitions),
+        )
+        .await
+        {
             tracing::warn!(peer = %address, node = target, "cannot join a peer: {why}");
             return Err(format!("the handshake with {address} failed: {why}"));
         }

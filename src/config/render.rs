@@ -259,6 +259,39 @@ pub fn rule(header: &str, rule: &RuleConfig) -> String {
     out
 }
 
+/// A configuration's entities and keys as text that is the same for the same definitions
+/// (tables sorted, so their order in the file does not matter): what every member of a
+/// cluster must share (`cluster::peer` compares a digest of it when two members connect).
+/// The keys' secrets are in it; it is only ever hashed under the cluster secret.
+pub fn definitions(config: &super::Config) -> String {
+    let mut tables: Vec<String> = config.queues.iter().map(queue).collect();
+    tables.extend(
+        config
+            .topics
+            .iter()
+            .map(|definition| topic("topics", definition)),
+    );
+    let mut keys: Vec<String> = config
+        .auth
+        .keys
+        .iter()
+        .map(|key| {
+            let mut out = "[[auth.keys]]\n".to_string();
+            line(&mut out, "name", text(&key.name));
+            line(&mut out, "key", text(&key.key));
+            let rights = &key.rights;
+            line(&mut out, "manage", rights.manage);
+            line(&mut out, "send", rights.send);
+            line(&mut out, "listen", rights.listen);
+            out
+        })
+        .collect();
+    tables.sort();
+    keys.sort();
+    tables.extend(keys);
+    tables.join("\n")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -309,5 +342,31 @@ mod tests {
         let loaded = Config::from_toml_str(&text, "rendered").expect("loads");
         assert_eq!(loaded.queues, vec![queue_config, audit]);
         assert_eq!(loaded.topics, vec![topic_config]);
+    }
+
+    #[test]
+    fn definitions_ignore_the_order_of_tables_and_see_every_entity_and_key() {
+        let config = |text: &str| Config::from_toml_str(text, "test").expect("valid");
+        let one = config(
+            "[[queues]]\nname = \"a\"\n[[queues]]\nname = \"b\"\n[[topics]]\nname = \"t\"\n\
+             [[auth.keys]]\nname = \"k\"\nkey = \"secret-1\"\nrights = [\"Send\"]\n[[auth.keys]]\nname = \"l\"\nkey = \"x\"\nrights = [\"Listen\"]\n",
+        );
+        let reordered = config(
+            "[[auth.keys]]\nname = \"l\"\nkey = \"x\"\nrights = [\"Listen\"]\n[[topics]]\nname = \"t\"\n[[queues]]\nname = \"b\"\n\
+             [[queues]]\nname = \"a\"\n[[auth.keys]]\nname = \"k\"\nkey = \"secret-1\"\nrights = [\"Send\"]\n",
+        );
+        assert_eq!(definitions(&one), definitions(&reordered));
+        let mut other_key = one.clone();
+        other_key.auth.keys[0].key = "secret-2".into();
+        let mut other_queue = one.clone();
+        other_queue.queues[1].max_delivery_count += 1;
+        let mut one_topic_less = one.clone();
+        one_topic_less.topics.clear();
+        let mut other_listener = one.clone();
+        other_listener.server.listen = "127.0.0.1:1".parse().expect("address");
+        for differing in [&other_key, &other_queue, &one_topic_less] {
+            assert_ne!(definitions(&one), definitions(differing));
+        }
+        assert_eq!(definitions(&one), definitions(&other_listener));
     }
 }

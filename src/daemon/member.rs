@@ -69,11 +69,14 @@ pub async fn run_member(
             )
         })?;
     let metrics = crate::metrics::Metrics::new();
+    // Every member must be configured with the same entities and keys: peers compare them
+    // at each connection's handshake.
+    let definitions = crate::config::render::definitions(config);
     let raft = RaftLog::new_member(
         store.clone(),
         &recovery.groups,
         settings.clone(),
-        secret.as_bytes(),
+        (secret.as_bytes(), &definitions),
         peers,
     )?;
     drop(recovery);

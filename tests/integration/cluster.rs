@@ -1036,15 +1036,47 @@ async fn a_node_added_at_run_time_catches_up_and_votes() {
         "{received:?}"
     );
 
-    // Removing a live member: it stops by itself.
+    // Started again with another queue in its file, it is refused by the others, and both
+    // sides say why; with the others' file it rejoins.
+    let config = cluster.node(lost).config.clone();
+    let original = std::fs::read_to_string(&config).expect("config");
+    std::fs::write(
+        &config,
+        format!("{original}\n[[queues]]\nname = \"only-here\"\n"),
+    )
+    .expect("config");
+    cluster.node_mut(lost).start();
+    const DIFFERENT: &str = "configured with other entities or keys";
+    let deadline = Instant::now() + PATIENCE;
+    while cluster.node(lost).logged(DIFFERENT) == 0 || cluster.node(third).logged(DIFFERENT) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "no refusal logged by node {lost} and node {third}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        cluster
+            .node(third)
+            .logged(&format!("node {lost} refused this node: it is {DIFFERENT}"))
+            + cluster
+                .node(third)
+                .logged(&format!("node {lost} is {DIFFERENT} than this node"))
+            >= 1,
+        "the leader names node {lost}"
+    );
+    cluster.node_mut(lost).kill();
+    std::fs::write(&config, original).expect("config");
+    cluster.node_mut(lost).start();
+    // Removing a live member: it stops by itself. (The refused node's elections may have
+    // moved the leadership.)
+    let leader = tokio::task::block_in_place(|| cluster.leader(&[first]));
     let survivor = [1, 2, 3, 4]
         .into_iter()
-        .find(|id| *id != first && *id != lost && *id != third)
+        .find(|id| *id != first && *id != lost && *id != leader)
         .expect("a survivor besides the leader");
-    cluster.node_mut(lost).start();
-    tokio::task::block_in_place(|| cluster.leader(&[first]));
     let (removed, text) = cli(
-        cluster.node(third),
+        cluster.node(leader),
         &["cluster", "remove-node", &survivor.to_string()],
     );
     assert!(removed, "{text}");
