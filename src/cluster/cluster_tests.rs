@@ -519,6 +519,7 @@ async fn a_peer_configured_with_other_entities_is_refused() {
             timeouts: (peer::FRAME_TIMEOUT, peer::IDLE_TIMEOUT),
             local,
             drain: Arc::default(),
+            commands: Arc::default(),
         },
     );
     let greet = |text: &'static str| async move {
@@ -544,6 +545,87 @@ async fn a_peer_configured_with_other_entities_is_refused() {
     task.abort();
 }
 
+/// A peer's entity-command connection passes the same handshake as Raft traffic, then is
+/// handed whole to the node's commands hook with the peer's id; a node without one closes
+/// it and says why, and one without the secret never gets that far.
+#[tokio::test]
+async fn an_entity_command_connection_is_handed_to_the_commands_hook() {
+    let (captured, _guard) = Captured::start();
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("binds");
+    let address = listener.local_addr().expect("bound").to_string();
+    let local: peer::Local =
+        Arc::new(|_group: String| Box::pin(async { Err("no groups here".to_string()) }));
+    let commands: peer::CommandsHook = Arc::default();
+    let task = peer::serve(
+        listener,
+        peer::Serving {
+            node: 1,
+            members: Arc::new(std::sync::RwLock::new([1, 2].into_iter().collect())),
+            secret: SECRET.into(),
+            definitions: peer::definitions(SECRET, ""),
+            max_frame: peer::MAX_FRAME,
+            timeouts: (peer::FRAME_TIMEOUT, peer::IDLE_TIMEOUT),
+            local,
+            drain: Arc::default(),
+            commands: commands.clone(),
+        },
+    );
+    let peers = |secret: &[u8]| {
+        peer::Peers::new(
+            2,
+            (secret.into(), peer::definitions(secret, "")),
+            peer::MAX_FRAME,
+        )
+    };
+
+    // No hook yet: the connection is accepted, then closed.
+    let mut unserved = peers(SECRET)
+        .commands_stream(1, &address)
+        .await
+        .expect("the handshake succeeds");
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(PATIENCE, unserved.read_to_end(&mut rest))
+        .await
+        .expect("closed in time");
+    assert!(matches!(read, Ok(0)) || read.is_err(), "{read:?}");
+    assert!(
+        captured.text().contains("this node runs no entities"),
+        "{}",
+        captured.text()
+    );
+
+    // With a hook: it gets the stream and the peer's id (here it echoes what it reads).
+    let (seen, mut peers_seen) = tokio::sync::mpsc::unbounded_channel();
+    *commands.write().expect("hook") = Some(Arc::new(move |mut stream: TcpStream, node| {
+        let _ = seen.send(node);
+        tokio::spawn(async move {
+            let (mut reader, mut writer) = stream.split();
+            let _ = tokio::io::copy(&mut reader, &mut writer).await;
+        });
+    }));
+    let mut served = peers(SECRET)
+        .commands_stream(1, &address)
+        .await
+        .expect("the handshake succeeds");
+    served.write_all(b"commands").await.expect("sent");
+    let mut echoed = [0u8; 8];
+    tokio::time::timeout(PATIENCE, served.read_exact(&mut echoed))
+        .await
+        .expect("in time")
+        .expect("echoed");
+    assert_eq!(&echoed, b"commands");
+    assert_eq!(peers_seen.recv().await, Some(2));
+
+    // The wrong secret is refused before the hook sees anything.
+    let refused = peers(b"another secret").commands_stream(1, &address).await;
+    assert!(
+        refused.as_ref().is_err_and(|why| why.contains("handshake")),
+        "{refused:?}"
+    );
+    assert!(peers_seen.try_recv().is_err(), "the hook saw no other peer");
+    task.abort();
+}
+
 /// A served connection that stalls in the middle of a frame, or sends no frame at all, is
 /// closed after its timeout (logged), so a stalled or paused peer gives its slot back.
 #[tokio::test]
@@ -564,6 +646,7 @@ async fn a_stalled_or_silent_peer_connection_is_closed() {
             timeouts: (Duration::from_millis(200), Duration::from_millis(600)),
             local,
             drain: Arc::default(),
+            commands: Arc::default(),
         },
     );
     // A frame's length, then only part of its body.

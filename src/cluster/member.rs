@@ -478,6 +478,24 @@ impl RaftLog {
         }
     }
 
+    /// Sets how this node serves a peer's entity-command connections (the entities it runs).
+    pub fn on_commands(&self, serve: super::peer::ServeCommands) {
+        if let Some(cluster) = &self.cluster {
+            *cluster
+                .commands
+                .write()
+                .unwrap_or_else(|poison| poison.into_inner()) = Some(serve);
+        }
+    }
+
+    /// A new entity-command connection to member `node`, its handshake done (what a
+    /// [`super::remote::Proxy`] runs on).
+    pub async fn commands_stream(&self, node: u64) -> Result<tokio::net::TcpStream, String> {
+        let cluster = self.member_part()?;
+        let address = self.peer_address(node)?;
+        cluster.peers.commands_stream(node, &address).await
+    }
+
     /// Asks the leader this node knows of to drain the client connections this node
     /// forwards to it (this node is stopping); how many it drains.
     pub async fn ask_leader_to_drain(&self, ttl: std::time::Duration) -> Result<usize, String> {

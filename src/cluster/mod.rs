@@ -221,6 +221,8 @@ struct Cluster {
     accepted: Arc<std::sync::RwLock<std::collections::BTreeSet<u64>>>,
     /// What this node does when a stopping peer asks it to drain what that peer forwards.
     drain: peer::DrainHook,
+    /// How this node serves a peer's entity commands.
+    commands: peer::CommandsHook,
 }
 
 impl std::fmt::Debug for RaftLog {
@@ -367,6 +369,7 @@ impl RaftLog {
         let definitions = peer::definitions(secret, definitions);
         let secret: Arc<[u8]> = secret.into();
         let drain: peer::DrainHook = Arc::default();
+        let commands: peer::CommandsHook = Arc::default();
         let peers = Arc::new(peer::Peers::new(
             settings.node_id,
             (secret.clone(), definitions),
@@ -382,6 +385,7 @@ impl RaftLog {
             listener: Mutex::new(None),
             accepted: accepted.clone(),
             drain: drain.clone(),
+            commands: commands.clone(),
         };
         let mut log = RaftLog::build(storage, groups, settings, config, Some(cluster))?;
         log.idle = NEVER_IDLE;
@@ -422,6 +426,7 @@ impl RaftLog {
                 timeouts: (peer::FRAME_TIMEOUT, peer::IDLE_TIMEOUT),
                 local,
                 drain,
+                commands,
             },
         );
         if let Some(cluster) = &log.cluster {

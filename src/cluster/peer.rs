@@ -68,6 +68,10 @@ use super::types::{GroupRaft, TypeConfig};
 /// The first bytes of a connection: the protocol and its version.
 pub(super) const MAGIC: &[u8; 8] = b"FBRAFT3\0";
 
+/// The first bytes of a connection that carries entity commands instead of Raft
+/// requests ([`crate::cluster::remote`]): the same handshake, then that module's frames.
+pub(super) const COMMANDS_MAGIC: &[u8; 8] = b"FBCMDS3\0";
+
 /// The server's last handshake byte: the client is accepted.
 const ACCEPTED: u8 = 1;
 
@@ -166,6 +170,23 @@ pub(crate) type DrainHook = Arc<std::sync::RwLock<Option<DrainForwarded>>>;
 
 /// See [`DrainHook`].
 pub(crate) type DrainForwarded = Arc<dyn Fn(u64, std::net::IpAddr) -> usize + Send + Sync>;
+
+/// What a node does with a peer's entity-command connection ([`COMMANDS_MAGIC`]) once its
+/// handshake succeeded: given the stream and the peer's id, serves it (the hook spawns what
+/// it needs). Unset: the node runs no entities, and such a connection is closed (logged).
+pub(crate) type CommandsHook = Arc<std::sync::RwLock<Option<ServeCommands>>>;
+
+/// See [`CommandsHook`].
+pub(crate) type ServeCommands = Arc<dyn Fn(TcpStream, u64) + Send + Sync>;
+
+/// What a peer connection carries after its handshake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Purpose {
+    /// Raft requests and this node's own ([`MAGIC`]).
+    Raft,
+    /// Entity commands ([`COMMANDS_MAGIC`]).
+    Commands,
+}
 
 /// Finds (or starts) a group's Raft on this node for a peer's request.
 pub(super) type Local = Arc<
@@ -270,6 +291,8 @@ pub(super) struct Serving {
     pub(super) local: Local,
     /// Answers [`Rpc::Drain`].
     pub(super) drain: DrainHook,
+    /// Serves entity-command connections.
+    pub(super) commands: CommandsHook,
 }
 
 /// Serves peers on `listener` until the returned task is aborted (which closes every
@@ -305,17 +328,22 @@ pub(super) fn serve(listener: TcpListener, serving: Serving) -> tokio::task::Joi
 }
 
 /// The server's half of the handshake: the client's node id once it proved the secret and
-/// is one of the other members.
-async fn accept_handshake(stream: &mut TcpStream, serving: &Serving) -> Result<u64, String> {
+/// is one of the other members, and what the connection carries.
+async fn accept_handshake(
+    stream: &mut TcpStream,
+    serving: &Serving,
+) -> Result<(u64, Purpose), String> {
     let (secret, server) = (&serving.secret[..], serving.node);
     let mut hello = [0u8; 8 + 8 + NONCE + MAC];
     stream
         .read_exact(&mut hello)
         .await
         .map_err(|error| format!("no greeting: {error}"))?;
-    if &hello[..8] != MAGIC {
-        return Err("not a ferrobus peer of this version (wrong greeting)".to_string());
-    }
+    let purpose = match &hello[..8] {
+        greeting if greeting == MAGIC => Purpose::Raft,
+        greeting if greeting == COMMANDS_MAGIC => Purpose::Commands,
+        _ => return Err("not a ferrobus peer of this version (wrong greeting)".to_string()),
+    };
     let client = u64::from_be_bytes(hello[8..16].try_into().expect("8 bytes"));
     let theirs = &hello[16..16 + NONCE];
     let their_definitions = &hello[16 + NONCE..];
@@ -362,19 +390,33 @@ async fn accept_handshake(stream: &mut TcpStream, serving: &Serving) -> Result<u
         .write_all(&[ACCEPTED])
         .await
         .map_err(|error| format!("cannot accept: {error}"))?;
-    Ok(client)
+    Ok((client, purpose))
 }
 
-/// The client's half of the handshake: `node` dials the member `target`.
+/// The client's half of the handshake: `node` dials the member `target` for Raft traffic.
 pub(super) async fn connect_handshake(
     stream: &mut TcpStream,
+    node: u64,
+    target: u64,
+    credentials: (&[u8], &Definitions),
+) -> Result<(), String> {
+    connect_handshake_for(stream, Purpose::Raft, node, target, credentials).await
+}
+
+/// The client's half of the handshake for a connection that will carry `purpose`.
+pub(super) async fn connect_handshake_for(
+    stream: &mut TcpStream,
+    purpose: Purpose,
     node: u64,
     target: u64,
     (secret, definitions): (&[u8], &Definitions),
 ) -> Result<(), String> {
     let ours = nonce()?;
     let mut hello = [0u8; 8 + 8 + NONCE + MAC];
-    hello[..8].copy_from_slice(MAGIC);
+    hello[..8].copy_from_slice(match purpose {
+        Purpose::Raft => MAGIC,
+        Purpose::Commands => COMMANDS_MAGIC,
+    });
     hello[8..16].copy_from_slice(&node.to_be_bytes());
     hello[16..16 + NONCE].copy_from_slice(&ours);
     hello[16 + NONCE..].copy_from_slice(definitions);
@@ -429,7 +471,26 @@ async fn serve_connection(mut stream: TcpStream, address: SocketAddr, serving: S
     )
     .await
     {
-        Ok(Ok(client)) => client,
+        Ok(Ok((client, Purpose::Raft))) => client,
+        Ok(Ok((client, Purpose::Commands))) => {
+            let hook = serving
+                .commands
+                .read()
+                .unwrap_or_else(|poison| poison.into_inner())
+                .clone();
+            match hook {
+                Some(serve_commands) => {
+                    tracing::debug!(peer = %address, node = client, "a peer connected for entity commands");
+                    serve_commands(stream, client);
+                }
+                None => tracing::warn!(
+                    peer = %address,
+                    node = client,
+                    "closed a peer's entity-command connection: this node runs no entities"
+                ),
+            }
+            return;
+        }
         Ok(Err(why)) => {
             tracing::warn!(peer = %address, "refused a peer connection: {why}");
             return;
@@ -653,6 +714,37 @@ impl Peers {
         let connection = Arc::new(self.run(stream, address.to_string()));
         *slot = Some(connection.clone());
         Ok(connection)
+    }
+
+    /// A new connection to `target` at `address` for entity commands, its handshake done:
+    /// the stream [`crate::cluster::remote::Proxy`] runs on.
+    pub(super) async fn commands_stream(
+        &self,
+        target: u64,
+        address: &str,
+    ) -> Result<TcpStream, String> {
+        let connect = async {
+            let mut stream = TcpStream::connect(address)
+                .await
+                .map_err(|error| format!("cannot connect to {address}: {error}"))?;
+            let _ = stream.set_nodelay(true);
+            connect_handshake_for(
+                &mut stream,
+                Purpose::Commands,
+                self.node,
+                target,
+                (&self.secret, &self.definitions),
+            )
+            .await
+            .map_err(|why| format!("the handshake with {address} failed: {why}"))?;
+            Ok(stream)
+        };
+        match tokio::time::timeout(HANDSHAKE_TIMEOUT, connect).await {
+            Ok(connected) => connected,
+            Err(_) => Err(format!(
+                "no entity-command connection to node {target} at {address} within {HANDSHAKE_TIMEOUT:?}"
+            )),
+        }
     }
 
     /// Runs an established connection's writer and reader.
