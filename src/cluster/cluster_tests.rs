@@ -938,3 +938,99 @@ async fn a_node_added_that_never_catches_up_gets_no_vote() {
         close(node).await;
     }
 }
+
+/// Writes `text` as the namespace's run-time changes through the metadata group's leader
+/// among `nodes`; its id.
+async fn save_through_leader(nodes: &[&Node], text: &str) -> u64 {
+    let running = nodes[0].log.group(METADATA_GROUP).await.expect("runs");
+    let mut metrics = running.raft.metrics();
+    let saved = async {
+        loop {
+            let leader = metrics.borrow_and_update().current_leader;
+            if let Some(node) = nodes.iter().find(|node| Some(node.id) == leader) {
+                match node.log.save_namespace(text.to_string()).await {
+                    Ok(()) => return node.id,
+                    Err(error) if error.to_string().contains("does not lead") => {}
+                    Err(error) => panic!("the save through node {} failed: {error}", node.id),
+                }
+            }
+            metrics.changed().await.expect("the group runs");
+        }
+    };
+    tokio::time::timeout(PATIENCE, saved)
+        .await
+        .expect("saved through a leader in time")
+}
+
+/// Waits until `node` has applied `text` as the namespace's run-time changes.
+async fn knows_namespace(node: &Node, text: &str) {
+    node.log.group(METADATA_GROUP).await.expect("runs");
+    let mut view = node.log.applied_namespace();
+    tokio::time::timeout(
+        PATIENCE,
+        view.wait_for(|known| known.as_deref() == Some(text)),
+    )
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "node {} knows {:?}, not {text:?}",
+            node.id,
+            node.log.applied_namespace().borrow().as_deref()
+        )
+    })
+    .expect("the view lives");
+}
+
+/// Every member knows the namespace's run-time changes as they are committed, not only the
+/// leader: from the entries it applies, from the snapshot a leader sends it after a
+/// compaction, and from its own snapshot when it starts again.
+#[tokio::test]
+async fn every_member_knows_the_namespace_as_committed() {
+    let nodes = three("namespace-view", [SECRET; 3]).await;
+    let all: Vec<&Node> = nodes.iter().collect();
+    save_through_leader(&all, "[[queues]]\nname = \"first\"\n").await;
+    for node in &nodes {
+        knows_namespace(node, "[[queues]]\nname = \"first\"\n").await;
+    }
+
+    // One member away while the others save again and compact past it.
+    let away = one_away(&nodes).await;
+    let others: Vec<&Node> = nodes.iter().filter(|node| node.id != away.id).collect();
+    let second = "[[queues]]\nname = \"second\"\n";
+    save_through_leader(&others, second).await;
+    for node in &others {
+        knows_namespace(node, second).await;
+        node.log.storage().compact().await.expect("a round starts");
+        compacted(node, 1).await;
+        let log = node.log.storage().group_log(METADATA_GROUP);
+        assert!(
+            log.purged.is_some(),
+            "node {}'s metadata log is purged",
+            node.id
+        );
+    }
+    let back = reopen(away, &members(&nodes)).await;
+    knows_namespace(&back, second).await;
+    assert!(
+        back.log
+            .snapshot_stats()
+            .installed
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= 1,
+        "it learned the text from an installed snapshot"
+    );
+
+    // Started again alone (so no leader tells it of any entry), a member knows the text
+    // from its own snapshot.
+    for node in [&back, others[0], others[1]] {
+        close(node).await;
+    }
+    let alone = reopen(others[0], &members(&nodes)).await;
+    alone.log.group(METADATA_GROUP).await.expect("runs");
+    assert_eq!(
+        alone.log.applied_namespace().borrow().as_deref(),
+        Some(second),
+        "known from its snapshot at start"
+    );
+    close(&alone).await;
+}

@@ -206,6 +206,9 @@ pub struct RaftLog {
     single_group: bool,
     /// What a member's groups did with snapshots.
     snapshots: Arc<state_machine::SnapshotStats>,
+    /// The namespace's run-time changes as this member applied them (a member's metadata
+    /// group publishes them; see [`RaftLog::applied_namespace`]).
+    namespace: state_machine::NamespaceView,
 }
 
 /// A node's part in a cluster of several members.
@@ -480,7 +483,17 @@ impl RaftLog {
             leaders: Arc::new(watch::channel(Leaders::new()).0),
             single_group: false,
             snapshots: Arc::default(),
+            namespace: Arc::new(watch::channel(None).0),
         })
+    }
+
+    /// The namespace's run-time changes (the TOML text of `config::changes`) as of the
+    /// metadata group's last entry this member applied, leader or not: on a cluster member,
+    /// from its snapshot at start and from each committed entry as it is applied; never an
+    /// entry that was not committed. `None` until there are any (and on a single node,
+    /// which keeps them in its broker instead).
+    pub fn applied_namespace(&self) -> watch::Receiver<Option<Arc<str>>> {
+        self.namespace.subscribe()
     }
 
     /// Starts from the namespace's run-time changes recovered (`Recovery::namespace`), which
@@ -601,6 +614,7 @@ impl RaftLog {
             group: group.into(),
             storage: self.storage.clone(),
             stats: self.snapshots.clone(),
+            namespace: (group == METADATA_GROUP).then(|| self.namespace.clone()),
         });
         let machine = GroupMachine::recovered(&log, pending.clone(), files)
             .map_err(|error| failed("its snapshot", &error))?;

@@ -18,9 +18,12 @@ use openraft::{
     StorageError, StorageIOError, StoredMembership,
 };
 
+use tokio::sync::watch;
+
 use super::convert;
 use super::log_store::Pending;
 use super::types::TypeConfig;
+use crate::store::codec::LogRecord;
 use crate::store::snapshots::SnapshotMeta as FileMeta;
 use crate::store::storage::{GroupLog, LogStorage};
 
@@ -42,6 +45,39 @@ pub(super) struct Files {
     pub(super) storage: LogStorage,
     /// Counted for the metrics.
     pub(super) stats: Arc<SnapshotStats>,
+    /// The metadata group's only: where the namespace's run-time changes are published as
+    /// this member applies them (see [`NamespaceView`]).
+    pub(super) namespace: Option<NamespaceView>,
+}
+
+/// The namespace's run-time changes (`LogRecord::Namespace`'s text) as of the metadata
+/// group's last entry this member applied (or its snapshot): what every member, leader or
+/// not, knows of the entities created, changed and deleted at run time. `None`: none yet.
+pub(super) type NamespaceView = Arc<watch::Sender<Option<Arc<str>>>>;
+
+/// The newest namespace text among `records`, if they hold one.
+fn namespace_in<'a>(records: impl IntoIterator<Item = &'a LogRecord>) -> Option<Arc<str>> {
+    records
+        .into_iter()
+        .fold(None, |newest, record| match record {
+            LogRecord::Namespace { text } => Some(Arc::from(text.as_str())),
+            _ => newest,
+        })
+}
+
+impl Files {
+    /// Publishes `text` when this is the metadata group's and it changed.
+    fn publish_namespace(&self, text: Option<Arc<str>>) {
+        if let (Some(view), Some(text)) = (&self.namespace, text) {
+            view.send_if_modified(|current| {
+                let changed = current.as_deref() != Some(&*text);
+                if changed {
+                    *current = Some(text);
+                }
+                changed
+            });
+        }
+    }
 }
 
 /// What a node's groups did with snapshots (`ferrobus_cluster_snapshot*` metrics).
@@ -109,11 +145,12 @@ impl GroupMachine {
         if let Some(files) = files {
             let snapshot = files
                 .storage
-                .group_snapshot_bytes(&files.group)
+                .group_snapshot(&files.group)
                 .map_err(|error| error.to_string())?;
             let (applied, membership) = match snapshot {
-                Some((meta, _)) => {
-                    let meta = openraft_meta(&meta);
+                Some(snapshot) => {
+                    files.publish_namespace(namespace_in(&snapshot.records));
+                    let meta = openraft_meta(&snapshot.meta);
                     (meta.last_log_id, meta.last_membership)
                 }
                 None => (None, StoredMembership::default()),
@@ -267,9 +304,20 @@ impl RaftStateMachine<TypeConfig> for GroupMachine {
         I::IntoIter: OptionalSend,
     {
         let mut applied = 0;
+        let tracks_namespace = self
+            .files
+            .as_ref()
+            .is_some_and(|files| files.namespace.is_some());
+        let mut namespace = None;
         for entry in entries {
-            if let EntryPayload::Membership(membership) = &entry.payload {
-                self.membership = StoredMembership::new(Some(entry.log_id), membership.clone());
+            match &entry.payload {
+                EntryPayload::Membership(membership) => {
+                    self.membership = StoredMembership::new(Some(entry.log_id), membership.clone());
+                }
+                EntryPayload::Normal(turn) if tracks_namespace => {
+                    namespace = namespace_in(turn.iter()).or(namespace);
+                }
+                _ => {}
             }
             self.applied = Some(entry.log_id);
             applied += 1;
@@ -279,6 +327,9 @@ impl RaftStateMachine<TypeConfig> for GroupMachine {
                 .lock()
                 .unwrap_or_else(|poison| poison.into_inner())
                 .applied(last.index);
+        }
+        if let Some(files) = &self.files {
+            files.publish_namespace(namespace);
         }
         Ok(vec![(); applied])
     }
@@ -342,6 +393,16 @@ impl RaftStateMachine<TypeConfig> for GroupMachine {
                 .lock()
                 .unwrap_or_else(|poison| poison.into_inner())
                 .applied(id.index);
+        }
+        if files.namespace.is_some() {
+            // The metadata group's snapshot is small: read its namespace text back.
+            let snapshot = files
+                .storage
+                .group_snapshot(&files.group)
+                .map_err(|error| {
+                    snapshot_error("reading an installed snapshot", id.as_ref(), error)
+                })?;
+            files.publish_namespace(snapshot.and_then(|snapshot| namespace_in(&snapshot.records)));
         }
         files.stats.installed.fetch_add(1, Ordering::Relaxed);
         files.stats.bytes.store(size, Ordering::Relaxed);
