@@ -29,6 +29,10 @@ pub enum Entity {
     Subscription(EntityHandle),
 }
 
+#[path = "registry_remote.rs"]
+mod remote;
+pub use remote::RemoteEntities;
+
 /// What an entity was defined with: the configuration file's settings, or those given at
 /// run time (admin API), in the same validated types.
 #[derive(Debug, Clone, PartialEq)]
@@ -246,6 +250,26 @@ pub(super) fn settings_of_subscription(
 }
 
 impl Registry {
+    /// A registry with no entities yet, for `config` (the namespace) seeded by `seed` (the
+    /// configuration file's).
+    fn empty((config, seed): (&Config, &Config), spawner: Spawner) -> Arc<Registry> {
+        Arc::new(Registry {
+            entities: RwLock::default(),
+            lifecycle: Default::default(),
+            ready: tokio::sync::watch::channel(false).0,
+            budget: Arc::new(crate::broker::budget::MemoryBudget::new(
+                config
+                    .server
+                    .memory_budget
+                    .unwrap_or_else(crate::broker::budget::default_limit),
+            )),
+            spawner,
+            changes: tokio::sync::Mutex::new(()),
+            seed: RwLock::new(seed.clone()),
+            message_size_cap: std::sync::atomic::AtomicU64::new(u64::MAX),
+        })
+    }
+
     /// Starts an actor per queue and subscription, and a fan-out task per topic. Fails
     /// (before starting anything) when a rule's SQL does not parse.
     pub fn start(
@@ -283,26 +307,15 @@ impl Registry {
         }
         let mut compiled = compiled.into_iter();
         let (on_idle, mut idle_paths): (IdleSender, _) = mpsc::unbounded_channel();
-        let registry = Arc::new(Registry {
-            entities: RwLock::default(),
-            lifecycle: Default::default(),
-            ready: tokio::sync::watch::channel(false).0,
-            budget: Arc::new(crate::broker::budget::MemoryBudget::new(
-                config
-                    .server
-                    .memory_budget
-                    .unwrap_or_else(crate::broker::budget::default_limit),
-            )),
-            spawner: Spawner {
+        let registry = Registry::empty(
+            (config, seed),
+            Spawner {
                 clock,
                 codec: codec.clone(),
                 on_idle: on_idle.clone(),
                 storage: storage.as_ref().map(|(storage, _)| storage.clone()),
             },
-            changes: tokio::sync::Mutex::new(()),
-            seed: RwLock::new(seed.clone()),
-            message_size_cap: std::sync::atomic::AtomicU64::new(u64::MAX),
-        });
+        );
         let mut recovered = |path: &str| -> Vec<Change> {
             storage
                 .as_mut()

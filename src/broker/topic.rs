@@ -187,6 +187,16 @@ pub struct TopicHandle {
 }
 
 impl TopicHandle {
+    /// A handle whose commands go into `commands` instead of a local topic task's inbox (a
+    /// topic reached through `cluster::remote`): whoever drains the channel carries the
+    /// commands on and answers them.
+    pub fn from_channel(path: &str, commands: mpsc::Sender<TopicCommand>) -> TopicHandle {
+        TopicHandle {
+            path: path.into(),
+            commands,
+        }
+    }
+
     /// Sends a command; fails with `NotFound` when the topic is gone.
     pub async fn send(&self, command: TopicCommand) -> Result<(), EntityError> {
         self.commands
