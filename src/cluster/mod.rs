@@ -27,6 +27,7 @@ mod member;
 mod network;
 pub(crate) mod peer;
 mod propose;
+pub mod remote;
 mod state_machine;
 mod types;
 

@@ -107,7 +107,7 @@ const PARAMETER_GUID: u8 = 7;
 /// Why bytes could not be read as a record.
 #[derive(Debug, thiserror::Error)]
 #[error("malformed log record: {0}")]
-pub struct DecodeError(String);
+pub struct DecodeError(pub(crate) String);
 
 /// An entity's checkpoint as records, one a part, the first and the last marked (a
 /// complete checkpoint replaces everything recorded for the entity before it).
@@ -234,13 +234,13 @@ pub fn decode(bytes: &[u8]) -> Result<LogRecord, DecodeError> {
     Ok(record)
 }
 
-struct Out(Vec<u8>);
+pub(crate) struct Out(pub(crate) Vec<u8>);
 
 impl Out {
-    fn u8(&mut self, value: u8) {
+    pub(crate) fn u8(&mut self, value: u8) {
         self.0.push(value);
     }
-    fn u64(&mut self, mut value: u64) {
+    pub(crate) fn u64(&mut self, mut value: u64) {
         loop {
             let byte = (value & 0x7f) as u8;
             value >>= 7;
@@ -251,17 +251,17 @@ impl Out {
             self.0.push(byte | 0x80);
         }
     }
-    fn i64(&mut self, value: i64) {
+    pub(crate) fn i64(&mut self, value: i64) {
         self.u64(((value << 1) ^ (value >> 63)) as u64);
     }
-    fn bytes(&mut self, value: &[u8]) {
+    pub(crate) fn bytes(&mut self, value: &[u8]) {
         self.u64(value.len() as u64);
         self.0.extend_from_slice(value);
     }
-    fn str(&mut self, value: &str) {
+    pub(crate) fn str(&mut self, value: &str) {
         self.bytes(value.as_bytes());
     }
-    fn opt_str(&mut self, value: Option<&str>) {
+    pub(crate) fn opt_str(&mut self, value: Option<&str>) {
         match value {
             Some(value) => {
                 self.u8(1);
@@ -270,7 +270,7 @@ impl Out {
             None => self.u8(0),
         }
     }
-    fn opt_i64(&mut self, value: Option<i64>) {
+    pub(crate) fn opt_i64(&mut self, value: Option<i64>) {
         match value {
             Some(value) => {
                 self.u8(1);
@@ -279,7 +279,7 @@ impl Out {
             None => self.u8(0),
         }
     }
-    fn sub_queue(&mut self, value: SubQueue) {
+    pub(crate) fn sub_queue(&mut self, value: SubQueue) {
         self.u8(match value {
             SubQueue::Main => 0,
             SubQueue::DeadLetter => 1,
@@ -289,7 +289,7 @@ impl Out {
     fn state(&mut self, value: MessageState) {
         self.u8(value as u8);
     }
-    fn duration(&mut self, value: Option<Duration>) {
+    pub(crate) fn duration(&mut self, value: Option<Duration>) {
         self.opt_i64(value.map(|ttl| i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)));
     }
     fn value(&mut self, value: &PropertyValue) {
@@ -325,14 +325,14 @@ impl Out {
             }
         }
     }
-    fn properties(&mut self, values: &[(String, PropertyValue)]) {
+    pub(crate) fn properties(&mut self, values: &[(String, PropertyValue)]) {
         self.u64(values.len() as u64);
         for (name, value) in values {
             self.str(name);
             self.value(value);
         }
     }
-    fn message(&mut self, message: &Message) {
+    pub(crate) fn message(&mut self, message: &Message) {
         let header = message.header();
         self.u8(u8::from(header.durable));
         self.u8(header.priority);
@@ -353,7 +353,7 @@ impl Out {
         self.opt_str(extras.dead_letter_source.as_deref());
         self.properties(&extras.extra_properties);
     }
-    fn record(&mut self, record: &Record) {
+    pub(crate) fn record(&mut self, record: &Record) {
         // Where older builds kept the record's property changes: now in its message.
         self.record_with_changes(record, &[]);
     }
@@ -566,16 +566,16 @@ impl Out {
     }
 }
 
-struct In<'a> {
-    bytes: &'a [u8],
-    at: usize,
+pub(crate) struct In<'a> {
+    pub(crate) bytes: &'a [u8],
+    pub(crate) at: usize,
 }
 
 impl<'a> In<'a> {
-    fn fail<T>(&self, what: &str) -> Result<T, DecodeError> {
+    pub(crate) fn fail<T>(&self, what: &str) -> Result<T, DecodeError> {
         Err(DecodeError(format!("{what} at byte {}", self.at)))
     }
-    fn u8(&mut self) -> Result<u8, DecodeError> {
+    pub(crate) fn u8(&mut self) -> Result<u8, DecodeError> {
         match self.bytes.get(self.at) {
             Some(byte) => {
                 self.at += 1;
@@ -584,7 +584,7 @@ impl<'a> In<'a> {
             None => self.fail("unexpected end"),
         }
     }
-    fn u64(&mut self) -> Result<u64, DecodeError> {
+    pub(crate) fn u64(&mut self) -> Result<u64, DecodeError> {
         let mut value = 0u64;
         for shift in (0..64).step_by(7) {
             let byte = self.u8()?;
@@ -595,15 +595,15 @@ impl<'a> In<'a> {
         }
         self.fail("varint too long")
     }
-    fn i64(&mut self) -> Result<i64, DecodeError> {
+    pub(crate) fn i64(&mut self) -> Result<i64, DecodeError> {
         let raw = self.u64()?;
         Ok(((raw >> 1) as i64) ^ -((raw & 1) as i64))
     }
-    fn u32(&mut self) -> Result<u32, DecodeError> {
+    pub(crate) fn u32(&mut self) -> Result<u32, DecodeError> {
         let value = self.u64()?;
         u32::try_from(value).or_else(|_| self.fail("value out of range"))
     }
-    fn slice(&mut self) -> Result<&'a [u8], DecodeError> {
+    pub(crate) fn slice(&mut self) -> Result<&'a [u8], DecodeError> {
         let length = self.u64()? as usize;
         let end = self
             .at
@@ -616,13 +616,13 @@ impl<'a> In<'a> {
         self.at = end;
         Ok(slice)
     }
-    fn string(&mut self) -> Result<String, DecodeError> {
+    pub(crate) fn string(&mut self) -> Result<String, DecodeError> {
         let at = self.at;
         let slice = self.slice()?;
         String::from_utf8(slice.to_vec())
             .map_err(|_| DecodeError(format!("invalid UTF-8 at byte {at}")))
     }
-    fn opt_string(&mut self) -> Result<Option<String>, DecodeError> {
+    pub(crate) fn opt_string(&mut self) -> Result<Option<String>, DecodeError> {
         match self.u8()? {
             0 => Ok(None),
             _ => self.string().map(Some),
@@ -639,13 +639,13 @@ impl<'a> In<'a> {
             .map(Some)
             .map_err(|_| DecodeError(format!("invalid UTF-8 at byte {at}")))
     }
-    fn opt_i64(&mut self) -> Result<Option<i64>, DecodeError> {
+    pub(crate) fn opt_i64(&mut self) -> Result<Option<i64>, DecodeError> {
         match self.u8()? {
             0 => Ok(None),
             _ => self.i64().map(Some),
         }
     }
-    fn sub_queue(&mut self) -> Result<SubQueue, DecodeError> {
+    pub(crate) fn sub_queue(&mut self) -> Result<SubQueue, DecodeError> {
         match self.u8()? {
             0 => Ok(SubQueue::Main),
             1 => Ok(SubQueue::DeadLetter),
@@ -661,7 +661,7 @@ impl<'a> In<'a> {
             _ => self.fail("unknown message state"),
         }
     }
-    fn duration(&mut self) -> Result<Option<Duration>, DecodeError> {
+    pub(crate) fn duration(&mut self) -> Result<Option<Duration>, DecodeError> {
         Ok(self
             .opt_i64()?
             .map(|millis| Duration::from_millis(millis.max(0) as u64)))
@@ -691,7 +691,7 @@ impl<'a> In<'a> {
             _ => return self.fail("unknown property type"),
         })
     }
-    fn properties(&mut self) -> Result<PropertyChanges, DecodeError> {
+    pub(crate) fn properties(&mut self) -> Result<PropertyChanges, DecodeError> {
         let count = self.u64()?;
         let mut values = Vec::with_capacity(count.min(1024) as usize);
         for _ in 0..count {
@@ -700,7 +700,7 @@ impl<'a> In<'a> {
         }
         Ok(values)
     }
-    fn message(&mut self) -> Result<Message, DecodeError> {
+    pub(crate) fn message(&mut self) -> Result<Message, DecodeError> {
         let header = HeaderFields {
             durable: self.u8()? != 0,
             priority: self.u8()?,
@@ -764,7 +764,7 @@ impl<'a> In<'a> {
         }
         Ok(message)
     }
-    fn record(&mut self) -> Result<Record, DecodeError> {
+    pub(crate) fn record(&mut self) -> Result<Record, DecodeError> {
         let message = self.message()?;
         let sequence_number = SequenceNumber(self.i64()?);
         let enqueued_time = Timestamp(self.i64()?);

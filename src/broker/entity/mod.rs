@@ -535,6 +535,16 @@ pub struct EntityHandle {
 }
 
 impl EntityHandle {
+    /// A handle whose commands go into `commands` instead of a local actor's inbox (a
+    /// remote entity reached through `cluster::remote`): whoever drains the channel
+    /// carries the commands on and answers them.
+    pub fn from_channel(path: &str, commands: mpsc::Sender<Command>) -> EntityHandle {
+        EntityHandle {
+            path: path.into(),
+            commands,
+        }
+    }
+
     /// Sends a command; fails with `NotFound` when the entity is gone.
     pub async fn send(&self, command: Command) -> Result<(), EntityError> {
         self.commands
