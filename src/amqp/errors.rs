@@ -36,6 +36,9 @@ pub const WINDOW_VIOLATION: &str = "amqp:session:window-violation";
 pub const UNATTACHED_HANDLE: &str = "amqp:session:unattached-handle";
 /// The link name was attached again elsewhere (AMQP 1.0 §2.8.16).
 pub const LINK_STOLEN: &str = "amqp:link:stolen";
+/// `amqp:link:detach-forced`: the link was detached by the broker and may attach again
+/// (the SDKs retry it; not-found they do not).
+pub const DETACH_FORCED: &str = "amqp:link:detach-forced";
 /// `com.microsoft:message-lock-lost`.
 pub const MESSAGE_LOCK_LOST: &str = "com.microsoft:message-lock-lost";
 /// `com.microsoft:message-not-found`.
@@ -101,6 +104,16 @@ pub fn entity_not_found(path: &str) -> Failure {
             "The messaging entity '{path}' could not be found. To know more visit https://aka.ms/sbResourceMgrExceptions."
         ),
         404,
+    )
+}
+
+/// The failure a receiver's link is detached with when its entity moved to another node
+/// (a leader change): retryable, so the client attaches again.
+pub fn entity_moved(path: &str) -> Failure {
+    Failure::new(
+        DETACH_FORCED,
+        format!("The messaging entity '{path}' moved to another node; attach the link again."),
+        503,
     )
 }
 

@@ -273,6 +273,21 @@ pub(super) async fn event_loop<S: RawStream>(
 }
 
 impl Connection {
+    /// The entity path of the receiver link `handle` on `channel` (empty when there is no
+    /// such link).
+    fn receiver_path(&self, channel: u16, handle: u32) -> String {
+        self.sessions
+            .get(&channel)
+            .and_then(|session| session.links.get(&handle))
+            .and_then(|link| match &link.kind {
+                super::links::LinkKind::EntityReceiver { entity, .. } => {
+                    Some(entity.path.to_string())
+                }
+                _ => None,
+            })
+            .unwrap_or_default()
+    }
+
     /// Handles one frame; returns true when the connection is closed.
     async fn handle_frame(&mut self, frame: RawFrame) -> Result<bool, ConnectionError> {
         if frame.frame_type != FRAME_TYPE_AMQP {
@@ -395,20 +410,21 @@ impl Connection {
                 let Some(&(channel, handle)) = self.receivers.get(&receiver) else {
                     return Ok(());
                 };
-                let path = self
-                    .sessions
-                    .get(&channel)
-                    .and_then(|session| session.links.get(&handle))
-                    .and_then(|link| match &link.kind {
-                        super::links::LinkKind::EntityReceiver { entity, .. } => {
-                            Some(entity.path.to_string())
-                        }
-                        _ => None,
-                    })
-                    .unwrap_or_default();
-                let failure = errors::entity_not_found(&path);
+                let failure = errors::entity_not_found(&self.receiver_path(channel, handle));
                 self.detach_with_error(channel, handle, failure.to_error())
                     .await
+            }
+            Notification::Moved { receiver } => {
+                let Some(&(channel, handle)) = self.receivers.get(&receiver) else {
+                    return Ok(());
+                };
+                let failure = errors::entity_moved(&self.receiver_path(channel, handle));
+                self.detach_with_error(channel, handle, failure.to_error())
+                    .await?;
+                // The stream that carried its deliveries is gone: none will come back to be
+                // returned, and no `ReceiverDetached` either.
+                self.detached_receivers.remove(&receiver);
+                Ok(())
             }
             Notification::SessionLost { receiver } => {
                 let Some(&(channel, handle)) = self.receivers.get(&receiver) else {

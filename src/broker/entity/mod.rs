@@ -91,6 +91,13 @@ pub enum Notification {
         /// The receiver.
         receiver: ReceiverId,
     },
+    /// The entity now runs elsewhere (the stream to the node that ran it was lost): the
+    /// link must attach again. Detached with `amqp:link:detach-forced`, which the SDKs
+    /// retry, where `EntityDeleted`'s not-found is final.
+    Moved {
+        /// The receiver.
+        receiver: ReceiverId,
+    },
     /// A session receiver lost its session lock.
     SessionLost {
         /// The receiver.

@@ -383,7 +383,7 @@ impl Shared {
             }
             for (receiver, (attached, path)) in sink.receivers {
                 let notification = match attached {
-                    Attached::Receiver => Notification::EntityDeleted { receiver },
+                    Attached::Receiver => Notification::Moved { receiver },
                     Attached::SessionWaiting => Notification::SessionRefused {
                         receiver,
                         error: unreachable(&path, &reason),
@@ -425,6 +425,7 @@ impl Sink {
             Notification::SessionRefused { receiver, .. }
             | Notification::ReceiverDetached { receiver }
             | Notification::EntityDeleted { receiver }
+            | Notification::Moved { receiver }
             | Notification::SessionLost { receiver } => {
                 self.receivers.remove(receiver);
             }

@@ -1106,6 +1106,7 @@ const ENTITY_DELETED: u8 = 7;
 const SESSION_LOST: u8 = 8;
 const REPLY: u8 = 9;
 const REPLIES: u8 = 10;
+const MOVED: u8 = 11;
 
 fn notification_body(out: &mut Out, notification: &Notification) {
     match notification {
@@ -1146,6 +1147,10 @@ fn notification_body(out: &mut Out, notification: &Notification) {
         }
         Notification::EntityDeleted { receiver } => {
             out.u8(ENTITY_DELETED);
+            out.u64(receiver.0);
+        }
+        Notification::Moved { receiver } => {
+            out.u8(MOVED);
             out.u64(receiver.0);
         }
         Notification::SessionLost { receiver } => {
@@ -1191,6 +1196,9 @@ fn notification(input: &mut In<'_>) -> Result<Notification, DecodeError> {
             receiver: ReceiverId(input.u64()?),
         },
         ENTITY_DELETED => Notification::EntityDeleted {
+            receiver: ReceiverId(input.u64()?),
+        },
+        MOVED => Notification::Moved {
             receiver: ReceiverId(input.u64()?),
         },
         SESSION_LOST => Notification::SessionLost {

@@ -17,8 +17,10 @@
 //!   reaches the client's handle, as it reaches a connection locally.
 //! * A closed or failed stream: the client answers every request still waiting with
 //!   [`EntityError::Timeout`] (`com.microsoft:timeout`, which the SDKs retry), tells
-//!   receivers attached through it that they are gone, and answers later commands the
-//!   same way; the server drops its senders, so actors see those sinks closed exactly as
+//!   receivers attached through it that their entity moved ([`Notification::Moved`]: the
+//!   connection detaches the link with `amqp:link:detach-forced`, which the SDKs retry;
+//!   a session receiver holding its session loses it, one waiting is refused with the
+//!   timeout), and answers later commands the same way; the server drops its senders, so actors see those sinks closed exactly as
 //!   they see a local connection go.
 //!
 //! Await order: as locally, a connection awaits the handle (bounded), the entity only
@@ -32,6 +34,8 @@
 
 mod client;
 mod codec;
+#[cfg(test)]
+mod connection_tests;
 mod server;
 #[cfg(test)]
 mod tests;
@@ -177,7 +181,13 @@ pub(crate) fn refuse(command: Command, error: EntityError) {
             }
         }
         Command::AttachReceiver { receiver, sink, .. } => {
-            let _ = sink.send(Notification::EntityDeleted { receiver });
+            // An entity that is not there is gone for good; one that cannot be reached now
+            // runs elsewhere: the link attaches again.
+            let notification = match error {
+                EntityError::NotFound(_) => Notification::EntityDeleted { receiver },
+                _ => Notification::Moved { receiver },
+            };
+            let _ = sink.send(notification);
         }
         Command::AttachSessionReceiver { receiver, sink, .. } => {
             let _ = sink.send(Notification::SessionRefused { receiver, error });

@@ -29,7 +29,10 @@ use crate::clock::Clock;
 const START: Timestamp = Timestamp(1_700_000_000_000);
 const WAIT: Duration = Duration::from_secs(5);
 
-fn spawn_entity(path: &str, configure: impl FnOnce(&mut EntitySettings)) -> EntityHandle {
+pub(super) fn spawn_entity(
+    path: &str,
+    configure: impl FnOnce(&mut EntitySettings),
+) -> EntityHandle {
     let mut settings = EntitySettings::with_defaults(path);
     configure(&mut settings);
     let (idle, _) = mpsc::unbounded_channel();
@@ -505,8 +508,17 @@ async fn a_lost_stream_fails_what_waits_with_a_retryable_error() {
             sink: session_sink,
         })
         .await;
-    // Both reached the entity's inbox: they wait there.
-    for _ in 0..2 {
+    let (receiver_sink, mut plain) = mpsc::unbounded_channel();
+    client
+        .command(Command::AttachReceiver {
+            receiver: ReceiverId(4),
+            sub_queue: SubQueue::Main,
+            mode: ReceiveMode::PeekLock,
+            sink: receiver_sink,
+        })
+        .await;
+    // All three reached the entity's inbox: they wait there.
+    for _ in 0..3 {
         timeout(WAIT, queued.recv())
             .await
             .expect("in time")
@@ -529,7 +541,25 @@ async fn a_lost_stream_fails_what_waits_with_a_retryable_error() {
         }
         other => panic!("expected the refused session, got {other:?}"),
     }
+    // A plain receiver is told its entity moved (detach-forced, retried), not deleted.
+    match next(&mut plain).await {
+        Notification::Moved { receiver } => assert_eq!(receiver, ReceiverId(4)),
+        other => panic!("expected the receiver moved, got {other:?}"),
+    }
     assert!(proxy.is_closed());
+    // A receiver attached after the loss is told the same.
+    let (late_sink, mut late) = mpsc::unbounded_channel();
+    client
+        .command(Command::AttachReceiver {
+            receiver: ReceiverId(5),
+            sub_queue: SubQueue::Main,
+            mode: ReceiveMode::PeekLock,
+            sink: late_sink,
+        })
+        .await;
+    assert!(
+        matches!(next(&mut late).await, Notification::Moved { receiver } if receiver == ReceiverId(5))
+    );
     // Later commands fail the same way, on this handle and on new ones.
     assert!(timed_out(
         &client.request(|reply| Command::Describe { reply }).await
@@ -1170,6 +1200,9 @@ fn every_notification_comes_back_the_same() {
         },
         Notification::EntityDeleted {
             receiver: ReceiverId(1),
+        },
+        Notification::Moved {
+            receiver: ReceiverId(u64::MAX),
         },
         Notification::SessionLost {
             receiver: ReceiverId(1),
