@@ -1,33 +1,78 @@
-//! The client end: handles whose commands go over the stream, and the table of the sinks
-//! they named.
+//! The client end: handles whose commands go over a stream to the node that runs their
+//! entities (a new stream opened when one is lost, for a proxy that connects), and each
+//! stream's table of the sinks its commands named.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
+use futures_util::future::BoxFuture;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{Semaphore, mpsc, watch};
 
-use super::codec::{self, ServerFrame, SinkIds, Unencodable};
+use super::codec::{self, Kind, ServerFrame, SinkIds, Unencodable};
 use super::{
-    COMMAND_CAPACITY, FRAME_QUEUE, RemoteError, WINDOW, read_frame, refuse, stopped, write_frames,
+    COMMAND_CAPACITY, Carried, FRAME_QUEUE, RemoteError, TOPIC_CAPACITY, WINDOW, read_frame,
+    stopped, write_frames,
 };
-use crate::broker::entity::{Command, EntityHandle, Notification, NotificationSender, RequestId};
+use crate::broker::entity::{EntityHandle, Notification, NotificationSender, RequestId};
+use crate::broker::topic::TopicHandle;
 use crate::broker::types::{EntityError, ReceiverId};
 
-/// The client end of a remote entity stream: gives [`EntityHandle`]s for entities on the
-/// node at the other end.
+/// How long a proxy that connects waits for a new stream before the command that asked
+/// for it is answered with a timeout.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// After a failed attempt to open a stream, commands within this long are answered with
+/// its failure instead of trying again (no busy loop while the other node is down).
+pub const RECONNECT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Opens a stream and starts its tasks.
+type Connector = Box<dyn Fn() -> BoxFuture<'static, Result<Arc<Stream>, String>> + Send + Sync>;
+
+/// The client end of remote entity streams: gives [`EntityHandle`]s and [`TopicHandle`]s
+/// for entities and topics on the node at the other end.
 ///
-/// Its tasks run until the stream ends (or fails); then every request still waiting is
-/// answered with [`EntityError::Timeout`], and so is every later command through its
-/// handles.
+/// When the stream ends (or fails), every request still waiting on it is answered with
+/// [`EntityError::Timeout`], plain receivers attached through it are told
+/// [`Notification::Moved`], session receivers lose their session (or are refused with the
+/// timeout while they wait for one). A proxy made by [`Proxy::start`] has that one stream:
+/// every later command is answered the same way. One made by [`Proxy::connecting`] opens
+/// a new stream for the next command; its handles stay valid across streams.
 #[derive(Debug)]
 pub struct Proxy {
-    shared: Arc<Shared>,
+    inner: Arc<Inner>,
     handles: Mutex<HashMap<String, EntityHandle>>,
+    topics: Mutex<HashMap<String, TopicHandle>>,
 }
 
+/// What the handles' tasks share: the stream now, and how to open the next one.
+struct Inner {
+    /// The stream commands go on (`None` before a proxy that connects opened one).
+    current: Mutex<Option<Arc<Stream>>>,
+    /// Opens a new stream; `None` for a proxy with one stream only.
+    connect: Option<Connector>,
+    /// Held while a stream is opened (one attempt at a time); the last failed attempt:
+    /// when, and why.
+    connecting: tokio::sync::Mutex<Option<(Instant, String)>>,
+    /// Set by [`Proxy::close`]: no stream is opened any more.
+    closed: AtomicBool,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Inner")
+            .field("current", &self.current)
+            .field("connects", &self.connect.is_some())
+            .finish()
+    }
+}
+
+/// One stream: its writer's queues and its table of sinks.
 #[derive(Debug)]
-struct Shared {
+struct Stream {
     state: Mutex<State>,
     /// Window acknowledgements' and sink closings' frames (never waited on).
     control: mpsc::UnboundedSender<Vec<u8>>,
@@ -41,8 +86,8 @@ struct Shared {
 struct State {
     next_sink: u64,
     sinks: HashMap<u64, Sink>,
-    /// Each path's window (see [`super::WINDOW`]).
-    windows: HashMap<String, Arc<Semaphore>>,
+    /// Each path's window (see [`super::WINDOW`]), by what the path names.
+    windows: HashMap<(Kind, String), Arc<Semaphore>>,
     /// Why the stream is gone, once it is.
     failure: Option<String>,
 }
@@ -68,24 +113,192 @@ enum Attached {
 }
 
 impl Proxy {
-    /// Starts the client end on `io` (a connected stream to a node running [`super::serve`]).
+    /// Starts the client end on `io` (a connected stream to a node running
+    /// [`super::serve`]): its one stream.
     pub fn start<IO>(io: IO) -> Proxy
+    where
+        IO: AsyncRead + AsyncWrite + Send + 'static,
+    {
+        Proxy::with(Some(Stream::start(io)), None)
+    }
+
+    /// A client end that opens its streams with `connect` (to whichever node runs the
+    /// entities now): the first when a command needs one, a new one for the first
+    /// command after a stream is lost or [`Proxy::close`]d. A failed `connect` (or one
+    /// taking more than [`CONNECT_TIMEOUT`]) answers the command that asked with
+    /// [`EntityError::Timeout`] naming why; commands within [`RECONNECT_BACKOFF`] after
+    /// it get the same answer, later ones try again.
+    pub fn connecting<IO, F>(connect: F) -> Proxy
+    where
+        IO: AsyncRead + AsyncWrite + Send + 'static,
+        F: Fn() -> BoxFuture<'static, Result<IO, String>> + Send + Sync + 'static,
+    {
+        let connector: Connector = Box::new(move || {
+            let opening = connect();
+            Box::pin(async move { opening.await.map(Stream::start) })
+        });
+        Proxy::with(None, Some(connector))
+    }
+
+    fn with(current: Option<Arc<Stream>>, connect: Option<Connector>) -> Proxy {
+        Proxy {
+            inner: Arc::new(Inner {
+                current: Mutex::new(current),
+                connect,
+                connecting: tokio::sync::Mutex::new(None),
+                closed: AtomicBool::new(false),
+            }),
+            handles: Mutex::new(HashMap::new()),
+            topics: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// A handle for the entity (queue or subscription) at `path` on the other node (the
+    /// same channel for the same path, whichever stream carries it). A path the other
+    /// node does not know is answered as locally: `NotFound`.
+    pub fn handle(&self, path: &str) -> EntityHandle {
+        let mut handles = lock(&self.handles);
+        if let Some(handle) = handles.get(path) {
+            return handle.clone();
+        }
+        let (commands, inbox) = mpsc::channel(COMMAND_CAPACITY);
+        tokio::spawn(carry(self.inner.clone(), path.into(), inbox));
+        let handle = EntityHandle::from_channel(path, commands);
+        handles.insert(path.to_string(), handle.clone());
+        handle
+    }
+
+    /// A handle for the topic at `path` on the other node (the same channel for the same
+    /// path, whichever stream carries it). A path the other node does not know as a
+    /// topic is answered as locally: `NotFound`.
+    pub fn topic_handle(&self, path: &str) -> TopicHandle {
+        let mut topics = lock(&self.topics);
+        if let Some(handle) = topics.get(path) {
+            return handle.clone();
+        }
+        let (commands, inbox) = mpsc::channel(TOPIC_CAPACITY);
+        tokio::spawn(carry(self.inner.clone(), path.into(), inbox));
+        let handle = TopicHandle::from_channel(path, commands);
+        topics.insert(path.to_string(), handle.clone());
+        handle
+    }
+
+    /// Whether no stream is open now: commands are answered with an error (a proxy that
+    /// connects opens a new stream for the next one).
+    pub fn is_closed(&self) -> bool {
+        self.inner.live().is_none()
+    }
+
+    /// Ends the stream now, as if it had failed: what waits on it is answered at once. A
+    /// proxy made by [`Proxy::connecting`] opens a new stream for the next command (a
+    /// member calls this when it learns of a new leader while the old stream still looks
+    /// alive); for one made by [`Proxy::start`] this is [`Proxy::close`].
+    pub fn reset(&self) {
+        let current = lock(&self.inner.current).clone();
+        if let Some(stream) = current {
+            stream.fail("the stream was closed: the entities' node changed".to_string());
+        }
+    }
+
+    /// Ends the stream now, as if it had failed, for good: what waits on it is answered
+    /// at once, and every later command the same way (no new stream is opened).
+    pub fn close(&self) {
+        self.inner.closed.store(true, Ordering::SeqCst);
+        let current = lock(&self.inner.current).clone();
+        if let Some(stream) = current {
+            stream.fail("the stream was closed".to_string());
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The error a command gets when the stream to its entity's node is gone: a timeout, which
+/// the SDKs retry.
+fn unreachable(path: &str, reason: &str) -> EntityError {
+    EntityError::Timeout(format!(
+        "The node that holds the messaging entity '{path}' could not be reached ({reason}). Try again."
+    ))
+}
+
+impl Inner {
+    /// The stream now, unless it is gone.
+    fn live(&self) -> Option<Arc<Stream>> {
+        lock(&self.current)
+            .as_ref()
+            .filter(|stream| !stream.is_failed())
+            .cloned()
+    }
+
+    /// The stream to carry a command on: the one now, or a new one for a proxy that
+    /// connects; `Err` with why there is none.
+    async fn stream(&self) -> Result<Arc<Stream>, String> {
+        if let Some(stream) = self.live() {
+            return Ok(stream);
+        }
+        if self.closed.load(Ordering::SeqCst) {
+            return Err("the proxy was closed".to_string());
+        }
+        let Some(connect) = &self.connect else {
+            let current = lock(&self.current).clone();
+            return Err(current
+                .and_then(|stream| stream.lock().failure.clone())
+                .unwrap_or_else(|| "no stream".to_string()));
+        };
+        let mut last_failure = self.connecting.lock().await;
+        // Another command may have opened one while this one waited, or closed the proxy.
+        if let Some(stream) = self.live() {
+            return Ok(stream);
+        }
+        if self.closed.load(Ordering::SeqCst) {
+            return Err("the proxy was closed".to_string());
+        }
+        if let Some((at, reason)) = &*last_failure
+            && at.elapsed() < RECONNECT_BACKOFF
+        {
+            return Err(reason.clone());
+        }
+        let reason = match tokio::time::timeout(CONNECT_TIMEOUT, connect()).await {
+            Ok(Ok(stream)) => {
+                *last_failure = None;
+                *lock(&self.current) = Some(stream.clone());
+                return Ok(stream);
+            }
+            Ok(Err(error)) => format!("opening a stream failed: {error}"),
+            Err(_) => format!(
+                "opening a stream took more than {} s",
+                CONNECT_TIMEOUT.as_secs()
+            ),
+        };
+        tracing::warn!(%reason, "remote entity stream: cannot open one");
+        *last_failure = Some((Instant::now(), reason.clone()));
+        Err(reason)
+    }
+}
+
+impl Stream {
+    /// Starts a stream's tasks on `io`.
+    fn start<IO>(io: IO) -> Arc<Stream>
     where
         IO: AsyncRead + AsyncWrite + Send + 'static,
     {
         let (control, control_queue) = mpsc::unbounded_channel();
         let (data, data_queue) = mpsc::channel(FRAME_QUEUE);
         let (stop, mut stopping) = watch::channel(false);
-        let shared = Arc::new(Shared {
+        let stream = Arc::new(Stream {
             state: Mutex::new(State::default()),
             control,
             data,
             stop,
         });
         let (mut input, output) = tokio::io::split(io);
-        let reading = shared.clone();
-        let sweeping = shared.clone();
-        let failing = shared.clone();
+        let reading = stream.clone();
+        let sweeping = stream.clone();
+        let failing = stream.clone();
         tokio::spawn(async move {
             let reader = async move {
                 loop {
@@ -123,79 +336,54 @@ impl Proxy {
             };
             failing.fail(reason);
         });
-        Proxy {
-            shared,
-            handles: Mutex::new(HashMap::new()),
-        }
+        stream
     }
 
-    /// A handle for the entity at `path` on the other node (the same channel for the same
-    /// path). A path the other node does not know is answered as locally: `NotFound`.
-    pub fn handle(&self, path: &str) -> EntityHandle {
-        let mut handles = lock(&self.handles);
-        if let Some(handle) = handles.get(path) {
-            return handle.clone();
+    fn is_failed(&self) -> bool {
+        self.lock().failure.is_some()
+    }
+
+    /// The window of `path` (of `kind`) on this stream; closed once the stream is gone.
+    fn window(&self, kind: Kind, path: &str) -> Arc<Semaphore> {
+        let mut state = self.lock();
+        if let Some(window) = state.windows.get(&(kind, path.to_string())) {
+            return window.clone();
         }
         let window = Arc::new(Semaphore::new(WINDOW));
-        {
-            let mut state = self.shared.lock();
-            if state.failure.is_some() {
-                window.close();
-            }
-            state.windows.insert(path.to_string(), window.clone());
+        if state.failure.is_some() {
+            window.close();
         }
-        let (commands, inbox) = mpsc::channel(COMMAND_CAPACITY);
-        tokio::spawn(carry(self.shared.clone(), path.into(), inbox, window));
-        let handle = EntityHandle::from_channel(path, commands);
-        handles.insert(path.to_string(), handle.clone());
-        handle
-    }
-
-    /// Whether the stream is gone (every command is now answered with an error).
-    pub fn is_closed(&self) -> bool {
-        self.shared.lock().failure.is_some()
-    }
-
-    /// Ends the stream: as if it had failed.
-    pub fn close(&self) {
-        self.shared.stop.send_replace(true);
+        state
+            .windows
+            .insert((kind, path.to_string()), window.clone());
+        window
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// The error a command gets when the stream to its entity's node is gone: a timeout, which
-/// the SDKs retry.
-fn unreachable(path: &str, reason: &str) -> EntityError {
-    EntityError::Timeout(format!(
-        "The node that holds the messaging entity '{path}' could not be reached ({reason}). Try again."
-    ))
-}
-
-/// Carries one path's commands onto the stream, each once the window has room.
-async fn carry(
-    shared: Arc<Shared>,
-    path: Arc<str>,
-    mut inbox: mpsc::Receiver<Command>,
-    window: Arc<Semaphore>,
-) {
+/// Carries one path's commands onto the stream, each once the window has room (opening
+/// a stream first when a proxy that connects has none).
+async fn carry<C: Carried>(inner: Arc<Inner>, path: Arc<str>, mut inbox: mpsc::Receiver<C>) {
     while let Some(command) = inbox.recv().await {
+        let stream = match inner.stream().await {
+            Ok(stream) => stream,
+            Err(reason) => {
+                command.refuse(unreachable(&path, &reason));
+                continue;
+            }
+        };
+        let window = stream.window(C::KIND, &path);
         let Ok(permit) = window.acquire().await else {
-            let reason = shared.lock().failure.clone().unwrap_or_default();
-            refuse(command, unreachable(&path, &reason));
+            let reason = stream.lock().failure.clone().unwrap_or_default();
+            command.refuse(unreachable(&path, &reason));
             continue;
         };
         permit.forget();
         let (frame, closed) = {
-            let mut state = shared.lock();
+            let mut state = stream.lock();
             if let Some(reason) = &state.failure {
                 let error = unreachable(&path, reason);
                 drop(state);
-                refuse(command, error);
+                command.refuse(error);
                 continue;
             }
             let mut naming = Naming {
@@ -205,7 +393,7 @@ async fn carry(
                 attaches: Vec::new(),
                 closed: None,
             };
-            let frame = codec::encode_command(&path, &command, &mut naming);
+            let frame = command.encode(&path, &mut naming);
             let closed = naming.closed.take().unwrap_or_default();
             if frame.is_ok() {
                 naming.commit();
@@ -213,12 +401,12 @@ async fn carry(
             (frame, closed)
         };
         for sink in closed {
-            let _ = shared.control.send(codec::encode_sink_closed(sink));
+            let _ = stream.control.send(codec::encode_sink_closed(sink));
         }
         match frame {
             Ok(frame) => {
                 // A writer gone means a failed stream: its failure answers what waits.
-                let _ = shared.data.send(frame).await;
+                let _ = stream.data.send(frame).await;
             }
             Err(unencodable) => {
                 window.add_permits(1);
@@ -228,7 +416,7 @@ async fn carry(
                         EntityError::LimitExceeded(unencodable.to_string())
                     }
                 };
-                refuse(command, error);
+                command.refuse(error);
             }
         }
     }
@@ -319,7 +507,7 @@ impl State {
     }
 }
 
-impl Shared {
+impl Stream {
     fn lock(&self) -> MutexGuard<'_, State> {
         lock(&self.state)
     }
@@ -343,9 +531,9 @@ impl Shared {
                     let _ = self.control.send(codec::encode_sink_closed(sink));
                 }
             }
-            ServerFrame::Ack { path, count } => {
+            ServerFrame::Ack { kind, path, count } => {
                 let state = self.lock();
-                let Some(window) = state.windows.get(&path) else {
+                let Some(window) = state.windows.get(&(kind, path.clone())) else {
                     return Err(RemoteError::Protocol(format!(
                         "commands for '{path}' acknowledged, but none were sent"
                     )));

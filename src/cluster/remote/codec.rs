@@ -21,10 +21,12 @@ use crate::broker::entity::{
 };
 use crate::broker::message::Message;
 use crate::broker::partitions::PARTITIONS;
+use crate::broker::rules::{FilterDefinition, Rule, RuleDefinition};
+use crate::broker::topic::{RuleOperation, TopicCommand};
 use crate::broker::types::{
     EntityError, LockToken, ReceiveMode, ReceiverId, SequenceNumber, Settlement, Timestamp,
 };
-use crate::config::EntityStatus;
+use crate::config::{EntityStatus, ParameterValue};
 use crate::store::codec::{DecodeError, In, Out};
 
 /// The largest frame body either end writes or reads: a larger one ends the stream.
@@ -36,8 +38,21 @@ const KIND_COMMAND: u8 = 1;
 const KIND_SINK_CLOSED: u8 = 2;
 /// Server to client: a notification for a sink.
 const KIND_NOTIFICATION: u8 = 3;
-/// Server to client: commands for an entity were handed to its actor (window credit).
+/// Server to client: commands for an entity or a topic were handed to its actor or task
+/// (window credit).
 const KIND_ACK: u8 = 4;
+/// Client to server: a command for a topic.
+const KIND_TOPIC_COMMAND: u8 = 5;
+
+/// What a path names on the stream: an entity (queue or subscription) or a topic. Windows
+/// and forwarders are per kind and path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Kind {
+    /// A queue's or subscription's actor ([`Command`]s).
+    Entity,
+    /// A topic's task ([`TopicCommand`]s).
+    Topic,
+}
 
 /// Where a command's sinks get their wire ids (the sending side).
 pub(crate) trait SinkIds {
@@ -60,6 +75,13 @@ pub(crate) enum ClientFrame {
         /// The command, its sinks the server's.
         command: Command,
     },
+    /// A command for the topic at `path`.
+    TopicCommand {
+        /// The topic's path as the client named it.
+        path: String,
+        /// The command, its sinks the server's.
+        command: TopicCommand,
+    },
     /// The client's sink with this id is gone.
     SinkClosed(u64),
 }
@@ -74,9 +96,11 @@ pub(crate) enum ServerFrame {
         /// The notification.
         notification: Notification,
     },
-    /// `count` more commands for `path` were handed to its actor.
+    /// `count` more commands for `path` were handed to its actor or task.
     Ack {
-        /// The entity's path as the client named it.
+        /// Whether `path` is an entity's or a topic's.
+        kind: Kind,
+        /// The path as the client named it.
         path: String,
         /// How many.
         count: u64,
@@ -86,9 +110,10 @@ pub(crate) enum ServerFrame {
 /// Why a command was not encoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum Unencodable {
-    /// The command never leaves its placement group.
+    /// The command only makes sense inside one process (it carries a local channel or
+    /// actor: a topic and its subscriptions are one placement group, on one node).
     #[error(
-        "{0} does not cross nodes: a topic and its subscriptions are one placement group, on one node"
+        "{0} does not cross nodes: it carries what only makes sense inside one process (a topic and its subscriptions are one placement group, on one node)"
     )]
     LocalOnly(&'static str),
     /// The frame would be too large.
@@ -158,6 +183,39 @@ pub(crate) fn command_name(command: &Command) -> &'static str {
     }
 }
 
+/// The name of a topic command in errors and logs.
+pub(crate) fn topic_command_name(command: &TopicCommand) -> &'static str {
+    match command {
+        TopicCommand::Publish { .. } => "Publish",
+        TopicCommand::PublishForwarded { .. } => "PublishForwarded",
+        TopicCommand::PublishBatch { .. } => "PublishBatch",
+        TopicCommand::Schedule { .. } => "Schedule",
+        TopicCommand::CancelScheduled { .. } => "CancelScheduled",
+        TopicCommand::AddSubscription { .. } => "AddSubscription",
+        TopicCommand::RemoveSubscription { .. } => "RemoveSubscription",
+        TopicCommand::Update { .. } => "Update",
+        TopicCommand::Describe { .. } => "Describe",
+        TopicCommand::Delete { .. } => "Delete",
+        TopicCommand::Rules { .. } => "Rules",
+    }
+}
+
+/// A command frame for the topic at `path`; its sinks are named through `sinks`.
+pub(crate) fn encode_topic_command(
+    path: &str,
+    command: &TopicCommand,
+    sinks: &mut impl SinkIds,
+) -> Result<Vec<u8>, Unencodable> {
+    let mut out = start(KIND_TOPIC_COMMAND);
+    out.str(path);
+    topic_command_body(&mut out, command, sinks)?;
+    finish(out).map_err(|size| Unencodable::TooLarge {
+        what: topic_command_name(command),
+        path: path.to_string(),
+        size,
+    })
+}
+
 /// A command frame for the entity at `path`; its sinks are named through `sinks`.
 pub(crate) fn encode_command(
     path: &str,
@@ -181,9 +239,13 @@ pub(crate) fn encode_sink_closed(sink: u64) -> Vec<u8> {
     finish(out).unwrap_or_default()
 }
 
-/// The frame giving the client `count` more commands of window for `path`.
-pub(crate) fn encode_ack(path: &str, count: u64) -> Vec<u8> {
+/// The frame giving the client `count` more commands of window for `path` (of `kind`).
+pub(crate) fn encode_ack(kind: Kind, path: &str, count: u64) -> Vec<u8> {
     let mut out = start(KIND_ACK);
+    out.u8(match kind {
+        Kind::Entity => 0,
+        Kind::Topic => 1,
+    });
     out.str(path);
     out.u64(count);
     // A path is far below the bound (the client sent it in a frame of its own).
@@ -214,6 +276,11 @@ pub(crate) fn decode_client_frame(
             let command = command(&mut input, sink)?;
             ClientFrame::Command { path, command }
         }
+        KIND_TOPIC_COMMAND => {
+            let path = input.string()?;
+            let command = topic_command(&mut input, sink)?;
+            ClientFrame::TopicCommand { path, command }
+        }
         KIND_SINK_CLOSED => ClientFrame::SinkClosed(input.u64()?),
         kind => return input.fail(&format!("unknown client frame kind {kind}")),
     };
@@ -230,6 +297,11 @@ pub(crate) fn decode_server_frame(body: &[u8]) -> Result<ServerFrame, DecodeErro
             notification: notification(&mut input)?,
         },
         KIND_ACK => ServerFrame::Ack {
+            kind: match input.u8()? {
+                0 => Kind::Entity,
+                1 => Kind::Topic,
+                _ => return input.fail("unknown acknowledged kind"),
+            },
             path: input.string()?,
             count: input.u64()?,
         },
@@ -694,6 +766,333 @@ fn command(
     })
 }
 
+// ---- topic commands ----
+
+const PUBLISH: u8 = 1;
+const PUBLISH_FORWARDED: u8 = 2;
+const PUBLISH_BATCH: u8 = 3;
+const SCHEDULE: u8 = 4;
+const TOPIC_CANCEL_SCHEDULED: u8 = 5;
+const REMOVE_SUBSCRIPTION: u8 = 7;
+const UPDATE: u8 = 8;
+const TOPIC_DESCRIBE: u8 = 9;
+const TOPIC_DELETE: u8 = 10;
+const RULES: u8 = 11;
+
+fn topic_command_body(
+    out: &mut Out,
+    command: &TopicCommand,
+    sinks: &mut impl SinkIds,
+) -> Result<(), Unencodable> {
+    match command {
+        TopicCommand::Publish { messages, reply } => {
+            out.u8(PUBLISH);
+            messages_of(out, messages.iter());
+            opt_reply_to(out, reply.as_ref(), sinks);
+        }
+        TopicCommand::PublishForwarded {
+            message,
+            key,
+            floor,
+            reply,
+        } => {
+            out.u8(PUBLISH_FORWARDED);
+            message_of(out, message);
+            out.str(&key.source);
+            out.i64(key.sequence_number.0);
+            out.i64(key.enqueued_time.0);
+            out.i64(floor.0);
+            reply_to(out, reply, sinks);
+        }
+        TopicCommand::PublishBatch { sends, sink } => {
+            out.u8(PUBLISH_BATCH);
+            let id = sinks.id(sink);
+            out.u64(id);
+            batched_sends(out, sends);
+            for request in sends.iter().filter_map(|send| send.request) {
+                sinks.waits(id, request);
+            }
+        }
+        TopicCommand::Schedule { messages, reply } => {
+            out.u8(SCHEDULE);
+            messages_of(out, messages.iter());
+            reply_to(out, reply, sinks);
+        }
+        TopicCommand::CancelScheduled {
+            sequence_numbers,
+            reply,
+        } => {
+            out.u8(TOPIC_CANCEL_SCHEDULED);
+            numbers(out, sequence_numbers);
+            reply_to(out, reply, sinks);
+        }
+        TopicCommand::AddSubscription { .. } => {
+            return Err(Unencodable::LocalOnly("AddSubscription"));
+        }
+        TopicCommand::RemoveSubscription { name, reply } => {
+            out.u8(REMOVE_SUBSCRIPTION);
+            out.str(name);
+            reply_to(out, reply, sinks);
+        }
+        TopicCommand::Update {
+            duplicate_detection,
+            auto_delete_on_idle,
+            status,
+            reply,
+        } => {
+            out.u8(UPDATE);
+            opt_duration(out, *duplicate_detection);
+            opt_duration(out, *auto_delete_on_idle);
+            entity_status(out, *status);
+            reply_to(out, reply, sinks);
+        }
+        TopicCommand::Describe { reply } => {
+            out.u8(TOPIC_DESCRIBE);
+            reply_to(out, reply, sinks);
+        }
+        TopicCommand::Delete { reply } => {
+            out.u8(TOPIC_DELETE);
+            reply_to(out, reply, sinks);
+        }
+        TopicCommand::Rules {
+            subscription,
+            operation,
+            reply,
+        } => {
+            out.u8(RULES);
+            out.str(subscription);
+            match operation {
+                RuleOperation::Add(added) => {
+                    out.u8(0);
+                    rule(out, added);
+                }
+                RuleOperation::Remove(name) => {
+                    out.u8(1);
+                    out.str(name);
+                }
+                RuleOperation::Enumerate { skip, top } => {
+                    out.u8(2);
+                    out.u64(*skip as u64);
+                    out.u64(*top as u64);
+                }
+            }
+            reply_to(out, reply, sinks);
+        }
+    }
+    Ok(())
+}
+
+fn topic_command(
+    input: &mut In<'_>,
+    sink: &mut impl FnMut(u64) -> NotificationSender,
+) -> Result<TopicCommand, DecodeError> {
+    Ok(match input.u8()? {
+        PUBLISH => TopicCommand::Publish {
+            messages: read_list(input, read_message)?,
+            reply: read_opt_reply_to(input, sink)?,
+        },
+        PUBLISH_FORWARDED => TopicCommand::PublishForwarded {
+            message: read_message(input)?,
+            key: ForwardKey {
+                source: input.string()?,
+                sequence_number: SequenceNumber(input.i64()?),
+                enqueued_time: Timestamp(input.i64()?),
+            },
+            floor: SequenceNumber(input.i64()?),
+            reply: read_reply_to(input, sink)?,
+        },
+        PUBLISH_BATCH => {
+            let sink = sink(input.u64()?);
+            TopicCommand::PublishBatch {
+                sends: read_batched_sends(input)?,
+                sink,
+            }
+        }
+        SCHEDULE => TopicCommand::Schedule {
+            messages: read_list(input, read_message)?,
+            reply: read_reply_to(input, sink)?,
+        },
+        TOPIC_CANCEL_SCHEDULED => TopicCommand::CancelScheduled {
+            sequence_numbers: read_numbers(input)?,
+            reply: read_reply_to(input, sink)?,
+        },
+        REMOVE_SUBSCRIPTION => TopicCommand::RemoveSubscription {
+            name: input.string()?,
+            reply: read_reply_to(input, sink)?,
+        },
+        UPDATE => TopicCommand::Update {
+            duplicate_detection: read_opt_duration(input)?,
+            auto_delete_on_idle: read_opt_duration(input)?,
+            status: read_entity_status(input)?,
+            reply: read_reply_to(input, sink)?,
+        },
+        TOPIC_DESCRIBE => TopicCommand::Describe {
+            reply: read_reply_to(input, sink)?,
+        },
+        TOPIC_DELETE => TopicCommand::Delete {
+            reply: read_reply_to(input, sink)?,
+        },
+        RULES => TopicCommand::Rules {
+            subscription: input.string()?,
+            operation: match input.u8()? {
+                0 => RuleOperation::Add(Box::new(read_rule(input)?)),
+                1 => RuleOperation::Remove(input.string()?),
+                2 => RuleOperation::Enumerate {
+                    skip: read_usize(input)?,
+                    top: read_usize(input)?,
+                },
+                _ => return input.fail("unknown rule operation"),
+            },
+            reply: read_reply_to(input, sink)?,
+        },
+        kind => return input.fail(&format!("unknown topic command {kind}")),
+    })
+}
+
+/// A compiled rule goes as its definition (what `add-rule` gave) and is compiled again
+/// on the other end, by the same build.
+fn rule(out: &mut Out, rule: &Rule) {
+    let definition = RuleDefinition::of(rule);
+    out.str(&definition.name);
+    match &definition.filter {
+        FilterDefinition::True => out.u8(0),
+        FilterDefinition::False => out.u8(1),
+        FilterDefinition::Sql(expression) => {
+            out.u8(2);
+            out.str(expression);
+        }
+        FilterDefinition::Correlation { fields, properties } => {
+            out.u8(3);
+            for field in fields {
+                out.opt_str(field.as_deref());
+            }
+            out.properties(properties);
+        }
+    }
+    out.opt_str(definition.action.as_deref());
+    parameters(out, &definition.filter_parameters);
+    parameters(out, &definition.action_parameters);
+    out.i64(definition.created_at);
+}
+
+fn read_rule(input: &mut In<'_>) -> Result<Rule, DecodeError> {
+    let name = input.string()?;
+    let filter = match input.u8()? {
+        0 => FilterDefinition::True,
+        1 => FilterDefinition::False,
+        2 => FilterDefinition::Sql(input.string()?),
+        3 => {
+            let mut fields: [Option<String>; 8] = Default::default();
+            for field in &mut fields {
+                *field = input.opt_string()?;
+            }
+            FilterDefinition::Correlation {
+                fields,
+                properties: input.properties()?,
+            }
+        }
+        _ => return input.fail("unknown filter kind"),
+    };
+    let definition = RuleDefinition {
+        name,
+        filter,
+        action: input.opt_string()?,
+        filter_parameters: read_parameters(input)?,
+        action_parameters: read_parameters(input)?,
+        created_at: input.i64()?,
+    };
+    definition
+        .compile()
+        .map_err(|error| DecodeError(format!("a rule that does not compile: {error}")))
+}
+
+fn parameters(out: &mut Out, parameters: &[(String, ParameterValue)]) {
+    out.u64(parameters.len() as u64);
+    for (name, value) in parameters {
+        out.str(name);
+        match value {
+            ParameterValue::String(text) => {
+                out.u8(0);
+                out.str(text);
+            }
+            ParameterValue::Int(number) => {
+                out.u8(1);
+                out.i64(i64::from(*number));
+            }
+            ParameterValue::Long(number) => {
+                out.u8(2);
+                out.i64(*number);
+            }
+            ParameterValue::Double(number) => {
+                out.u8(3);
+                out.u64(number.to_bits());
+            }
+            ParameterValue::Bool(flag) => {
+                out.u8(4);
+                out.u8(u8::from(*flag));
+            }
+            ParameterValue::DateTime(ticks) => {
+                out.u8(5);
+                out.i64(*ticks);
+            }
+            ParameterValue::Duration(ticks) => {
+                out.u8(6);
+                out.i64(*ticks);
+            }
+            ParameterValue::Guid(guid) => {
+                out.u8(7);
+                out.0.extend_from_slice(guid);
+            }
+        }
+    }
+}
+
+fn read_parameters(input: &mut In<'_>) -> Result<Vec<(String, ParameterValue)>, DecodeError> {
+    read_list(input, |input| {
+        let name = input.string()?;
+        let value = match input.u8()? {
+            0 => ParameterValue::String(input.string()?),
+            1 => match i32::try_from(input.i64()?) {
+                Ok(number) => ParameterValue::Int(number),
+                Err(_) => return input.fail("an int parameter out of range"),
+            },
+            2 => ParameterValue::Long(input.i64()?),
+            3 => ParameterValue::Double(f64::from_bits(input.u64()?)),
+            4 => ParameterValue::Bool(input.u8()? != 0),
+            5 => ParameterValue::DateTime(input.i64()?),
+            6 => ParameterValue::Duration(input.i64()?),
+            7 => {
+                let mut guid = [0u8; 16];
+                for byte in &mut guid {
+                    *byte = input.u8()?;
+                }
+                ParameterValue::Guid(guid)
+            }
+            _ => return input.fail("unknown parameter type"),
+        };
+        Ok((name, value))
+    })
+}
+
+fn entity_status(out: &mut Out, status: EntityStatus) {
+    out.u8(match status {
+        EntityStatus::Active => 0,
+        EntityStatus::Disabled => 1,
+        EntityStatus::SendDisabled => 2,
+        EntityStatus::ReceiveDisabled => 3,
+    });
+}
+
+fn read_entity_status(input: &mut In<'_>) -> Result<EntityStatus, DecodeError> {
+    Ok(match input.u8()? {
+        0 => EntityStatus::Active,
+        1 => EntityStatus::Disabled,
+        2 => EntityStatus::SendDisabled,
+        3 => EntityStatus::ReceiveDisabled,
+        _ => return input.fail("unknown entity status"),
+    })
+}
+
 fn reply_to(out: &mut Out, reply: &ReplyTo, sinks: &mut impl SinkIds) {
     let id = sinks.id(&reply.sink);
     out.u64(id);
@@ -1057,12 +1456,7 @@ fn entity_settings(out: &mut Out, settings: &EntitySettings) {
     out.u8(u8::from(settings.forwards));
     out.opt_str(settings.forward_to.as_deref());
     out.opt_str(settings.forward_dead_lettered_messages_to.as_deref());
-    out.u8(match settings.status {
-        EntityStatus::Active => 0,
-        EntityStatus::Disabled => 1,
-        EntityStatus::SendDisabled => 2,
-        EntityStatus::ReceiveDisabled => 3,
-    });
+    entity_status(out, settings.status);
     out.u64(u64::from(settings.partitions));
 }
 
@@ -1080,13 +1474,7 @@ fn read_entity_settings(input: &mut In<'_>) -> Result<EntitySettings, DecodeErro
         forwards: input.u8()? != 0,
         forward_to: input.opt_string()?,
         forward_dead_lettered_messages_to: input.opt_string()?,
-        status: match input.u8()? {
-            0 => EntityStatus::Active,
-            1 => EntityStatus::Disabled,
-            2 => EntityStatus::SendDisabled,
-            3 => EntityStatus::ReceiveDisabled,
-            _ => return input.fail("unknown entity status"),
-        },
+        status: read_entity_status(input)?,
         partitions: {
             let partitions = input.u64()?;
             u16::try_from(partitions).or_else(|_| input.fail("partitions out of range"))?
@@ -1233,19 +1621,9 @@ fn read_delivery(input: &mut In<'_>) -> Result<Delivery, DecodeError> {
     })
 }
 
-/// An answer; [`Reply::Rules`] (a topic's, never an entity actor's) goes as an error.
+/// An answer.
 fn reply_result(out: &mut Out, result: &Result<Reply, EntityError>) {
     let reply = match result {
-        Ok(Reply::Rules(_)) => {
-            out.u8(1);
-            entity_error(
-                out,
-                &EntityError::NotAllowed(
-                    "a subscription's rules are not carried between nodes".to_string(),
-                ),
-            );
-            return;
-        }
         Ok(reply) => reply,
         Err(error) => {
             out.u8(1);
@@ -1293,7 +1671,13 @@ fn reply_result(out: &mut Out, result: &Result<Reply, EntityError>) {
             out.u8(7);
             out.u64(*count as u64);
         }
-        Reply::Rules(_) => {}
+        Reply::Rules(rules) => {
+            out.u8(8);
+            out.u64(rules.len() as u64);
+            for each in rules {
+                rule(out, each);
+            }
+        }
     }
 }
 
@@ -1310,6 +1694,7 @@ fn read_reply_result(input: &mut In<'_>) -> Result<Result<Reply, EntityError>, D
         5 => Reply::Sessions(read_list(input, |input| input.string())?),
         6 => Reply::Counts(Box::new(read_entity_counts(input)?)),
         7 => Reply::Count(read_usize(input)?),
+        8 => Reply::Rules(read_list(input, read_rule)?),
         _ => return input.fail("unknown reply"),
     }))
 }

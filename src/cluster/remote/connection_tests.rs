@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::timeout;
 
 use super::tests::spawn_entity;
-use super::{Proxy, serve};
+use super::{Proxy, Target, serve};
 use crate::broker::registry::{Registry, RemoteEntities};
 use crate::broker::topic::{TopicCodec, TopicHandle};
 use crate::clock::Clock;
@@ -81,7 +81,7 @@ async fn a_receiver_whose_entity_moved_is_detached_with_detach_forced() {
     let (near, far) = tokio::io::duplex(64 * 1024);
     let orders = spawn_entity("orders", |_| {});
     let serving = tokio::spawn(serve(far, move |path| {
-        (path == "orders").then(|| orders.clone())
+        (path == "orders").then(|| Target::Entity(orders.clone()))
     }));
     let proxy = Arc::new(Proxy::start(near));
     let address = front_end(proxy.clone()).await;

@@ -4,7 +4,9 @@
 //! entity's node, and whose notifications come back over the same stream.
 //!
 //! * Client side, [`Proxy`]: [`Proxy::handle`] gives a handle per entity path, its bounded
-//!   channel as deep as a local actor's inbox. A task per path writes its commands as
+//!   channel as deep as a local actor's inbox; [`Proxy::topic_handle`] a [`TopicHandle`]
+//!   per topic path, as deep as a local topic task's inbox (topic commands are frames of
+//!   their own kind, with windows and forwarders of their own). A task per path writes its commands as
 //!   frames `(path, command)`, each [`NotificationSender`] a command carries replaced by a
 //!   sink id (the same channel, the same id). Notification frames `(sink id,
 //!   notification)` go to the sink's sender; a sink whose receiver is gone (its connection
@@ -29,8 +31,15 @@
 //! commands and sinks in flight), so two nodes writing to each other cannot wait on each
 //! other.
 //!
-//! Not wired into the cluster yet. [`Command::Stage`] never crosses (a topic and its
-//! subscriptions are one placement group): it is answered with an error naming it.
+//! What never crosses, answered with an error naming it: [`Command::Stage`] (a topic and
+//! its subscriptions are one placement group, on one node) and
+//! [`TopicCommand::AddSubscription`] (it carries the new subscription's actor). Every
+//! other entity and topic command crosses, and so does every reply (a topic's rules
+//! as their definitions, compiled again on arrival).
+//!
+//! A proxy made by [`Proxy::connecting`] opens a new stream (to whichever node runs the
+//! entities now) for the first command after one is lost or [`Proxy::reset`]; the
+//! handles it gave stay valid.
 
 mod client;
 mod codec;
@@ -39,16 +48,20 @@ mod connection_tests;
 mod server;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod topic_tests;
 
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
 
-use crate::broker::entity::{Command, Notification};
+use crate::broker::entity::{Command, EntityHandle, Notification};
+use crate::broker::topic::{TopicCommand, TopicHandle};
 use crate::broker::types::EntityError;
+use codec::{Kind, SinkIds, Unencodable};
 
-pub use client::Proxy;
+pub use client::{CONNECT_TIMEOUT, Proxy, RECONNECT_BACKOFF};
 pub use codec::MAX_FRAME;
 pub use server::serve;
 
@@ -56,7 +69,32 @@ pub use server::serve;
 /// (`broker::entity::actor`'s `COMMAND_CAPACITY`).
 pub const COMMAND_CAPACITY: usize = 1024;
 
-/// Commands per entity path the client may have on the stream that the server has not
+/// The depth of a remote topic's handle channel: a local topic task's inbox (the 1024 of
+/// `broker::topic::spawn`).
+pub const TOPIC_CAPACITY: usize = 1024;
+
+/// What the server hands a path's commands to: an entity's actor or a topic's task.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// A queue's or subscription's actor: takes [`Command`]s.
+    Entity(EntityHandle),
+    /// A topic's task: takes [`TopicCommand`]s.
+    Topic(TopicHandle),
+}
+
+impl From<EntityHandle> for Target {
+    fn from(handle: EntityHandle) -> Target {
+        Target::Entity(handle)
+    }
+}
+
+impl From<TopicHandle> for Target {
+    fn from(handle: TopicHandle) -> Target {
+        Target::Topic(handle)
+    }
+}
+
+/// Commands per entity or topic path the client may have on the stream that the server has not
 /// handed to the actor yet.
 pub const WINDOW: usize = 256;
 
@@ -84,6 +122,40 @@ pub enum RemoteError {
     /// The peer broke the protocol (more commands than its window, say).
     #[error("remote entity stream: {0}")]
     Protocol(String),
+}
+
+/// A command the stream carries: an entity's or a topic's.
+pub(crate) trait Carried: std::fmt::Debug + Send + Sized + 'static {
+    /// What its path names.
+    const KIND: Kind;
+    /// Its frame for `path`, its sinks named through `sinks`.
+    fn encode(&self, path: &str, sinks: &mut impl SinkIds) -> Result<Vec<u8>, Unencodable>;
+    /// Answers it with `error` (it will not reach its actor).
+    fn refuse(self, error: EntityError);
+}
+
+impl Carried for Command {
+    const KIND: Kind = Kind::Entity;
+
+    fn encode(&self, path: &str, sinks: &mut impl SinkIds) -> Result<Vec<u8>, Unencodable> {
+        codec::encode_command(path, self, sinks)
+    }
+
+    fn refuse(self, error: EntityError) {
+        refuse(self, error);
+    }
+}
+
+impl Carried for TopicCommand {
+    const KIND: Kind = Kind::Topic;
+
+    fn encode(&self, path: &str, sinks: &mut impl SinkIds) -> Result<Vec<u8>, Unencodable> {
+        codec::encode_topic_command(path, self, sinks)
+    }
+
+    fn refuse(self, error: EntityError) {
+        refuse_topic(self, error);
+    }
 }
 
 /// Reads one frame's body; `None` when the stream ended cleanly between frames.
@@ -202,5 +274,29 @@ pub(crate) fn refuse(command: Command, error: EntityError) {
         | Command::Fence { .. }
         | Command::Credit { .. }
         | Command::SettleAll { .. } => {}
+    }
+}
+
+/// Answers a topic command that will not reach its topic with `error`: every reply it
+/// waits for. A publish no one waits on is dropped.
+pub(crate) fn refuse_topic(command: TopicCommand, error: EntityError) {
+    match command {
+        TopicCommand::PublishBatch { sends, sink } => {
+            crate::broker::topic::answer_all(&sink, sends, &error);
+        }
+        TopicCommand::Publish { reply, .. } => {
+            if let Some(reply) = reply {
+                reply.send(Err(error));
+            }
+        }
+        TopicCommand::PublishForwarded { reply, .. }
+        | TopicCommand::Schedule { reply, .. }
+        | TopicCommand::CancelScheduled { reply, .. }
+        | TopicCommand::AddSubscription { reply, .. }
+        | TopicCommand::RemoveSubscription { reply, .. }
+        | TopicCommand::Update { reply, .. }
+        | TopicCommand::Describe { reply }
+        | TopicCommand::Delete { reply }
+        | TopicCommand::Rules { reply, .. } => reply.send(Err(error)),
     }
 }

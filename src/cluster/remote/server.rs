@@ -1,33 +1,39 @@
-//! The server end: commands from the stream handed to local entity actors, their
-//! notifications written back.
+//! The server end: commands from the stream handed to local entity actors and topic
+//! tasks, their notifications written back.
 
 use std::collections::HashMap;
+use std::future::Future;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::codec::{self, ClientFrame};
-use super::{ACK_BATCH, FRAME_QUEUE, RemoteError, WINDOW, read_frame, refuse, write_frames};
+use super::codec::{self, ClientFrame, Kind};
+use super::{
+    ACK_BATCH, Carried, FRAME_QUEUE, RemoteError, Target, WINDOW, read_frame, write_frames,
+};
 use crate::broker::entity::{Command, EntityHandle, Notification, NotificationSender, RequestId};
+use crate::broker::topic::{TopicCommand, TopicHandle};
 use crate::broker::types::EntityError;
 
-/// Serves the client end ([`super::Proxy`]) on `io`: each command goes to the entity
-/// `lookup` finds for its path (or is answered `NotFound`), each notification back to the
-/// client's sink. Returns when the stream ends (`Ok` when it ended cleanly between
-/// frames), having dropped every sink of the stream: the actors see them closed.
-pub async fn serve<IO>(
-    io: IO,
-    lookup: impl Fn(&str) -> Option<EntityHandle>,
-) -> Result<(), RemoteError>
+/// Serves the client end ([`super::Proxy`]) on `io`: each command goes to what `lookup`
+/// finds for its path (a [`Target`], or an [`EntityHandle`] where only entities are
+/// served) — an entity command to an entity's actor, a topic command to a topic's task;
+/// anything else is answered `NotFound` — and each notification back to the client's
+/// sink. Returns when the stream ends (`Ok` when it ended cleanly between frames), having
+/// dropped every sink of the stream: the actors see them closed.
+pub async fn serve<IO, T>(io: IO, lookup: impl Fn(&str) -> Option<T>) -> Result<(), RemoteError>
 where
     IO: AsyncRead + AsyncWrite,
+    T: Into<Target>,
 {
+    let lookup = |path: &str| lookup(path).map(Into::into);
     let (control, control_queue) = mpsc::unbounded_channel();
     let (data, data_queue) = mpsc::channel(FRAME_QUEUE);
     let mut server = Server {
         sinks: HashMap::new(),
-        forwarders: HashMap::new(),
+        entities: HashMap::new(),
+        topics: HashMap::new(),
         control,
         data,
     };
@@ -57,8 +63,10 @@ struct Server {
     /// The client's sinks: the local sender commands carry, and the task writing what it
     /// gets onto the stream.
     sinks: HashMap<u64, (NotificationSender, JoinHandle<()>)>,
-    /// Each path's queue to its forwarding task.
-    forwarders: HashMap<String, mpsc::Sender<Command>>,
+    /// Each entity path's queue to its forwarding task.
+    entities: HashMap<String, mpsc::Sender<Command>>,
+    /// Each topic path's queue to its forwarding task.
+    topics: HashMap<String, mpsc::Sender<TopicCommand>>,
     control: mpsc::UnboundedSender<Vec<u8>>,
     data: mpsc::Sender<Vec<u8>>,
 }
@@ -90,7 +98,7 @@ impl Server {
     async fn take(
         &mut self,
         frame: ClientFrame,
-        lookup: &impl Fn(&str) -> Option<EntityHandle>,
+        lookup: &impl Fn(&str) -> Option<Target>,
     ) -> Result<(), RemoteError> {
         match frame {
             ClientFrame::SinkClosed(id) => {
@@ -101,38 +109,98 @@ impl Server {
                     let _ = pump.await;
                 }
             }
-            ClientFrame::Command { path, mut command } => loop {
-                if let Some(forwarder) = self.forwarders.get(&path) {
-                    match forwarder.try_send(command) {
-                        Ok(()) => return Ok(()),
-                        Err(mpsc::error::TrySendError::Full(_)) => {
-                            return Err(RemoteError::Protocol(format!(
-                                "more than {WINDOW} commands for '{path}' on their way"
-                            )));
-                        }
-                        Err(mpsc::error::TrySendError::Closed(given_back)) => {
-                            // Its entity stopped: look the path up again.
-                            self.forwarders.remove(&path);
-                            command = given_back;
-                        }
-                    }
-                }
-                let Some(handle) = lookup(&path) else {
-                    refuse(command, EntityError::NotFound(path.clone()));
-                    let _ = self.control.send(codec::encode_ack(&path, 1));
-                    return Ok(());
-                };
-                let (queue, commands) = mpsc::channel(WINDOW);
-                tokio::spawn(forward(
-                    path.clone(),
-                    handle,
-                    commands,
-                    self.control.clone(),
-                ));
-                self.forwarders.insert(path.clone(), queue);
-            },
+            ClientFrame::Command { path, command } => route(
+                &mut self.entities,
+                &self.control,
+                path,
+                command,
+                |path| match lookup(path) {
+                    Some(Target::Entity(handle)) => Some(handle),
+                    _ => None,
+                },
+            )?,
+            ClientFrame::TopicCommand { path, command } => route(
+                &mut self.topics,
+                &self.control,
+                path,
+                command,
+                |path| match lookup(path) {
+                    Some(Target::Topic(handle)) => Some(handle),
+                    _ => None,
+                },
+            )?,
         }
         Ok(())
+    }
+}
+
+/// What takes a path's commands on this node: an entity's actor or a topic's task.
+trait Actor: Send + Sync + 'static {
+    /// What it takes.
+    type Command: Carried;
+    /// Hands it `command`; when it is gone, the error and the command back.
+    fn hand(
+        &self,
+        command: Self::Command,
+    ) -> impl Future<Output = Result<(), (EntityError, Self::Command)>> + Send;
+}
+
+impl Actor for EntityHandle {
+    type Command = Command;
+
+    fn hand(
+        &self,
+        command: Command,
+    ) -> impl Future<Output = Result<(), (EntityError, Command)>> + Send {
+        self.send_or_give_back(command)
+    }
+}
+
+impl Actor for TopicHandle {
+    type Command = TopicCommand;
+
+    fn hand(
+        &self,
+        command: TopicCommand,
+    ) -> impl Future<Output = Result<(), (EntityError, TopicCommand)>> + Send {
+        self.send_or_give_back(command)
+    }
+}
+
+/// Queues a command for its path's forwarding task, starting one with what `find` gives
+/// for the path (none: the command is answered `NotFound`).
+fn route<A: Actor>(
+    forwarders: &mut HashMap<String, mpsc::Sender<A::Command>>,
+    control: &mpsc::UnboundedSender<Vec<u8>>,
+    path: String,
+    mut command: A::Command,
+    find: impl Fn(&str) -> Option<A>,
+) -> Result<(), RemoteError> {
+    let kind = <A::Command as Carried>::KIND;
+    loop {
+        if let Some(forwarder) = forwarders.get(&path) {
+            match forwarder.try_send(command) {
+                Ok(()) => return Ok(()),
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    return Err(RemoteError::Protocol(format!(
+                        "more than {WINDOW} commands for '{path}' on their way"
+                    )));
+                }
+                Err(mpsc::error::TrySendError::Closed(given_back)) => {
+                    // Its actor stopped: look the path up again.
+                    forwarders.remove(&path);
+                    command = given_back;
+                }
+            }
+        }
+        let Some(actor) = find(&path) else {
+            command.refuse(EntityError::NotFound(path.clone()));
+            let _ = control.send(codec::encode_ack(kind, &path, 1));
+            return Ok(());
+        };
+        let (queue, commands) = mpsc::channel(WINDOW);
+        tokio::spawn(forward(path.clone(), actor, commands, control.clone()));
+        forwarders.insert(path.clone(), queue);
     }
 }
 
@@ -192,30 +260,31 @@ fn too_large(notification: &Notification, size: usize) -> Option<Notification> {
 /// Hands one path's commands to its actor in order, acknowledging them to the client as
 /// it does. When the actor is gone it answers what is queued `NotFound` and stops (the
 /// next command looks the path up again).
-async fn forward(
+async fn forward<A: Actor>(
     path: String,
-    handle: EntityHandle,
-    mut commands: mpsc::Receiver<Command>,
+    actor: A,
+    mut commands: mpsc::Receiver<A::Command>,
     control: mpsc::UnboundedSender<Vec<u8>>,
 ) {
+    let kind: Kind = <A::Command as Carried>::KIND;
     let mut handed = 0u64;
     while let Some(command) = commands.recv().await {
         handed += 1;
-        if let Err((error, command)) = handle.send_or_give_back(command).await {
-            refuse(command, error);
+        if let Err((error, command)) = actor.hand(command).await {
+            command.refuse(error);
             commands.close();
             while let Some(command) = commands.recv().await {
                 handed += 1;
-                refuse(command, EntityError::NotFound(path.clone()));
+                command.refuse(EntityError::NotFound(path.clone()));
             }
             break;
         }
         if handed >= ACK_BATCH || commands.is_empty() {
-            let _ = control.send(codec::encode_ack(&path, handed));
+            let _ = control.send(codec::encode_ack(kind, &path, handed));
             handed = 0;
         }
     }
     if handed > 0 {
-        let _ = control.send(codec::encode_ack(&path, handed));
+        let _ = control.send(codec::encode_ack(kind, &path, handed));
     }
 }

@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 use tokio::time::timeout;
 
 use super::codec::{self, ClientFrame, ServerFrame, SinkIds};
-use super::{Proxy, RemoteError, serve};
+use super::{Proxy, RemoteError, Target, serve};
 use crate::amqp::errors;
 use crate::broker::entity::settings::EntitySettings;
 use crate::broker::entity::state::{ForwardKey, Lock};
@@ -55,7 +55,9 @@ fn connect(entities: Vec<EntityHandle>) -> (Proxy, JoinHandle<Result<(), RemoteE
         .into_iter()
         .map(|handle| (handle.path.to_string(), handle))
         .collect();
-    let serving = tokio::spawn(serve(far, move |path| table.get(path).cloned()));
+    let serving = tokio::spawn(serve(far, move |path| {
+        table.get(path).cloned().map(Target::Entity)
+    }));
     (Proxy::start(near), serving)
 }
 
@@ -644,7 +646,7 @@ async fn a_busy_entity_holds_up_its_own_commands_only() {
 async fn a_malformed_frame_ends_the_stream_without_a_panic() {
     use tokio::io::AsyncWriteExt;
     let (mut near, far) = tokio::io::duplex(1024);
-    let serving = tokio::spawn(serve(far, |_| None));
+    let serving = tokio::spawn(serve(far, |_| None::<Target>));
     near.write_all(&[0, 0, 0, 3, 99, 1, 2]).await.unwrap();
     let result = timeout(WAIT, serving)
         .await
@@ -656,7 +658,7 @@ async fn a_malformed_frame_ends_the_stream_without_a_panic() {
     );
 
     let (mut near, far) = tokio::io::duplex(1024);
-    let serving = tokio::spawn(serve(far, |_| None));
+    let serving = tokio::spawn(serve(far, |_| None::<Target>));
     near.write_all(&u32::MAX.to_be_bytes()).await.unwrap();
     let result = timeout(WAIT, serving)
         .await
