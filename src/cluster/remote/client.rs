@@ -26,7 +26,7 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// After a failed attempt to open a stream, commands within this long are answered with
 /// its failure instead of trying again (no busy loop while the other node is down).
-pub const RECONNECT_BACKOFF: Duration = Duration::from_millis(100);
+pub const RECONNECT_BACKOFF: Duration = Duration::from_millis(250);
 
 /// Opens a stream and starts its tasks.
 type Connector = Box<dyn Fn() -> BoxFuture<'static, Result<Arc<Stream>, String>> + Send + Sync>;
