@@ -317,7 +317,13 @@ pub(crate) struct MemberRole {
     pub(crate) control: admin::http::ClusterControl,
     /// Drains of the connections a stopping member forwards.
     pub(crate) drains: Arc<listener::drains::Drains>,
+    /// Told the registry once it runs (the leader serves the other members' entity
+    /// commands from it).
+    pub(crate) on_registry: Option<OnRegistry>,
 }
+
+/// See [`MemberRole::on_registry`].
+pub(crate) type OnRegistry = Arc<dyn Fn(&Arc<Registry>) + Send + Sync>;
 
 /// What the start writes of the namespace's run-time changes before the broker serves.
 #[derive(Debug, Default)]
@@ -348,20 +354,7 @@ async fn seed_namespace(
         Some(file) => file.display().to_string(),
         None => "the data directory's log".to_string(),
     };
-    let changes =
-        config::changes::NamespaceChanges::from_toml_str(text, &origin).map_err(|error| {
-            format!("the stored run-time namespace changes cannot be read: {error}")
-        })?;
-    for note in changes.apply(&mut namespace) {
-        tracing::warn!(
-            "{note} (the run-time change stored in the data directory wins over the configuration file; delete or recreate the entity through the admin API to change it, or start with --reset-runtime-changes to drop every run-time change)"
-        );
-    }
-    namespace.validate().map_err(|error| {
-        format!(
-            "the configuration file and the run-time changes stored in {origin} do not fit together: {error} (start with --reset-runtime-changes to drop every run-time change)"
-        )
-    })?;
+    namespace = lay_changes(config, text, &origin)?;
     if start.reset || start.file.is_some() {
         storage
             .save_namespace(text.clone())
@@ -383,6 +376,50 @@ async fn seed_namespace(
             );
         }
     }
+    Ok(namespace)
+}
+
+/// The AMQP adapter's functions for topics, with the configured filter budget.
+pub(crate) fn topic_codec(config: &Config) -> broker::topic::TopicCodec {
+    broker::topic::TopicCodec {
+        rewrite: Arc::new(amqp::rewrite::apply_rule_action),
+        decode_properties: Arc::new(amqp::rewrite::decode_user_properties),
+        evaluation_budget: config.server.filter_evaluation_budget,
+    }
+}
+
+/// The AMQP front end's settings from the configuration, with its access `keys`.
+pub(crate) fn server_settings(config: &Config, keys: Vec<AccessKey>) -> ServerSettings {
+    ServerSettings {
+        idle_timeout: config.server.idle_timeout,
+        max_frame_size: config.server.max_frame_size,
+        max_connections: config.server.max_connections,
+        shutdown_grace_period: config.server.shutdown_grace_period,
+        handshake_timeout: config.server.handshake_timeout,
+        keys,
+        tls_required: config.tls.required,
+        tls_disabled: config.tls.disabled,
+    }
+}
+
+/// The namespace: the configuration file `config` with the run-time changes `text` (read
+/// from `origin`, for messages) laid over it, validated.
+pub(crate) fn lay_changes(config: &Config, text: &str, origin: &str) -> Result<Config, String> {
+    let mut namespace = config.clone();
+    let changes =
+        config::changes::NamespaceChanges::from_toml_str(text, origin).map_err(|error| {
+            format!("the stored run-time namespace changes cannot be read: {error}")
+        })?;
+    for note in changes.apply(&mut namespace) {
+        tracing::warn!(
+            "{note} (the run-time change stored in the data directory wins over the configuration file; delete or recreate the entity through the admin API to change it, or start with --reset-runtime-changes to drop every run-time change)"
+        );
+    }
+    namespace.validate().map_err(|error| {
+        format!(
+            "the configuration file and the run-time changes stored in {origin} do not fit together: {error} (start with --reset-runtime-changes to drop every run-time change)"
+        )
+    })?;
     Ok(namespace)
 }
 
@@ -408,15 +445,14 @@ pub(crate) async fn serve(
         .as_ref()
         .and_then(|(_, recovered)| recovered.latest_time());
     let clock = Clock::system().not_before(latest);
-    let codec = broker::topic::TopicCodec {
-        rewrite: Arc::new(amqp::rewrite::apply_rule_action),
-        decode_properties: Arc::new(amqp::rewrite::decode_user_properties),
-        evaluation_budget: config.server.filter_evaluation_budget,
-    };
+    let codec = topic_codec(config);
     let namespace = seed_namespace(config, storage.as_ref(), start).await?;
     let registry = Registry::start_seeded(&namespace, config, clock, codec, storage)?;
-    if member.is_some() {
+    if let Some(member) = &member {
         registry.cap_message_size(cluster::MAX_MESSAGE_SIZE);
+        if let Some(on_registry) = &member.on_registry {
+            on_registry(&registry);
+        }
     }
     let keys = access_keys(config);
     let admin_keys = keys.clone();
@@ -447,19 +483,16 @@ pub(crate) async fn serve(
         tls_identity(config),
     ));
     let context = Arc::new(Context {
-        settings: ServerSettings {
-            idle_timeout: config.server.idle_timeout,
-            max_frame_size: config.server.max_frame_size,
-            max_connections: config.server.max_connections,
-            shutdown_grace_period: config.server.shutdown_grace_period,
-            handshake_timeout: config.server.handshake_timeout,
-            keys,
-            tls_required: config.tls.required,
-            tls_disabled: config.tls.disabled,
-        },
+        settings: server_settings(config, keys),
         registry: registry.clone(),
         clock,
-        next_receiver_id: AtomicU64::new(1),
+        // A member's receiver ids carry its node id: those of other members' connections
+        // reach its entities too (`client_routing = "proxy"`).
+        next_receiver_id: AtomicU64::new(if member.is_some() {
+            daemon::proxying::first_receiver_id(config.cluster.node_id)
+        } else {
+            1
+        }),
         connection_permits: Arc::new(tokio::sync::Semaphore::new(config.server.max_connections)),
         metrics,
         lease: member.as_ref().map(|member| member.lease.clone()),

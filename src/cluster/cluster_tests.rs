@@ -51,6 +51,7 @@ async fn three(name: &str, secrets: [&[u8]; 3]) -> Vec<Node> {
             members: members.clone(),
             secret: None,
             join: false,
+            client_routing: crate::config::ClientRouting::Forward,
         };
         let log = RaftLog::new_cluster(
             storage,
@@ -103,6 +104,7 @@ async fn reopen(node: &Node, members: &[ClusterMember]) -> Node {
             members: members.to_vec(),
             secret: None,
             join: false,
+            client_routing: crate::config::ClientRouting::Forward,
         },
         SECRET,
         listener,

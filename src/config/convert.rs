@@ -147,12 +147,23 @@ fn convert_cluster(raw: super::raw::RawCluster) -> Result<super::ClusterConfig, 
             ));
         }
     }
+    let client_routing = match raw.client_routing.as_deref() {
+        None | Some("forward") => super::ClientRouting::Forward,
+        Some("proxy") => super::ClientRouting::Proxy,
+        Some(other) => {
+            return Err(ConfigError::invalid(
+                "cluster",
+                format!("client_routing is {other:?}: it must be \"forward\" or \"proxy\""),
+            ));
+        }
+    };
     Ok(super::ClusterConfig {
         node_id,
         address,
         members,
         secret,
         join: raw.join.unwrap_or(false),
+        client_routing,
     })
 }
 

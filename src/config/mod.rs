@@ -144,6 +144,31 @@ pub struct ClusterConfig {
     /// This node joins a running cluster: it never starts a new one (it waits for the
     /// leader to add it, `ferrobus cluster add-node`).
     pub join: bool,
+    /// How a member that does not run an entity serves its clients' work on it.
+    pub client_routing: ClientRouting,
+}
+
+/// How a cluster member serves clients' work on entities another node runs (`[cluster]
+/// client_routing`, `docs/cluster.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ClientRouting {
+    /// `"forward"`: a follower forwards each client connection, byte for byte, to the
+    /// leader, which does all the work.
+    #[default]
+    Forward,
+    /// `"proxy"`: every member keeps its own clients' connections (TLS, SASL, `$cbs`,
+    /// links) and carries their commands to the entities' node over one connection.
+    Proxy,
+}
+
+impl ClientRouting {
+    /// The configuration's name for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClientRouting::Forward => "forward",
+            ClientRouting::Proxy => "proxy",
+        }
+    }
 }
 
 impl ClusterConfig {
@@ -176,6 +201,7 @@ impl Default for ClusterConfig {
             }],
             secret: None,
             join: false,
+            client_routing: ClientRouting::Forward,
         }
     }
 }

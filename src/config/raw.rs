@@ -43,6 +43,7 @@ pub(super) struct RawCluster {
     pub members: Option<Vec<RawMember>>,
     pub secret: Option<String>,
     pub join: Option<bool>,
+    pub client_routing: Option<String>,
 }
 
 /// `[[cluster.members]]`.

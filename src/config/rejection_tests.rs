@@ -579,6 +579,20 @@ fn cluster_table_names_what_is_wrong() {
         &["cluster", "storage is in memory", "mode = \"durable\""],
     );
     assert_error("[cluster]\nnode = 1\n", &["node"]);
+    assert_error(
+        "[cluster]\nclient_routing = \"redirect\"\n",
+        &[
+            "cluster",
+            "client_routing is \"redirect\"",
+            "\"forward\" or \"proxy\"",
+        ],
+    );
+    let proxy = Config::from_toml_str("[cluster]\nclient_routing = \"proxy\"\n", "test.toml")
+        .expect("loads");
+    assert_eq!(
+        proxy.cluster.client_routing,
+        crate::config::ClientRouting::Proxy
+    );
 }
 
 #[test]

@@ -133,6 +133,16 @@ pub async fn run_member(
     );
     ready();
 
+    // With `client_routing = "proxy"`, plain AMQP clients are served here while another
+    // node leads, their commands carried to it.
+    let local = match settings.client_routing {
+        crate::config::ClientRouting::Proxy => Some(super::proxying::LocalClients::start(
+            &raft,
+            config,
+            metrics.clone(),
+        )?),
+        crate::config::ClientRouting::Forward => None,
+    };
     // A follower until this node leads (or the broker stops).
     let led = {
         let mut leading = {
@@ -166,6 +176,7 @@ pub async fn run_member(
             source: raft
                 .member_host(settings.node_id)
                 .and_then(|host| host.parse().ok()),
+            local_amqp: local.as_ref().map(|local| local.hook.clone()),
         };
         let (flat, shape) = flatten(listeners);
         let (forwarded, connections) = forward_until(flat, forwarding, until).await;
@@ -173,6 +184,17 @@ pub async fn run_member(
     };
     let (forwarded, connections, shape, outcome) = led;
     let led_since = tokio::time::Instant::now();
+    if let Some(local) = &local {
+        // The connections served here drain as at a shutdown (their clients settle what
+        // they hold and are closed), whether this node stops or starts to lead.
+        let open = local.open();
+        if open > 0 {
+            tracing::info!("draining the {open} client connections served here");
+        }
+        local
+            .close(config.server.shutdown_grace_period + std::time::Duration::from_secs(2))
+            .await;
+    }
     let leadership = match outcome {
         None => {
             // A planned stop: no new connection is taken, and those forwarded are drained
@@ -281,10 +303,20 @@ pub async fn run_member(
         || {},
         reload,
         Some(MemberRole {
-            lease,
+            lease: lease.clone(),
             view,
             control,
             drains,
+            on_registry: Some({
+                // The other members' entity commands are answered from this registry.
+                let raft = raft.clone();
+                Arc::new(move |registry: &Arc<crate::broker::registry::Registry>| {
+                    raft.on_commands(super::proxying::serve_commands(
+                        Arc::downgrade(registry),
+                        lease.clone(),
+                    ));
+                })
+            }),
         }),
     )
     .await;

@@ -14,6 +14,7 @@
 pub mod logging;
 pub mod member;
 pub mod notify;
+pub(crate) mod proxying;
 pub mod reload;
 
 pub use logging::LogFormat;

@@ -6,7 +6,9 @@
 //! client's SDK reconnects and reaches the new one.
 //!
 //! `GET /health` and `GET /metrics` are answered here, by this node, so that each member
-//! reports its own view and its own figures.
+//! reports its own view and its own figures. With `[cluster] client_routing = "proxy"`,
+//! plain AMQP connections are not forwarded either: [`Forwarding::local_amqp`] serves them
+//! on this node (`crate::daemon::proxying`).
 //!
 //! A forwarded connection leaves from this node's own host address where that is an IP
 //! address, so that the leader can tell the connections a member forwards: when the member
@@ -20,6 +22,8 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
+
+use super::sniff;
 
 /// How long a connection waits for a leader to be known before it is closed.
 const WAIT_FOR_LEADER: Duration = Duration::from_secs(10);
@@ -50,7 +54,14 @@ pub struct Forwarding {
     /// The address forwarded connections leave from (this node's host, when it is an IP
     /// address); `None`: the system's choice.
     pub source: Option<std::net::IpAddr>,
+    /// With `[cluster] client_routing = "proxy"`: plain AMQP connections are served here,
+    /// by this hook (this node's own broker front end, its commands carried to the
+    /// leader); everything else is forwarded.
+    pub local_amqp: Option<LocalAmqp>,
 }
+
+/// Serves a plain AMQP connection on this node (see [`Forwarding::local_amqp`]).
+pub type LocalAmqp = Arc<dyn Fn(TcpStream) + Send + Sync>;
 
 /// The connections being forwarded.
 pub struct Forwarded {
@@ -245,6 +256,17 @@ async fn answer(client: &mut TcpStream, status: u16, content_type: &str, body: &
 }
 
 async fn forward(mut client: TcpStream, port: u16, forwarding: Forwarding) {
+    if let Some(local) = &forwarding.local_amqp {
+        let mut byte = [0u8; 1];
+        match tokio::time::timeout(FIRST_BYTES, client.peek(&mut byte)).await {
+            Ok(Ok(1)) if sniff::classify(byte[0]) == sniff::Protocol::Amqp => {
+                local(client);
+                return;
+            }
+            Ok(Ok(1)) => {}
+            _ => return,
+        }
+    }
     let mut first = vec![0u8; 4096];
     let read = match tokio::time::timeout(FIRST_BYTES, client.read(&mut first)).await {
         Ok(Ok(read)) if read > 0 => read,

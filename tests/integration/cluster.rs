@@ -1429,3 +1429,6 @@ async fn a_message_over_the_clusters_limit_is_refused_and_the_cluster_goes_on() 
     receiver_connection.1.end().await.ok();
     receiver_connection.0.close().await.ok();
 }
+
+#[path = "cluster_proxy.rs"]
+mod proxy;
