@@ -103,6 +103,10 @@ pub(super) const MAX_INBOUND: usize = 64;
 /// At most this many requests of one connection are answered at once.
 pub(super) const MAX_IN_FLIGHT: usize = 256;
 
+/// How long an entity-command connection waits for this node to run its entities (it was
+/// just elected and replays its log) before it is closed.
+pub(super) const COMMANDS_HOOK_WAIT: Duration = Duration::from_secs(3);
+
 /// A handshake that takes longer fails.
 pub(super) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -473,11 +477,20 @@ async fn serve_connection(mut stream: TcpStream, address: SocketAddr, serving: S
     {
         Ok(Ok((client, Purpose::Raft))) => client,
         Ok(Ok((client, Purpose::Commands))) => {
-            let hook = serving
-                .commands
-                .read()
-                .unwrap_or_else(|poison| poison.into_inner())
-                .clone();
+            // A node that has just been elected replays its log before it serves: the
+            // stream waits for that rather than fail the commands on it.
+            let waited = tokio::time::Instant::now() + COMMANDS_HOOK_WAIT;
+            let hook = loop {
+                let hook = serving
+                    .commands
+                    .read()
+                    .unwrap_or_else(|poison| poison.into_inner())
+                    .clone();
+                if hook.is_some() || tokio::time::Instant::now() >= waited {
+                    break hook;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            };
             match hook {
                 Some(serve_commands) => {
                     tracing::debug!(peer = %address, node = client, "a peer connected for entity commands");

@@ -185,15 +185,26 @@ pub async fn run_member(
     let (forwarded, connections, shape, outcome) = led;
     let led_since = tokio::time::Instant::now();
     if let Some(local) = &local {
-        // The connections served here drain as at a shutdown (their clients settle what
-        // they hold and are closed), whether this node stops or starts to lead.
         let open = local.open();
-        if open > 0 {
-            tracing::info!("draining the {open} client connections served here");
+        if outcome.is_none() {
+            // A planned stop: the connections served here drain as at a shutdown (their
+            // clients settle what they hold, then are closed).
+            if open > 0 {
+                tracing::info!("stopping: draining the {open} client connections served here");
+            }
+            local
+                .close(config.server.shutdown_grace_period + std::time::Duration::from_secs(2))
+                .await;
+        } else {
+            // This node leads now: what those connections wait for can never come (the old
+            // leader is gone); their clients connect again, to this node's broker.
+            if open > 0 {
+                tracing::info!(
+                    "closing the {open} client connections served here: this node leads now"
+                );
+            }
+            local.abort();
         }
-        local
-            .close(config.server.shutdown_grace_period + std::time::Duration::from_secs(2))
-            .await;
     }
     let leadership = match outcome {
         None => {
@@ -237,6 +248,7 @@ pub async fn run_member(
         let mut leaders = raft.leaders();
         let deposed = deposed.clone();
         let mut stop = shutdown.clone();
+        let stopping = shutdown.clone();
         let stepping_down = stepping_down.clone();
         tokio::spawn(async move {
             let ended = leaders
@@ -245,6 +257,11 @@ pub async fn run_member(
                 _ = ended => {
                     if stepping_down.borrow().is_some() {
                         // Handed over on request: the step-down comes back as a follower.
+                        return;
+                    }
+                    if *stopping.borrow() {
+                        // Stopping: the leadership ends with the process (its hand-over,
+                        // or its Raft's shutdown); it must not come back as a follower.
                         return;
                     }
                     tracing::warn!(

@@ -62,6 +62,8 @@ pub(crate) struct LocalClients {
     stop: watch::Sender<bool>,
     proxy: Arc<Proxy>,
     context: Arc<Context>,
+    /// The connections served here.
+    connections: Arc<std::sync::Mutex<tokio::task::JoinSet<()>>>,
 }
 
 impl LocalClients {
@@ -140,12 +142,18 @@ impl LocalClients {
             lease: None,
         });
         let (stop, stopping) = watch::channel(false);
+        let connections = Arc::new(std::sync::Mutex::new(tokio::task::JoinSet::new()));
         let hook: LocalAmqp = {
             let context = context.clone();
+            let connections = connections.clone();
             Arc::new(move |stream: TcpStream| {
                 let context = context.clone();
                 let stopping = stopping.clone();
-                tokio::spawn(async move {
+                let mut connections = connections
+                    .lock()
+                    .unwrap_or_else(|poison| poison.into_inner());
+                while connections.try_join_next().is_some() {}
+                connections.spawn(async move {
                     let _ = stream.set_nodelay(true);
                     let permit = context.connection_permits.clone().try_acquire_owned().ok();
                     let admission = if permit.is_some() {
@@ -164,7 +172,20 @@ impl LocalClients {
             stop,
             proxy,
             context,
+            connections,
         })
+    }
+
+    /// Closes the connections served here at once, and the stream to the leader: this
+    /// node starts to lead, so nothing they wait for can come (their clients connect again
+    /// and reach this node's own broker).
+    pub(crate) fn abort(&self) {
+        let _ = self.stop.send(true);
+        self.connections
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .abort_all();
+        self.proxy.close();
     }
 
     /// How many connections are served here now.
@@ -184,29 +205,44 @@ impl LocalClients {
     }
 }
 
-/// A stream to the node that leads (not this one), once one is known: at most
-/// [`WAIT_FOR_LEADER`].
+/// A stream to the node that leads (not this one), once one is known and accepts: tried
+/// again every [`RETRY_CONNECT`] (the node this one believes leads may have just died, and
+/// an election takes about a second) for at most [`WAIT_FOR_LEADER`].
 async fn connect_to_leader(raft: Weak<RaftLog>, own: u64) -> Result<TcpStream, String> {
     let raft = raft
         .upgrade()
         .ok_or_else(|| "this node is stopping".to_string())?;
+    let deadline = tokio::time::Instant::now() + WAIT_FOR_LEADER;
     let mut leader = raft.cluster_leader();
-    let known = match tokio::time::timeout(
-        WAIT_FOR_LEADER,
-        leader.wait_for(|leader| leader.is_some_and(|leader| leader != own)),
-    )
-    .await
-    {
-        Ok(Ok(leader)) => *leader,
-        _ => None,
-    };
-    let Some(leader) = known else {
-        return Err(format!(
-            "no other node is known to lead the cluster after {WAIT_FOR_LEADER:?}"
-        ));
-    };
-    raft.commands_stream(leader).await
+    let mut why = format!("no other node is known to lead the cluster after {WAIT_FOR_LEADER:?}");
+    loop {
+        let known = match tokio::time::timeout_at(
+            deadline,
+            leader.wait_for(|leader| leader.is_some_and(|leader| leader != own)),
+        )
+        .await
+        {
+            Ok(Ok(leader)) => *leader,
+            _ => None,
+        };
+        let Some(node) = known else {
+            return Err(why);
+        };
+        match raft.commands_stream(node).await {
+            Ok(stream) => return Ok(stream),
+            Err(error) => {
+                why = format!("node {node}, which leads as far as this node knows: {error}")
+            }
+        }
+        if tokio::time::Instant::now() + RETRY_CONNECT >= deadline {
+            return Err(why);
+        }
+        tokio::time::sleep(RETRY_CONNECT).await;
+    }
 }
+
+/// How long a member waits before it tries to reach the leader again.
+const RETRY_CONNECT: Duration = Duration::from_millis(100);
 
 /// Serves another member's entity-command stream from `registry` (this node leads), every
 /// byte sent only while `lease` holds.
