@@ -868,6 +868,34 @@ async fn the_leadership_moves_on_request_and_before_a_planned_stop() {
             && received[2].contains("after"),
         "{received:?}"
     );
+
+    // The last follower stops, then the leader: its hand-over cannot succeed, and it ends
+    // (it must not take the end of its leadership for a deposition and come back).
+    let other = [1, 2, 3]
+        .into_iter()
+        .find(|id| *id != chosen && *id != next)
+        .expect("a follower");
+    let status = tokio::task::block_in_place(|| cluster.node_mut(other).stop());
+    assert!(status.success(), "node {other} stopped cleanly: {status}");
+    cluster.node(next).signal("TERM");
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let child = cluster.node_mut(next).child.as_mut().expect("running");
+        if let Some(status) = child.try_wait().expect("waits") {
+            assert!(status.success(), "node {next} stopped cleanly: {status}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node {next} did not end after SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        cluster.node(next).logged("restarting as a follower"),
+        0,
+        "a stopping leader does not come back"
+    );
 }
 
 /// A leader that hears from no majority (both followers paused) sends its clients nothing
