@@ -33,7 +33,9 @@ impl Timestamp {
 /// Wall clock anchored to a tokio instant. Cheap to copy.
 #[derive(Debug, Clone, Copy)]
 pub struct Clock {
-    /// Wall-clock milliseconds at `anchor`.
+    /// Wall-clock microseconds at `anchor` (kept finer than what [`Clock::now`] returns,
+    /// so that a reading is the true time rounded down to its millisecond, not up to two
+    /// milliseconds early from rounding the anchor and the time since it apart).
     anchor_wall: i64,
     /// The monotonic instant corresponding to `anchor_wall`.
     anchor: Instant,
@@ -44,15 +46,18 @@ impl Clock {
     pub fn system() -> Clock {
         let wall = SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map(|elapsed| elapsed.as_millis() as i64)
+            .map(|elapsed| elapsed.as_micros() as i64)
             .unwrap_or(0);
-        Clock::starting_at(Timestamp(wall))
+        Clock {
+            anchor_wall: wall,
+            anchor: Instant::now(),
+        }
     }
 
     /// A clock that reads `start` now (tests pick a fixed wall time).
     pub fn starting_at(start: Timestamp) -> Clock {
         Clock {
-            anchor_wall: start.0,
+            anchor_wall: start.0.saturating_mul(1000),
             anchor: Instant::now(),
         }
     }
@@ -71,20 +76,23 @@ impl Clock {
             "the system clock is behind the latest time in the log; the broker's clock starts from that time"
         );
         Clock {
-            anchor_wall: self.anchor_wall.saturating_add(behind),
+            anchor_wall: self.anchor_wall.saturating_add(behind.saturating_mul(1000)),
             anchor: self.anchor,
         }
     }
 
     /// The current wall-clock time.
     pub fn now(&self) -> Timestamp {
-        Timestamp(self.anchor_wall + self.anchor.elapsed().as_millis() as i64)
+        Timestamp((self.anchor_wall + self.anchor.elapsed().as_micros() as i64).div_euclid(1000))
     }
 
     /// The monotonic instant at which the wall clock reads `at`.
     pub fn instant_at(&self, at: Timestamp) -> Instant {
-        let offset = at.0.saturating_sub(self.anchor_wall).max(0) as u64;
-        self.anchor + std::time::Duration::from_millis(offset)
+        let offset =
+            at.0.saturating_mul(1000)
+                .saturating_sub(self.anchor_wall)
+                .max(0) as u64;
+        self.anchor + std::time::Duration::from_micros(offset)
     }
 }
 

@@ -66,10 +66,12 @@ def node_config(
     entities: str = ENTITIES_TOML,
     secret: str = SECRET,
     compaction_threshold: Optional[str] = None,
+    client_routing: Optional[str] = None,
 ) -> str:
     """Node ``node``'s configuration file: its listeners on its own address, the cluster's
-    members, durable storage in ``data_dir`` (compacted past ``compaction_threshold`` when
-    given), the entities, and the key when ``auth`` is ``keys``."""
+    members (with ``client_routing`` when given), durable storage in ``data_dir``
+    (compacted past ``compaction_threshold`` when given), the entities, and the key when
+    ``auth`` is ``keys``."""
     members = "\n".join(
         f'  {{ id = {member}, address = "{address}:{PEER_PORT}" }},' for member, address in sorted(addresses.items())
     )
@@ -80,7 +82,8 @@ def node_config(
         + f"[cluster]\nnode_id = {node}\n"
         f'address = "{addresses[node]}:{PEER_PORT}"\n'
         f'secret = "{secret}"\n'
-        f"members = [\n{members}\n]\n"
+        + (f'client_routing = "{client_routing}"\n' if client_routing else "")
+        + f"members = [\n{members}\n]\n"
         f"[tls]\nenabled = false\n[websocket]\nenabled = false\n"
     )
     text += entities
@@ -119,8 +122,12 @@ class Cluster:
         net: Optional[int] = None,
         log_level: Optional[str] = None,
         compaction_threshold: Optional[str] = None,
+        client_routing: Optional[str] = None,
     ) -> None:
         self.directory = Path(directory)
+        # Every node's [cluster] client_routing ("proxy": followers serve plain AMQP
+        # clients themselves).
+        self.client_routing = client_routing
         # Every node's [storage] compaction_threshold (small: compactions and snapshots
         # happen under the faults).
         self.compaction_threshold = compaction_threshold
@@ -153,6 +160,7 @@ class Cluster:
                         self.auth,
                         self.entities,
                         compaction_threshold=self.compaction_threshold,
+                        client_routing=self.client_routing,
                     )
                 )
             self._http = concurrent.futures.ThreadPoolExecutor(

@@ -286,6 +286,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         default=None,
         help='every node\'s [storage] compaction_threshold (e.g. "1 MiB": log compactions and snapshots under the faults)',
     )
+    parser.add_argument(
+        "--client-routing",
+        choices=["forward", "proxy"],
+        default=None,
+        help="every node's [cluster] client_routing (proxy: the follower the workload connects to serves it)",
+    )
     args = parser.parse_args(argv)
     why = netns.available()
     if why:
@@ -305,7 +311,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     what = f"a rolling restart ({args.passes} passes)" if args.rolling else f"{args.rounds} rounds"
     print(
         f"cluster under faults: seed {seed}, {args.nodes} nodes, {what}, "
-        f"{duration:.0f} s of traffic, auth {args.auth}",
+        f"{duration:.0f} s of traffic, auth {args.auth}"
+        + (f", client routing {args.client_routing}" if args.client_routing else ""),
         flush=True,
     )
     directory = Path(tempfile.mkdtemp(prefix="ferrobus-cluster-faults-"))
@@ -318,6 +325,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         auth=args.auth,
         log_level=args.log_level,
         compaction_threshold=args.compaction_threshold,
+        client_routing=args.client_routing,
     ) as cluster:
         try:
             leader = cluster.wait_whole(RECOVERY_TIMEOUT_SECONDS)
