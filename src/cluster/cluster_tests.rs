@@ -138,17 +138,29 @@ fn recovered(node: &Node, entity: &str) -> Vec<i64> {
 /// Writes `value` to `group` through whichever of `nodes` leads it, again while the
 /// leadership moves (a refused write was not proposed); returns the node that took it.
 async fn write_through_leader(nodes: &[&Node], group: &str, value: i64) -> u64 {
+    through_leader(nodes, group, |node| {
+        node.log.append(vec![(group.into(), vec![next(value)])])
+    })
+    .await
+}
+
+/// Runs `write` through whichever of `nodes` leads `group` (again, as the leadership
+/// moves, while it answers that it does not lead); the id of the node it succeeded on.
+async fn through_leader<'a, W>(
+    nodes: &[&'a Node],
+    group: &str,
+    write: impl Fn(&'a Node) -> W,
+) -> u64
+where
+    W: std::future::Future<Output = Result<(), crate::broker::storage::StorageError>>,
+{
     let running = nodes[0].log.group(group).await.expect("runs");
     let mut metrics = running.raft.metrics();
     let written = async {
         loop {
             let leader = metrics.borrow_and_update().current_leader;
             if let Some(node) = nodes.iter().find(|node| Some(node.id) == leader) {
-                match node
-                    .log
-                    .append(vec![(group.into(), vec![next(value)])])
-                    .await
-                {
+                match write(node).await {
                     Ok(()) => return node.id,
                     Err(error) if error.to_string().contains("does not lead") => {}
                     Err(error) => panic!("the write through node {} failed: {error}", node.id),
@@ -944,24 +956,10 @@ async fn a_node_added_that_never_catches_up_gets_no_vote() {
 /// Writes `text` as the namespace's run-time changes through the metadata group's leader
 /// among `nodes`; its id.
 async fn save_through_leader(nodes: &[&Node], text: &str) -> u64 {
-    let running = nodes[0].log.group(METADATA_GROUP).await.expect("runs");
-    let mut metrics = running.raft.metrics();
-    let saved = async {
-        loop {
-            let leader = metrics.borrow_and_update().current_leader;
-            if let Some(node) = nodes.iter().find(|node| Some(node.id) == leader) {
-                match node.log.save_namespace(text.to_string()).await {
-                    Ok(()) => return node.id,
-                    Err(error) if error.to_string().contains("does not lead") => {}
-                    Err(error) => panic!("the save through node {} failed: {error}", node.id),
-                }
-            }
-            metrics.changed().await.expect("the group runs");
-        }
-    };
-    tokio::time::timeout(PATIENCE, saved)
-        .await
-        .expect("saved through a leader in time")
+    through_leader(nodes, METADATA_GROUP, |node| {
+        node.log.save_namespace(text.to_string())
+    })
+    .await
 }
 
 /// Waits until `node` has applied `text` as the namespace's run-time changes.

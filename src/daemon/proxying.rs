@@ -31,7 +31,7 @@ use crate::cluster::RaftLog;
 use crate::cluster::remote::{self, Proxy};
 use crate::config::Config;
 use crate::listener::forward::LocalAmqp;
-use crate::server::{Admission, Context, run_amqp};
+use crate::server::{Context, run_with_permit};
 
 /// How long a command waits for a leader to be known before it is answered with a
 /// retryable timeout.
@@ -155,15 +155,7 @@ impl LocalClients {
                 while connections.try_join_next().is_some() {}
                 connections.spawn(async move {
                     let _ = stream.set_nodelay(true);
-                    let permit = context.connection_permits.clone().try_acquire_owned().ok();
-                    let admission = if permit.is_some() {
-                        Admission::Admitted
-                    } else {
-                        Admission::TooManyConnections
-                    };
-                    let deadline = tokio::time::Instant::now() + context.settings.handshake_timeout;
-                    run_amqp(stream, context, stopping, admission, deadline).await;
-                    drop(permit);
+                    run_with_permit(stream, context, stopping).await;
                 });
             })
         };

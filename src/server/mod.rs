@@ -119,6 +119,17 @@ pub async fn run_bridged(
     shutdown: watch::Receiver<bool>,
 ) {
     // The HTTP connection it upgraded from gave its permit back: this one takes its own.
+    run_with_permit(stream, context, shutdown).await;
+}
+
+/// Runs an AMQP connection that was accepted elsewhere (a WebSocket's bridge, a cluster
+/// follower's forwarding loop): it takes its own connection permit, or is refused as one
+/// too many.
+pub async fn run_with_permit<S: transport::RawStream>(
+    stream: S,
+    context: Arc<Context>,
+    shutdown: watch::Receiver<bool>,
+) {
     let permit = context.connection_permits.clone().try_acquire_owned().ok();
     let admission = if permit.is_some() {
         Admission::Admitted
