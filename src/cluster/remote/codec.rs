@@ -368,12 +368,7 @@ fn command_body(
         }
         Command::SendBatch { sends, sink } => {
             out.u8(SEND_BATCH);
-            let id = sinks.id(sink);
-            out.u64(id);
-            batched_sends(out, sends);
-            for request in sends.iter().filter_map(|send| send.request) {
-                sinks.waits(id, request);
-            }
+            batch(out, sends, sink, sinks);
         }
         Command::Stage { .. } => return Err(Unencodable::LocalOnly("Stage")),
         Command::DeadLetterOnArrival { messages } => {
@@ -393,9 +388,7 @@ fn command_body(
         } => {
             out.u8(SEND_FORWARDED);
             message_of(out, message);
-            out.str(&key.source);
-            out.i64(key.sequence_number.0);
-            out.i64(key.enqueued_time.0);
+            forward_key(out, key);
             out.i64(floor.0);
             reply_to(out, reply, sinks);
         }
@@ -621,11 +614,8 @@ fn command(
             reply: read_opt_reply_to(input, sink)?,
         },
         SEND_BATCH => {
-            let sink = sink(input.u64()?);
-            Command::SendBatch {
-                sends: read_batched_sends(input)?,
-                sink,
-            }
+            let (sends, sink) = read_batch(input, sink)?;
+            Command::SendBatch { sends, sink }
         }
         DEAD_LETTER_ON_ARRIVAL => Command::DeadLetterOnArrival {
             messages: read_list(input, |input| {
@@ -634,11 +624,7 @@ fn command(
         },
         SEND_FORWARDED => Command::SendForwarded {
             message: read_message(input)?,
-            key: ForwardKey {
-                source: input.string()?,
-                sequence_number: SequenceNumber(input.i64()?),
-                enqueued_time: Timestamp(input.i64()?),
-            },
+            key: read_forward_key(input)?,
             floor: SequenceNumber(input.i64()?),
             reply: read_reply_to(input, sink)?,
         },
@@ -798,20 +784,13 @@ fn topic_command_body(
         } => {
             out.u8(PUBLISH_FORWARDED);
             message_of(out, message);
-            out.str(&key.source);
-            out.i64(key.sequence_number.0);
-            out.i64(key.enqueued_time.0);
+            forward_key(out, key);
             out.i64(floor.0);
             reply_to(out, reply, sinks);
         }
         TopicCommand::PublishBatch { sends, sink } => {
             out.u8(PUBLISH_BATCH);
-            let id = sinks.id(sink);
-            out.u64(id);
-            batched_sends(out, sends);
-            for request in sends.iter().filter_map(|send| send.request) {
-                sinks.waits(id, request);
-            }
+            batch(out, sends, sink, sinks);
         }
         TopicCommand::Schedule { messages, reply } => {
             out.u8(SCHEDULE);
@@ -893,20 +872,13 @@ fn topic_command(
         },
         PUBLISH_FORWARDED => TopicCommand::PublishForwarded {
             message: read_message(input)?,
-            key: ForwardKey {
-                source: input.string()?,
-                sequence_number: SequenceNumber(input.i64()?),
-                enqueued_time: Timestamp(input.i64()?),
-            },
+            key: read_forward_key(input)?,
             floor: SequenceNumber(input.i64()?),
             reply: read_reply_to(input, sink)?,
         },
         PUBLISH_BATCH => {
-            let sink = sink(input.u64()?);
-            TopicCommand::PublishBatch {
-                sends: read_batched_sends(input)?,
-                sink,
-            }
+            let (sends, sink) = read_batch(input, sink)?;
+            TopicCommand::PublishBatch { sends, sink }
         }
         SCHEDULE => TopicCommand::Schedule {
             messages: read_list(input, read_message)?,
@@ -1061,13 +1033,7 @@ fn read_parameters(input: &mut In<'_>) -> Result<Vec<(String, ParameterValue)>, 
             4 => ParameterValue::Bool(input.u8()? != 0),
             5 => ParameterValue::DateTime(input.i64()?),
             6 => ParameterValue::Duration(input.i64()?),
-            7 => {
-                let mut guid = [0u8; 16];
-                for byte in &mut guid {
-                    *byte = input.u8()?;
-                }
-                ParameterValue::Guid(guid)
-            }
+            7 => ParameterValue::Guid(read_16_bytes(input)?),
             _ => return input.fail("unknown parameter type"),
         };
         Ok((name, value))
@@ -1246,6 +1212,44 @@ fn read_batched_sends(input: &mut In<'_>) -> Result<Vec<BatchedSend>, DecodeErro
     })
 }
 
+/// A batch of sends: its sink first, then the sends; the sink waits for each send's
+/// answer that has a request.
+fn batch(
+    out: &mut Out,
+    sends: &[BatchedSend],
+    sink: &NotificationSender,
+    sinks: &mut impl SinkIds,
+) {
+    let id = sinks.id(sink);
+    out.u64(id);
+    batched_sends(out, sends);
+    for request in sends.iter().filter_map(|send| send.request) {
+        sinks.waits(id, request);
+    }
+}
+
+fn read_batch(
+    input: &mut In<'_>,
+    sink: &mut impl FnMut(u64) -> NotificationSender,
+) -> Result<(Vec<BatchedSend>, NotificationSender), DecodeError> {
+    let sink = sink(input.u64()?);
+    Ok((read_batched_sends(input)?, sink))
+}
+
+fn forward_key(out: &mut Out, key: &ForwardKey) {
+    out.str(&key.source);
+    out.i64(key.sequence_number.0);
+    out.i64(key.enqueued_time.0);
+}
+
+fn read_forward_key(input: &mut In<'_>) -> Result<ForwardKey, DecodeError> {
+    Ok(ForwardKey {
+        source: input.string()?,
+        sequence_number: SequenceNumber(input.i64()?),
+        enqueued_time: Timestamp(input.i64()?),
+    })
+}
+
 fn transaction_work(out: &mut Out, work: &TransactionWork) {
     messages_of(out, work.sends.iter());
     out.u64(work.via.len() as u64);
@@ -1311,11 +1315,16 @@ fn read_lock(input: &mut In<'_>) -> Result<Option<Lock>, DecodeError> {
 }
 
 fn read_lock_token(input: &mut In<'_>) -> Result<LockToken, DecodeError> {
-    let mut token = [0u8; 16];
-    for byte in &mut token {
+    Ok(LockToken(read_16_bytes(input)?))
+}
+
+/// A lock token's or a GUID's sixteen bytes, as they stand.
+fn read_16_bytes(input: &mut In<'_>) -> Result<[u8; 16], DecodeError> {
+    let mut bytes = [0u8; 16];
+    for byte in &mut bytes {
         *byte = input.u8()?;
     }
-    Ok(LockToken(token))
+    Ok(bytes)
 }
 
 fn lock_tokens(out: &mut Out, tokens: &[LockToken]) {

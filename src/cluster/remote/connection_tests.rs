@@ -14,10 +14,11 @@ use fe2o3_amqp::{Connection, Receiver, Sender, Session};
 use tokio::sync::{mpsc, watch};
 use tokio::time::timeout;
 
+use super::test_support::topic_codec;
 use super::tests::spawn_entity;
 use super::{Proxy, Target, serve};
 use crate::broker::registry::{Registry, RemoteEntities};
-use crate::broker::topic::{TopicCodec, TopicHandle};
+use crate::broker::topic::TopicHandle;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::server::{Admission, Context, ServerSettings, run_amqp};
@@ -37,11 +38,7 @@ async fn front_end(proxy: Arc<Proxy>) -> std::net::SocketAddr {
         &namespace,
         &namespace,
         Clock::system(),
-        TopicCodec {
-            rewrite: Arc::new(|message, _, _| message.clone()),
-            decode_properties: Arc::new(|_| Vec::new()),
-            evaluation_budget: crate::broker::filter::DEFAULT_EVALUATION_BUDGET,
-        },
+        topic_codec(),
         &remote,
     );
     registry.wait_ready().await;

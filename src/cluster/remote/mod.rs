@@ -47,6 +47,8 @@ mod codec;
 mod connection_tests;
 mod server;
 #[cfg(test)]
+mod test_support;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod topic_tests;
@@ -57,7 +59,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
 
 use crate::broker::entity::{Command, EntityHandle, Notification};
-use crate::broker::topic::{TopicCommand, TopicHandle};
+use crate::broker::topic::{TopicCommand, TopicHandle, answer_all};
 use crate::broker::types::EntityError;
 use codec::{Kind, SinkIds, Unencodable};
 
@@ -243,14 +245,7 @@ pub(crate) fn refuse(command: Command, error: EntityError) {
             reply: Some(reply), ..
         } => reply.send(Err(error)),
         Command::SendBatch { sends, sink } | Command::Stage { sends, sink, .. } => {
-            let replies: Vec<_> = sends
-                .iter()
-                .filter_map(|send| send.request)
-                .map(|request| (request, Err(error.clone())))
-                .collect();
-            if !replies.is_empty() {
-                let _ = sink.send(Notification::Replies { replies });
-            }
+            answer_all(&sink, sends, &error);
         }
         Command::AttachReceiver { receiver, sink, .. } => {
             // An entity that is not there is gone for good; one that cannot be reached now
@@ -282,7 +277,7 @@ pub(crate) fn refuse(command: Command, error: EntityError) {
 pub(crate) fn refuse_topic(command: TopicCommand, error: EntityError) {
     match command {
         TopicCommand::PublishBatch { sends, sink } => {
-            crate::broker::topic::answer_all(&sink, sends, &error);
+            answer_all(&sink, sends, &error);
         }
         TopicCommand::Publish { reply, .. } => {
             if let Some(reply) = reply {

@@ -13,6 +13,9 @@ use tokio::task::JoinHandle;
 use tokio::time::timeout;
 
 use super::codec::{self, ClientFrame, ServerFrame, SinkIds};
+use super::test_support::{
+    Table, WAIT, assert_comes_back, body, decode_client_frame, next, reply_to,
+};
 use super::{Proxy, RemoteError, Target, serve};
 use crate::amqp::errors;
 use crate::broker::entity::settings::EntitySettings;
@@ -30,7 +33,6 @@ use crate::broker::types::{
 use crate::clock::Clock;
 
 const START: Timestamp = Timestamp(1_700_000_000_000);
-const WAIT: Duration = Duration::from_secs(5);
 
 pub(super) fn spawn_entity(
     path: &str,
@@ -168,22 +170,11 @@ impl Client {
     }
 }
 
-async fn next(notifications: &mut UnboundedReceiver<Notification>) -> Notification {
-    timeout(WAIT, notifications.recv())
-        .await
-        .expect("a notification in time")
-        .expect("the sink open")
-}
-
 async fn delivery(notifications: &mut UnboundedReceiver<Notification>) -> Delivery {
     match next(notifications).await {
         Notification::Deliver(delivery) => delivery,
         other => panic!("expected a delivery, got {other:?}"),
     }
-}
-
-fn body(text: &str) -> Message {
-    Message::with_body(text.as_bytes())
 }
 
 fn in_session(text: &str, session: &str) -> Message {
@@ -884,60 +875,11 @@ async fn a_topic_handle_of_a_connecting_proxy_follows_the_node_too() {
 
 // ---- codec round trips ----
 
-/// Sink ids by position in a list.
-#[derive(Default)]
-struct Table(Vec<NotificationSender>);
-
-impl SinkIds for Table {
-    fn id(&mut self, sink: &NotificationSender) -> u64 {
-        if let Some(at) = self.0.iter().position(|known| known.same_channel(sink)) {
-            return at as u64;
-        }
-        self.0.push(sink.clone());
-        (self.0.len() - 1) as u64
-    }
-}
-
-/// A Debug text without the senders' insides (their counts differ).
-fn without_senders(text: &str) -> String {
-    let mut out = String::new();
-    let mut rest = text;
-    while let Some(at) = rest.find("UnboundedSender {") {
-        out.push_str(&rest[..at]);
-        out.push_str("Sink");
-        let mut depth = 0;
-        let mut end = rest.len();
-        for (offset, character) in rest[at..].char_indices() {
-            match character {
-                '{' => depth += 1,
-                '}' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        end = at + offset + 1;
-                        break;
-                    }
-                }
-                _ => {}
-            }
-        }
-        rest = &rest[end..];
-    }
-    out.push_str(rest);
-    out
-}
-
 /// Encodes, decodes and encodes again: the same bytes and the same Debug text.
 fn round_trip_command(command: Command) {
     let mut sinks = Table::default();
     let frame = codec::encode_command("queue/path", &command, &mut sinks).expect("encodes");
-    let mut senders: HashMap<u64, NotificationSender> = HashMap::new();
-    let decoded = codec::decode_client_frame(&frame[4..], &mut |id| {
-        senders
-            .entry(id)
-            .or_insert_with(|| mpsc::unbounded_channel().0)
-            .clone()
-    })
-    .expect("decodes");
+    let decoded = decode_client_frame(&frame[4..]);
     let ClientFrame::Command {
         path,
         command: back,
@@ -946,12 +888,8 @@ fn round_trip_command(command: Command) {
         panic!("a command frame");
     };
     assert_eq!(path, "queue/path");
-    assert_eq!(
-        without_senders(&format!("{back:?}")),
-        without_senders(&format!("{command:?}"))
-    );
     let again = codec::encode_command("queue/path", &back, &mut Table::default()).expect("encodes");
-    assert_eq!(frame, again, "{command:?}");
+    assert_comes_back(&command, &back, &frame, &again);
     assert_eq!(
         u32::from_be_bytes(frame[..4].try_into().unwrap()) as usize,
         frame.len() - 4
@@ -1012,13 +950,6 @@ fn lock() -> Lock {
     Lock {
         token: LockToken([7; 16]),
         until: Timestamp(1_700_000_030_000),
-    }
-}
-
-fn reply_to(sink: &NotificationSender, request: u64) -> ReplyTo {
-    ReplyTo {
-        sink: sink.clone(),
-        request: RequestId(request),
     }
 }
 
