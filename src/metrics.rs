@@ -70,6 +70,11 @@ pub struct ClusterMetrics {
     pub snapshot_bytes: IntGauge,
     /// The last entry of the cluster's log this node purged (its snapshot holds it).
     pub purged_index: IntGauge,
+    /// Entity and topic commands this node carried to the node that runs their entity
+    /// (`client_routing = "proxy"`).
+    pub proxied: IntCounter,
+    /// Entity and topic commands other members carried to this node's entities.
+    pub served: IntCounter,
 }
 
 /// Buckets of the delivery latency histogram, in seconds: 100 µs to 5 min.
@@ -287,6 +292,22 @@ impl Metrics {
                     IntCounter::new(
                         "ferrobus_cluster_snapshots_built_total",
                         "Snapshots of the cluster's log this node built at its log compactions.",
+                    )
+                    .expect("valid metric"),
+                ),
+                proxied: registered(
+                    &registry,
+                    IntCounter::new(
+                        "ferrobus_cluster_proxied_commands_total",
+                        "Entity and topic commands this node carried to the node that runs their entity (client_routing = \"proxy\").",
+                    )
+                    .expect("valid metric"),
+                ),
+                served: registered(
+                    &registry,
+                    IntCounter::new(
+                        "ferrobus_cluster_served_commands_total",
+                        "Entity and topic commands other members carried to this node's entities.",
                     )
                     .expect("valid metric"),
                 ),

@@ -444,6 +444,14 @@ async fn report_cluster(raft: std::sync::Weak<RaftLog>, metrics: crate::metrics:
         metrics
             .snapshot_bytes
             .set(stats.bytes.load(std::sync::atomic::Ordering::Relaxed) as i64);
+        counted(
+            &metrics.proxied,
+            crate::cluster::remote::COMMANDS_CARRIED.load(std::sync::atomic::Ordering::Relaxed),
+        );
+        counted(
+            &metrics.served,
+            crate::cluster::remote::COMMANDS_SERVED.load(std::sync::atomic::Ordering::Relaxed),
+        );
         metrics.member_lag.reset();
         for member in &view.members {
             metrics

@@ -39,6 +39,31 @@ async fn a_followers_clients_are_served_there_and_reach_the_leaders_entities() {
         0.0
     );
     assert!(counter(cluster.node(follower), "ferrobus_connections_total") >= 4.0);
+    // Their commands crossed: counted on both sides (reported each second).
+    let deadline = Instant::now() + PATIENCE;
+    while counter(
+        cluster.node(follower),
+        "ferrobus_cluster_proxied_commands_total",
+    ) < 4.0
+        || counter(
+            cluster.node(leader),
+            "ferrobus_cluster_served_commands_total",
+        ) < 4.0
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the proxied commands are not counted"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        counter(
+            cluster.node(leader),
+            "ferrobus_cluster_proxied_commands_total"
+        ),
+        0.0,
+        "the leader carries nothing elsewhere"
+    );
     // What the leader stored is what its own clients see.
     let peeked = receive_some(cluster.node(leader).address(), "orders", 1, false).await;
     assert!(peeked[0].contains("two"), "{peeked:?}");

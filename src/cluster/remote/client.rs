@@ -405,6 +405,7 @@ async fn carry<C: Carried>(inner: Arc<Inner>, path: Arc<str>, mut inbox: mpsc::R
         }
         match frame {
             Ok(frame) => {
+                super::COMMANDS_CARRIED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 // A writer gone means a failed stream: its failure answers what waits.
                 let _ = stream.data.send(frame).await;
             }

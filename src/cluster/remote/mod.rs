@@ -109,6 +109,14 @@ const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 /// The server acknowledges at least every this many commands handed on.
 const ACK_BATCH: u64 = 64;
 
+/// Commands this process carried to another node (every [`Proxy`]'s, counted once each
+/// is on its stream).
+pub static COMMANDS_CARRIED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Commands other nodes carried to this process's entities (every [`serve`]'s, counted as
+/// each is routed to its entity).
+pub static COMMANDS_SERVED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// Why a remote entity stream ended.
 #[derive(Debug, thiserror::Error)]
 pub enum RemoteError {

@@ -177,6 +177,7 @@ fn route<A: Actor>(
     find: impl Fn(&str) -> Option<A>,
 ) -> Result<(), RemoteError> {
     let kind = <A::Command as Carried>::KIND;
+    super::COMMANDS_SERVED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     loop {
         if let Some(forwarder) = forwarders.get(&path) {
             match forwarder.try_send(command) {
