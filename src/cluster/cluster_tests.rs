@@ -511,15 +511,16 @@ async fn a_peer_that_is_not_the_member_expected_is_refused() {
     }
 }
 
-/// Holding the secret is not enough either when the two members are configured with other
-/// entities or keys: the server refuses the client, both sides say why, and a client
-/// configured alike is accepted.
-#[tokio::test]
-async fn a_peer_configured_with_other_entities_is_refused() {
-    let (captured, _guard) = Captured::start();
+/// Node 1's peer listener on its own (members 1 and 2, no groups) on 127.0.0.1:0, with
+/// `definitions` as its entities and keys, `timeouts` (frame, idle) and `commands` as its
+/// entity-command hook: its address and task.
+async fn lone_listener(
+    definitions: &str,
+    timeouts: (Duration, Duration),
+    commands: peer::CommandsHook,
+) -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("binds");
     let address = listener.local_addr().expect("bound");
-    let ours = "[[queues]]\nname = \"orders\"\n";
     let local: peer::Local =
         Arc::new(|_group: String| Box::pin(async { Err("no groups here".to_string()) }));
     let task = peer::serve(
@@ -528,14 +529,30 @@ async fn a_peer_configured_with_other_entities_is_refused() {
             node: 1,
             members: Arc::new(std::sync::RwLock::new([1, 2].into_iter().collect())),
             secret: SECRET.into(),
-            definitions: peer::definitions(SECRET, ours),
+            definitions: peer::definitions(SECRET, definitions),
             max_frame: peer::MAX_FRAME,
-            timeouts: (peer::FRAME_TIMEOUT, peer::IDLE_TIMEOUT),
+            timeouts,
             local,
             drain: Arc::default(),
-            commands: Arc::default(),
+            commands,
         },
     );
+    (address, task)
+}
+
+/// Holding the secret is not enough either when the two members are configured with other
+/// entities or keys: the server refuses the client, both sides say why, and a client
+/// configured alike is accepted.
+#[tokio::test]
+async fn a_peer_configured_with_other_entities_is_refused() {
+    let (captured, _guard) = Captured::start();
+    let ours = "[[queues]]\nname = \"orders\"\n";
+    let (address, task) = lone_listener(
+        ours,
+        (peer::FRAME_TIMEOUT, peer::IDLE_TIMEOUT),
+        Arc::default(),
+    )
+    .await;
     let greet = |text: &'static str| async move {
         let mut stream = TcpStream::connect(address).await.expect("connects");
         let definitions = peer::definitions(SECRET, text);
@@ -565,25 +582,14 @@ async fn a_peer_configured_with_other_entities_is_refused() {
 #[tokio::test]
 async fn an_entity_command_connection_is_handed_to_the_commands_hook() {
     let (captured, _guard) = Captured::start();
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("binds");
-    let address = listener.local_addr().expect("bound").to_string();
-    let local: peer::Local =
-        Arc::new(|_group: String| Box::pin(async { Err("no groups here".to_string()) }));
     let commands: peer::CommandsHook = Arc::default();
-    let task = peer::serve(
-        listener,
-        peer::Serving {
-            node: 1,
-            members: Arc::new(std::sync::RwLock::new([1, 2].into_iter().collect())),
-            secret: SECRET.into(),
-            definitions: peer::definitions(SECRET, ""),
-            max_frame: peer::MAX_FRAME,
-            timeouts: (peer::FRAME_TIMEOUT, peer::IDLE_TIMEOUT),
-            local,
-            drain: Arc::default(),
-            commands: commands.clone(),
-        },
-    );
+    let (address, task) = lone_listener(
+        "",
+        (peer::FRAME_TIMEOUT, peer::IDLE_TIMEOUT),
+        commands.clone(),
+    )
+    .await;
+    let address = address.to_string();
     let peers = |secret: &[u8]| {
         peer::Peers::new(
             2,
@@ -645,24 +651,12 @@ async fn an_entity_command_connection_is_handed_to_the_commands_hook() {
 #[tokio::test]
 async fn a_stalled_or_silent_peer_connection_is_closed() {
     let (captured, _guard) = Captured::start();
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("binds");
-    let address = listener.local_addr().expect("bound");
-    let local: peer::Local =
-        Arc::new(|_group: String| Box::pin(async { Err("no groups here".to_string()) }));
-    let task = peer::serve(
-        listener,
-        peer::Serving {
-            node: 1,
-            members: Arc::new(std::sync::RwLock::new([1, 2].into_iter().collect())),
-            secret: SECRET.into(),
-            definitions: peer::definitions(SECRET, ""),
-            max_frame: peer::MAX_FRAME,
-            timeouts: (Duration::from_millis(200), Duration::from_millis(600)),
-            local,
-            drain: Arc::default(),
-            commands: Arc::default(),
-        },
-    );
+    let (address, task) = lone_listener(
+        "",
+        (Duration::from_millis(200), Duration::from_millis(600)),
+        Arc::default(),
+    )
+    .await;
     // A frame's length, then only part of its body.
     let mut stalled = TcpStream::connect(address).await.expect("connects");
     peer_handshake(&mut stalled, 2, 1, SECRET)
