@@ -14,8 +14,7 @@ use fe2o3_amqp::{Connection, Receiver, Sender, Session};
 use tokio::sync::{mpsc, watch};
 use tokio::time::timeout;
 
-use super::test_support::topic_codec;
-use super::tests::spawn_entity;
+use super::test_support::{spawn_entity, topic_codec};
 use super::{Proxy, Target, serve};
 use crate::broker::registry::{Registry, RemoteEntities};
 use crate::broker::topic::TopicHandle;

@@ -44,12 +44,18 @@
 mod client;
 mod codec;
 #[cfg(test)]
+mod codec_tests;
+#[cfg(test)]
 mod connection_tests;
+#[cfg(test)]
+mod failure_tests;
+#[cfg(test)]
+mod proxy_tests;
+#[cfg(test)]
+mod receiver_tests;
 mod server;
 #[cfg(test)]
 mod test_support;
-#[cfg(test)]
-mod tests;
 #[cfg(test)]
 mod topic_tests;
 
