@@ -206,6 +206,8 @@ pub async fn run_member(
             local.abort();
         }
     }
+    // Its registry and proxy go with it (the task that follows the namespace for it ends).
+    drop(local);
     let leadership = match outcome {
         None => {
             // A planned stop: no new connection is taken, and those forwarded are drained
