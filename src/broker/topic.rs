@@ -18,6 +18,7 @@
 //! no scheduled message is published twice, and no forwarding source's re-sent outbox entry
 //! is published twice (its key is among the topic's changes, [`Change::Received`]).
 
+pub use super::entity::answer_all;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -887,38 +888,35 @@ impl Topic {
     }
 }
 
-/// Answers every send of a batch that waits for an outcome with `error`, at once.
-pub fn answer_all(sink: &NotificationSender, sends: Vec<BatchedSend>, error: &EntityError) {
-    let replies: Vec<_> = sends
-        .into_iter()
-        .filter_map(|send| send.request.map(|request| (request, Err(error.clone()))))
-        .collect();
-    if !replies.is_empty() {
-        let _ = sink.send(Notification::Replies { replies });
-    }
-}
-
 /// Answers a command that reached a topic being deleted.
 fn refuse(path: &str, command: TopicCommand) {
-    let gone = || Err(EntityError::NotFound(path.to_string()));
-    match command {
-        TopicCommand::PublishBatch { sends, sink } => {
-            answer_all(&sink, sends, &EntityError::NotFound(path.to_string()));
-        }
-        TopicCommand::Publish { reply, .. } => {
-            if let Some(reply) = reply {
-                reply.send(gone());
+    command.refuse_with(EntityError::NotFound(path.to_string()));
+}
+
+impl TopicCommand {
+    /// Answers a command that will not be carried out (its topic is being deleted, or runs
+    /// on a node that cannot be reached) with `error`: every reply it waits for. A publish
+    /// no one waits on is dropped.
+    pub fn refuse_with(self, error: EntityError) {
+        match self {
+            TopicCommand::PublishBatch { sends, sink } => {
+                answer_all(&sink, sends, &error);
             }
+            TopicCommand::Publish { reply, .. } => {
+                if let Some(reply) = reply {
+                    reply.send(Err(error));
+                }
+            }
+            TopicCommand::PublishForwarded { reply, .. }
+            | TopicCommand::Schedule { reply, .. }
+            | TopicCommand::CancelScheduled { reply, .. }
+            | TopicCommand::AddSubscription { reply, .. }
+            | TopicCommand::RemoveSubscription { reply, .. }
+            | TopicCommand::Update { reply, .. }
+            | TopicCommand::Describe { reply }
+            | TopicCommand::Delete { reply }
+            | TopicCommand::Rules { reply, .. } => reply.send(Err(error)),
         }
-        TopicCommand::PublishForwarded { reply, .. }
-        | TopicCommand::Schedule { reply, .. }
-        | TopicCommand::CancelScheduled { reply, .. }
-        | TopicCommand::AddSubscription { reply, .. }
-        | TopicCommand::RemoveSubscription { reply, .. }
-        | TopicCommand::Update { reply, .. }
-        | TopicCommand::Describe { reply }
-        | TopicCommand::Delete { reply }
-        | TopicCommand::Rules { reply, .. } => reply.send(gone()),
     }
 }
 

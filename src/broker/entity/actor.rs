@@ -693,66 +693,16 @@ impl Actor {
     /// Answers a command that arrived after the entity deleted itself.
     fn refuse(&self, command: Command) {
         let gone = EntityError::NotFound(self.state.settings().path.clone());
-        match command {
-            Command::Send {
-                reply: Some(reply), ..
-            }
-            | Command::Settle {
-                reply: Some(reply), ..
-            }
-            | Command::SendForwarded { reply, .. }
-            | Command::Commit { reply, .. }
-            | Command::RenewLocks { reply, .. }
-            | Command::Peek { reply, .. }
-            | Command::ReceiveDeferred { reply, .. }
-            | Command::CancelScheduled { reply, .. }
-            | Command::Take { reply, .. }
-            | Command::Purge { reply, .. }
-            | Command::Session { reply, .. }
-            | Command::ListSessions { reply, .. }
-            | Command::UpdateSettings { reply, .. }
-            | Command::Describe { reply }
-            | Command::Delete { reply } => reply.send(Err(gone)),
-            Command::Stage {
-                sends,
-                sink,
-                staged,
-                ..
-            } => {
-                // The topic waits for a word from every entity it staged copies with.
-                let (durable, _) = tokio::sync::oneshot::channel();
-                let _ = staged.send(super::Staged {
-                    entity: self.state.settings().path.to_ascii_lowercase(),
-                    changes: Vec::new(),
-                    durable,
-                });
-                let replies: Vec<_> = sends
-                    .into_iter()
-                    .filter_map(|send| send.request)
-                    .map(|request| (request, Err(gone.clone())))
-                    .collect();
-                if !replies.is_empty() {
-                    let _ = sink.send(Notification::Replies { replies });
-                }
-            }
-            Command::SendBatch { sends, sink } => {
-                let replies: Vec<_> = sends
-                    .into_iter()
-                    .filter_map(|send| send.request)
-                    .map(|request| (request, Err(gone.clone())))
-                    .collect();
-                if !replies.is_empty() {
-                    let _ = sink.send(Notification::Replies { replies });
-                }
-            }
-            Command::AttachSessionReceiver { receiver, sink, .. } => {
-                let _ = sink.send(Notification::SessionRefused {
-                    receiver,
-                    error: gone,
-                });
-            }
-            _ => {}
+        if let Command::Stage { staged, .. } = &command {
+            // The topic waits for a word from every entity it staged copies with.
+            let (durable, _) = tokio::sync::oneshot::channel();
+            let _ = staged.send(super::Staged {
+                entity: self.state.settings().path.to_ascii_lowercase(),
+                changes: Vec::new(),
+                durable,
+            });
         }
+        command.refuse_with(gone);
     }
 
     fn notify(&self, receiver: ReceiverId, notification: Notification) {

@@ -521,6 +521,73 @@ pub enum Command {
     },
 }
 
+impl Command {
+    /// Answers a command that will not be carried out (its entity is gone, or runs on a
+    /// node that cannot be reached) with `error`: every reply it waits for, a session
+    /// receiver's refusal, a receiver's loss of its entity (`NotFound`: deleted; anything
+    /// else: [`Notification::Moved`], the link attaches again). Commands no one waits on
+    /// are dropped.
+    pub fn refuse_with(self, error: EntityError) {
+        match self {
+            Command::Commit { reply, .. }
+            | Command::SendForwarded { reply, .. }
+            | Command::Session { reply, .. }
+            | Command::ListSessions { reply, .. }
+            | Command::Peek { reply, .. }
+            | Command::ReceiveDeferred { reply, .. }
+            | Command::Take { reply, .. }
+            | Command::Purge { reply, .. }
+            | Command::CancelScheduled { reply, .. }
+            | Command::RenewLocks { reply, .. }
+            | Command::UpdateSettings { reply, .. }
+            | Command::Describe { reply }
+            | Command::Delete { reply } => reply.send(Err(error)),
+            Command::Send {
+                reply: Some(reply), ..
+            }
+            | Command::Settle {
+                reply: Some(reply), ..
+            } => reply.send(Err(error)),
+            Command::SendBatch { sends, sink } | Command::Stage { sends, sink, .. } => {
+                answer_all(&sink, sends, &error);
+            }
+            Command::AttachReceiver { receiver, sink, .. } => {
+                // An entity that is not there is gone for good; one that cannot be reached now
+                // runs elsewhere: the link attaches again.
+                let notification = match error {
+                    EntityError::NotFound(_) => Notification::EntityDeleted { receiver },
+                    _ => Notification::Moved { receiver },
+                };
+                let _ = sink.send(notification);
+            }
+            Command::AttachSessionReceiver { receiver, sink, .. } => {
+                let _ = sink.send(Notification::SessionRefused { receiver, error });
+            }
+            Command::Send { reply: None, .. }
+            | Command::Settle { reply: None, .. }
+            | Command::DeadLetterOnArrival { .. }
+            | Command::Forwarded { .. }
+            | Command::ForwardFailed { .. }
+            | Command::Return { .. }
+            | Command::DetachReceiver { .. }
+            | Command::Fence { .. }
+            | Command::Credit { .. }
+            | Command::SettleAll { .. } => {}
+        }
+    }
+}
+
+/// Answers every send of a batch that waits for an outcome with `error`, at once.
+pub fn answer_all(sink: &NotificationSender, sends: Vec<BatchedSend>, error: &EntityError) {
+    let replies: Vec<_> = sends
+        .into_iter()
+        .filter_map(|send| send.request.map(|request| (request, Err(error.clone()))))
+        .collect();
+    if !replies.is_empty() {
+        let _ = sink.send(Notification::Replies { replies });
+    }
+}
+
 /// Session operations of `$management`.
 #[derive(Debug)]
 pub enum SessionOperation {

@@ -64,8 +64,8 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
 
-use crate::broker::entity::{Command, EntityHandle, Notification};
-use crate::broker::topic::{TopicCommand, TopicHandle, answer_all};
+use crate::broker::entity::{Command, EntityHandle};
+use crate::broker::topic::{TopicCommand, TopicHandle};
 use crate::broker::types::EntityError;
 use codec::{Kind, SinkIds, Unencodable};
 
@@ -158,7 +158,7 @@ impl Carried for Command {
     }
 
     fn refuse(self, error: EntityError) {
-        refuse(self, error);
+        self.refuse_with(error);
     }
 }
 
@@ -170,7 +170,7 @@ impl Carried for TopicCommand {
     }
 
     fn refuse(self, error: EntityError) {
-        refuse_topic(self, error);
+        self.refuse_with(error);
     }
 }
 
@@ -232,80 +232,4 @@ async fn write_frames(
 /// Waits until `stop` reads true (or its sender is gone).
 async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|stop| *stop).await;
-}
-
-/// Answers a command that will not reach its entity with `error`, as the entity would
-/// answer a command it refuses: every reply it waits for, a session receiver's refusal,
-/// a receiver's loss of its entity. Commands no one waits on are dropped.
-pub(crate) fn refuse(command: Command, error: EntityError) {
-    match command {
-        Command::Commit { reply, .. }
-        | Command::SendForwarded { reply, .. }
-        | Command::Session { reply, .. }
-        | Command::ListSessions { reply, .. }
-        | Command::Peek { reply, .. }
-        | Command::ReceiveDeferred { reply, .. }
-        | Command::Take { reply, .. }
-        | Command::Purge { reply, .. }
-        | Command::CancelScheduled { reply, .. }
-        | Command::RenewLocks { reply, .. }
-        | Command::UpdateSettings { reply, .. }
-        | Command::Describe { reply }
-        | Command::Delete { reply } => reply.send(Err(error)),
-        Command::Send {
-            reply: Some(reply), ..
-        }
-        | Command::Settle {
-            reply: Some(reply), ..
-        } => reply.send(Err(error)),
-        Command::SendBatch { sends, sink } | Command::Stage { sends, sink, .. } => {
-            answer_all(&sink, sends, &error);
-        }
-        Command::AttachReceiver { receiver, sink, .. } => {
-            // An entity that is not there is gone for good; one that cannot be reached now
-            // runs elsewhere: the link attaches again.
-            let notification = match error {
-                EntityError::NotFound(_) => Notification::EntityDeleted { receiver },
-                _ => Notification::Moved { receiver },
-            };
-            let _ = sink.send(notification);
-        }
-        Command::AttachSessionReceiver { receiver, sink, .. } => {
-            let _ = sink.send(Notification::SessionRefused { receiver, error });
-        }
-        Command::Send { reply: None, .. }
-        | Command::Settle { reply: None, .. }
-        | Command::DeadLetterOnArrival { .. }
-        | Command::Forwarded { .. }
-        | Command::ForwardFailed { .. }
-        | Command::Return { .. }
-        | Command::DetachReceiver { .. }
-        | Command::Fence { .. }
-        | Command::Credit { .. }
-        | Command::SettleAll { .. } => {}
-    }
-}
-
-/// Answers a topic command that will not reach its topic with `error`: every reply it
-/// waits for. A publish no one waits on is dropped.
-pub(crate) fn refuse_topic(command: TopicCommand, error: EntityError) {
-    match command {
-        TopicCommand::PublishBatch { sends, sink } => {
-            answer_all(&sink, sends, &error);
-        }
-        TopicCommand::Publish { reply, .. } => {
-            if let Some(reply) = reply {
-                reply.send(Err(error));
-            }
-        }
-        TopicCommand::PublishForwarded { reply, .. }
-        | TopicCommand::Schedule { reply, .. }
-        | TopicCommand::CancelScheduled { reply, .. }
-        | TopicCommand::AddSubscription { reply, .. }
-        | TopicCommand::RemoveSubscription { reply, .. }
-        | TopicCommand::Update { reply, .. }
-        | TopicCommand::Describe { reply }
-        | TopicCommand::Delete { reply }
-        | TopicCommand::Rules { reply, .. } => reply.send(Err(error)),
-    }
 }
