@@ -13,7 +13,15 @@ in place, so that PID is the broker's; a deposed leader re-executes itself under
 - ``isolate`` / ``heal``: a node drops every packet from and to the other nodes (the client
   still reaches it); ``lossy``: two nodes drop a share of each other's packets;
 - ``health`` (a node's ``GET /health``, asked from the client host), ``leader`` (the leader a
-  majority of the answering nodes agree on, itself saying it leads), ``wait_leader``.
+  majority of the answering nodes agree on, itself saying it leads), ``wait_leader``;
+  ``group_leader`` / ``wait_group_leader`` likewise for one placement group of a spread
+  cluster (``/health``'s ``cluster.group_leaders``).
+
+With ``placement="spread"`` every node's ``[cluster]`` has ``placement = "spread"``: each queue,
+and each topic with its subscriptions, is a Raft group of its own whose first (and, the
+members rebalancing, usual) leader is the member ``preferred_leader`` names. Node ids need not
+be 1 … N (``ids``): ``spread_ids`` picks ids for which the groups a workload uses prefer
+different members (with ids 1, 2, 3 all three of the history workload's groups prefer node 1).
 
 Everything stops when the ``with`` block ends: the nodes are killed and the namespaces removed.
 Each node's output goes to ``<directory>/nodeI.log``, a ``==== start`` line before each start.
@@ -52,6 +60,54 @@ SECRET = "ferrobus-fault-harness-cluster-secret"
 START_TIMEOUT_SECONDS = 20.0
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 CLONE_NEWNET = 0x40000000
+# The cluster's metadata group (``cluster::METADATA_GROUP``).
+METADATA_GROUP = "$namespace"
+
+
+def preferred_leader(group: str, voters: Sequence[int]) -> Optional[int]:
+    """The member that should lead placement group ``group`` first, among ``voters``: the
+    broker's ``cluster::placement::preferred_leader`` written again (FNV-1a of the name,
+    then rendezvous hashing with ``ids::mix``; the lowest id for the metadata group)."""
+    if not voters:
+        return None
+    if group == METADATA_GROUP:
+        return min(voters)
+    group_hash = _fnv1a(group.encode())
+    return max(voters, key=lambda voter: (_mix(group_hash ^ _mix(voter)), -voter))
+
+
+def spread_ids(groups: Sequence[str], size: int, highest: int = 16) -> List[int]:
+    """The first ``size`` node ids (in lexicographic order, none above ``highest``) for which
+    ``groups`` prefer as many different members as there can be (min(groups, size))."""
+    import itertools
+
+    wanted = min(len(groups), size)
+    best: Optional[tuple] = None
+    for ids in itertools.combinations(range(1, highest + 1), size):
+        spread = len({preferred_leader(group, ids) for group in groups})
+        if spread >= wanted:
+            return list(ids)
+        if best is None or spread > best[0]:
+            best = (spread, ids)
+    assert best is not None
+    return list(best[1])
+
+
+_MASK = (1 << 64) - 1
+
+
+def _mix(value: int) -> int:
+    value = (value + 0x9E3779B97F4A7C15) & _MASK
+    value = ((value ^ (value >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    value = ((value ^ (value >> 27)) * 0x94D049BB133111EB) & _MASK
+    return value ^ (value >> 31)
+
+
+def _fnv1a(data: bytes) -> int:
+    value = 0xCBF29CE484222325
+    for byte in data:
+        value = ((value ^ byte) * 0x100000001B3) & _MASK
+    return value
 
 
 def binary() -> str:
@@ -67,9 +123,10 @@ def node_config(
     secret: str = SECRET,
     compaction_threshold: Optional[str] = None,
     client_routing: Optional[str] = None,
+    placement: Optional[str] = None,
 ) -> str:
     """Node ``node``'s configuration file: its listeners on its own address, the cluster's
-    members (with ``client_routing`` when given), durable storage in ``data_dir``
+    members (with ``client_routing`` and ``placement`` when given), durable storage in ``data_dir``
     (compacted past ``compaction_threshold`` when given), the entities, and the key when
     ``auth`` is ``keys``."""
     members = "\n".join(
@@ -83,6 +140,7 @@ def node_config(
         f'address = "{addresses[node]}:{PEER_PORT}"\n'
         f'secret = "{secret}"\n'
         + (f'client_routing = "{client_routing}"\n' if client_routing else "")
+        + (f'placement = "{placement}"\n' if placement else "")
         + f"members = [\n{members}\n]\n"
         f"[tls]\nenabled = false\n[websocket]\nenabled = false\n"
     )
@@ -110,6 +168,24 @@ def agreed_leader(answers: Dict[int, Optional[dict]], size: int) -> Optional[int
     return None
 
 
+def agreed_group_leader(answers: Dict[int, Optional[dict]], size: int, group: str) -> Optional[int]:
+    """``agreed_leader`` for placement group ``group``: the node a majority of the cluster's
+    ``size`` nodes name in ``cluster.group_leaders``, provided its own answer, if it gave
+    one, names itself; else ``None``."""
+    votes: Dict[int, int] = {}
+    for answer in answers.values():
+        leader = (((answer or {}).get("cluster") or {}).get("group_leaders") or {}).get(group)
+        if leader is not None:
+            votes[leader] = votes.get(leader, 0) + 1
+    for leader, count in votes.items():
+        if count >= size // 2 + 1:
+            own = answers.get(leader)
+            if own is not None and ((own.get("cluster") or {}).get("group_leaders") or {}).get(group) != leader:
+                return None
+            return leader
+    return None
+
+
 class Cluster:
     """``nodes`` ferrobus processes and a ``client`` host, each in its own namespace."""
 
@@ -123,8 +199,17 @@ class Cluster:
         log_level: Optional[str] = None,
         compaction_threshold: Optional[str] = None,
         client_routing: Optional[str] = None,
+        placement: Optional[str] = None,
+        ids: Optional[Sequence[int]] = None,
+        groups: Sequence[str] = (),
     ) -> None:
         self.directory = Path(directory)
+        # Every node's [cluster] placement ("spread": each queue's and topic's group has a
+        # leader of its own).
+        self.placement = placement
+        # With placement "spread": the placement groups whose leaders ``wait_whole`` also
+        # waits for every node to agree on (the workload's).
+        self.groups = list(groups)
         # Every node's [cluster] client_routing ("proxy": followers serve plain AMQP
         # clients themselves).
         self.client_routing = client_routing
@@ -134,7 +219,9 @@ class Cluster:
         # Passed to every node as --log-level (e.g. "info,ferrobus::server=debug").
         self.log_level = log_level
         self.size = nodes
-        self.ids = list(range(1, nodes + 1))
+        self.ids = list(ids) if ids is not None else list(range(1, nodes + 1))
+        if len(self.ids) != nodes or len(set(self.ids)) != nodes:
+            raise ValueError(f"{nodes} distinct node ids wanted, not {self.ids}")
         self.auth = auth
         self.entities = entities
         self.network = netns.Network([f"node{node}" for node in self.ids] + ["client"], net=net)
@@ -161,6 +248,7 @@ class Cluster:
                         self.entities,
                         compaction_threshold=self.compaction_threshold,
                         client_routing=self.client_routing,
+                        placement=self.placement,
                     )
                 )
             self._http = concurrent.futures.ThreadPoolExecutor(
@@ -353,14 +441,40 @@ class Cluster:
             time.sleep(0.05)
         raise RuntimeError(f"no leader agreed in {timeout:.0f} s: {json.dumps(answers)}")
 
+    def group_leader(self, group: str, timeout: float = 1.0) -> Optional[int]:
+        """The leader of placement group ``group`` a majority agrees on now, or ``None``."""
+        return agreed_group_leader(self.healths(timeout=timeout), self.size, group)
+
+    def group_leaders(self, groups: Optional[Sequence[str]] = None, timeout: float = 1.0) -> Dict[str, Optional[int]]:
+        """Each placement group's (``groups``, default the cluster's) agreed leader now."""
+        answers = self.healths(timeout=timeout)
+        return {group: agreed_group_leader(answers, self.size, group) for group in (groups if groups is not None else self.groups)}
+
+    def wait_group_leader(self, group: str, timeout: float = 10.0, excluding: Optional[int] = None) -> int:
+        """``wait_leader`` for placement group ``group``."""
+        deadline = time.monotonic() + timeout
+        answers: Dict[int, Optional[dict]] = {}
+        while time.monotonic() < deadline:
+            answers = self.healths(timeout=min(1.0, max(0.1, deadline - time.monotonic())))
+            leader = agreed_group_leader(answers, self.size, group)
+            if leader is not None and leader != excluding:
+                return leader
+            time.sleep(0.05)
+        raise RuntimeError(f"no leader of group {group} agreed in {timeout:.0f} s: {json.dumps(answers)}")
+
     def wait_whole(self, timeout: float = 20.0) -> int:
-        """Polls until every node runs, answers, and names one leader; returns it."""
+        """Polls until every node runs, answers, and names one leader (and, for each of the
+        cluster's placement ``groups``, one leader of that group); returns the leader."""
         deadline = time.monotonic() + timeout
         answers: Dict[int, Optional[dict]] = {}
         while time.monotonic() < deadline:
             answers = self.healths(self.ids, timeout=min(1.0, max(0.1, deadline - time.monotonic())))
             leaders = {((answer or {}).get("cluster") or {}).get("leader") for answer in answers.values()}
-            if None not in answers.values() and len(leaders) == 1 and None not in leaders:
+            whole = None not in answers.values() and len(leaders) == 1 and None not in leaders
+            for group in self.groups if whole else ():
+                named = {(((answer or {}).get("cluster") or {}).get("group_leaders") or {}).get(group) for answer in answers.values()}
+                whole = whole and len(named) == 1 and None not in named
+            if whole:
                 return leaders.pop()
             time.sleep(0.05)
         raise RuntimeError(f"the cluster was not whole in {timeout:.0f} s: {json.dumps(answers)}")

@@ -28,9 +28,25 @@ final failure (``outcome`` ``fail``, e.g. a lost lock) and exits 1 on any, as on
 It prints, for each stop, the time to the next acknowledged send started after it, and the
 longest a sending client went without an acknowledged send.
 
+With ``--placement spread`` every node runs ``[cluster] placement = "spread"``: the
+workload's queue ``hq``, session queue ``hq-sessions`` and topic ``ht`` (with its
+subscriptions) are three Raft groups, each with a leader of its own. The node ids are then
+chosen (``cluster.spread_ids``, unless ``--node-ids``) so that the three groups prefer three
+different nodes (the members hand a group back to its preferred node once it is up again, so
+the leaders stay spread); with ids 1-3 all three would prefer node 1. "The leader" a
+leader-targeted fault hits is the leader of one of the workload's groups, drawn from the seed
+(an extra draw in this mode only, so the one-leader mode's seeds replay as before); the
+follower of ``kill-follower`` and ``loss`` is a node that does not lead that group (it may
+lead another). ``wait_whole`` also waits until every node names the same leader of each of
+the workload's groups. A kill-leader's failover is measured to the next acknowledged send
+to the killed group's entity. Faults that need one leader for everything (a planned
+leadership transfer, adding a node: refused in this mode) are not among this runner's kinds.
+
     python tests/faults/cluster_faults.py [--rounds N] [--seed S] [--auth none|keys]
                                           [--nodes 3|5] [--duration SECONDS] [--keep]
                                           [--rolling [--passes N]]
+                                          [--client-routing forward|proxy]
+                                          [--placement one-leader|spread [--node-ids 2,3,6]]
 
 Prints the seed, the entry node, each fault with its time, the counts and every violation;
 exits 1 on a violation, 2 when the run itself failed (a node did not start or rejoin, no
@@ -60,6 +76,11 @@ sys.path.insert(0, str(REPO / "tests" / "history"))
 import checker  # noqa: E402
 import cluster as cluster_module  # noqa: E402
 import netns  # noqa: E402
+from workload import QUEUE, SESSION_QUEUE, TOPIC  # noqa: E402
+
+# The placement groups of the workload's entities with placement "spread" (a topic's group
+# carries its subscriptions).
+WORKLOAD_GROUPS = (QUEUE, SESSION_QUEUE, TOPIC)
 
 FAULTS = ("kill-leader", "kill-follower", "pause-leader", "isolate-leader", "loss")
 # Seconds a fault round takes beyond its hold (a restart, an election, a rejoin): no fault
@@ -73,8 +94,13 @@ ROLLING_PAUSE_SECONDS = 3.0
 class Fault:
     """One injected fault: what, on which node, when (wall clock), and what followed."""
 
-    def __init__(self, kind: str, node: int, at: float, hold: float, entry: int, detail: str = "") -> None:
+    def __init__(
+        self, kind: str, node: int, at: float, hold: float, entry: int, detail: str = "", group: Optional[str] = None
+    ) -> None:
         self.kind = kind
+        # With placement "spread": the placement group whose leader (or a follower of
+        # which) the fault hit.
+        self.group = group
         self.node = node
         self.at = at
         self.hold = hold
@@ -105,51 +131,76 @@ def acknowledged_sends(history: Path) -> List[Dict]:
     return sends
 
 
-def inject(cluster: cluster_module.Cluster, fault: str, hold: float, pick: int, percent: int, entry: int) -> Fault:
+def inject(
+    cluster: cluster_module.Cluster, fault: str, hold: float, pick: int, percent: int, entry: int, group: Optional[str] = None
+) -> Fault:
     """Injects ``fault`` on the current leader (or the follower ``pick`` indexes), holds it
-    ``hold`` seconds, undoes it and waits until the cluster is whole again."""
-    leader = cluster.wait_leader(RECOVERY_TIMEOUT_SECONDS)
+    ``hold`` seconds, undoes it and waits until the cluster is whole again. With ``group``
+    (placement "spread"), the leader is placement group ``group``'s, and the followers the
+    nodes that do not lead it."""
+    if group is None:
+        leader = cluster.wait_leader(RECOVERY_TIMEOUT_SECONDS)
+    else:
+        leader = cluster.wait_group_leader(group, RECOVERY_TIMEOUT_SECONDS)
     followers = [node for node in cluster.ids if node != leader]
     follower = followers[pick % len(followers)]
+    # With placement "spread", what the hit node leads when the fault starts.
+    led = ""
+    if group is not None:
+        leaders = cluster.group_leaders()
+        target = leader if fault != "kill-follower" else follower
+        led = f"group {group}; node {target} leads {', '.join(sorted(name for name, node in leaders.items() if node == target)) or 'none of the workload groups'}"
+
+    def new_leader(timeout: float, excluding: int) -> int:
+        if group is None:
+            return cluster.wait_leader(timeout, excluding=excluding)
+        return cluster.wait_group_leader(group, timeout, excluding=excluding)
+
     at = time.time()
     if fault == "kill-leader":
-        record = Fault(fault, leader, at, hold, entry)
+        record = Fault(fault, leader, at, hold, entry, group=group)
         cluster.kill(leader)
-        new = cluster.wait_leader(RECOVERY_TIMEOUT_SECONDS, excluding=leader)
+        new = new_leader(RECOVERY_TIMEOUT_SECONDS, leader)
         record.election = time.time() - at
         record.detail = f"node {new} leads after {record.election:.2f} s"
         time.sleep(max(0.0, at + hold - time.time()))
         cluster.start(leader)
     elif fault == "kill-follower":
-        record = Fault(fault, follower, at, hold, entry)
+        record = Fault(fault, follower, at, hold, entry, group=group)
         cluster.kill(follower)
         time.sleep(hold)
         cluster.start(follower)
     elif fault == "pause-leader":
-        record = Fault(fault, leader, at, hold, entry)
+        record = Fault(fault, leader, at, hold, entry, group=group)
         cluster.pause(leader)
-        record.detail = hold_watching(cluster, leader, at, hold)
+        record.detail = hold_watching(cluster, leader, at, hold, new_leader)
         cluster.resume(leader)
     elif fault == "isolate-leader":
-        record = Fault(fault, leader, at, hold, entry)
+        record = Fault(fault, leader, at, hold, entry, group=group)
         cluster.isolate(leader)
-        record.detail = hold_watching(cluster, leader, at, hold)
+        record.detail = hold_watching(cluster, leader, at, hold, new_leader)
         cluster.heal()
     else:
-        record = Fault(fault, leader, at, hold, entry, f"{percent} % loss with node {follower}")
+        record = Fault(fault, leader, at, hold, entry, f"{percent} % loss with node {follower}", group=group)
         cluster.lossy(leader, follower, percent)
         time.sleep(hold)
         cluster.heal()
     whole = cluster.wait_whole(RECOVERY_TIMEOUT_SECONDS)
-    record.detail = "; ".join(part for part in (record.detail, f"whole again after {time.time() - at:.1f} s, node {whole} leads") if part)
+    after = f"whole again after {time.time() - at:.1f} s, node {whole} leads"
+    if group is not None:
+        after += " (" + ", ".join(f"{name} {node}" for name, node in cluster.group_leaders().items()) + ")"
+    record.detail = "; ".join(part for part in (led, record.detail, after) if part)
     return record
 
 
-def hold_watching(cluster: cluster_module.Cluster, leader: int, at: float, hold: float) -> str:
+def hold_watching(cluster: cluster_module.Cluster, leader: int, at: float, hold: float, new_leader=None) -> str:
     """Holds a fault on ``leader`` until ``hold`` seconds after ``at``, meanwhile watching
-    for the other nodes to agree on another leader; says whether and when they did."""
+    for the other nodes to agree on another leader (``new_leader(timeout, excluding)``,
+    default ``cluster.wait_leader``); says whether and when they did."""
+    if new_leader is None:
+        new_leader = lambda timeout, excluding: cluster.wait_leader(timeout, excluding=excluding)  # noqa: E731
     try:
-        new = cluster.wait_leader(max(0.1, at + hold - time.time()), excluding=leader)
+        new = new_leader(max(0.1, at + hold - time.time()), leader)
         detail = f"node {new} leads after {time.time() - at:.2f} s"
     except RuntimeError:
         detail = "no other leader during the hold"
@@ -160,11 +211,16 @@ def hold_watching(cluster: cluster_module.Cluster, leader: int, at: float, hold:
 def roll(cluster: cluster_module.Cluster, entry: int, started: float, passes: int = 1) -> List[Fault]:
     """Restarts every node in turn with SIGTERM, the followers first and the leader last,
     each time waiting until the cluster is whole again, ``passes`` times; returns the stops
-    (kind ``stop``)."""
+    (kind ``stop``). With placement "spread" (every node may lead some group) the nodes that
+    lead fewer of the workload's groups go first, the metadata group's leader last."""
     stops = []
     for _ in range(passes):
         leader = cluster.wait_whole(RECOVERY_TIMEOUT_SECONDS)
-        order = [node for node in cluster.ids if node != leader] + [leader]
+        order = [node for node in cluster.ids if node != leader]
+        if cluster.groups:
+            leaders = cluster.group_leaders()
+            order.sort(key=lambda node: sum(1 for led in leaders.values() if led == node))
+        order.append(leader)
         stops.extend(roll_once(cluster, entry, started, order))
     return stops
 
@@ -235,18 +291,25 @@ def describe(fault: Fault, started: float) -> str:
 
 
 def print_failovers(faults: List[Fault], sends: List[Dict]) -> List[float]:
-    """Fills in each fault's next acknowledged send and prints the kill-leader failovers;
-    returns them (seconds)."""
+    """Fills in each fault's next acknowledged send (to its group's entity, with placement
+    "spread") and prints the kill-leader failovers; returns them (seconds)."""
     for fault in faults:
-        fault.next_ack = next_acknowledged(sends, fault.at)
+        if fault.group is None:
+            fault.next_ack = next_acknowledged(sends, fault.at)
+        else:
+            fault.next_ack = next_acknowledged([send for send in sends if send.get("entity") == fault.group], fault.at)
     kills = [fault for fault in faults if fault.kind == "kill-leader"]
     times = [fault.next_ack for fault in kills if fault.next_ack is not None]
     if not kills:
         return times
     listed = ", ".join(
-        f"{fault.next_ack:.2f}" + ("*" if fault.on_entry else "") if fault.next_ack is not None else "none" for fault in kills
+        (f"{fault.group} " if fault.group else "")
+        + (f"{fault.next_ack:.2f}" + ("*" if fault.on_entry else "") if fault.next_ack is not None else "none")
+        for fault in kills
     )
-    print(f"failover (kill -9 of the leader to the next acknowledged send), s: {listed}")
+    what = "the leader" if all(fault.group is None for fault in kills) else "a group's leader"
+    whose = "" if what == "the leader" else " to that group's entity"
+    print(f"failover (kill -9 of {what} to the next acknowledged send{whose}), s: {listed}")
     if times:
         print(f"failover: median {statistics.median(times):.2f} s, max {max(times):.2f} s over {len(times)} kills")
     if any(fault.on_entry for fault in kills):
@@ -292,7 +355,25 @@ def main(argv: Optional[List[str]] = None) -> int:
         default=None,
         help="every node's [cluster] client_routing (proxy: the follower the workload connects to serves it)",
     )
+    parser.add_argument(
+        "--placement",
+        choices=["one-leader", "spread"],
+        default=None,
+        help="every node's [cluster] placement (spread: each of the workload's entities' groups has a leader of its own)",
+    )
+    parser.add_argument(
+        "--node-ids",
+        default=None,
+        help="the nodes' ids, comma-separated (default 1..N; with --placement spread, ids whose preferred leaders spread the workload's groups)",
+    )
     args = parser.parse_args(argv)
+    spread = args.placement == "spread"
+    if args.node_ids:
+        ids = [int(part) for part in args.node_ids.split(",") if part]
+        if len(ids) != args.nodes or len(set(ids)) != len(ids) or min(ids) < 1:
+            parser.error(f"--node-ids: {args.nodes} distinct positive ids")
+    else:
+        ids = cluster_module.spread_ids(WORKLOAD_GROUPS, args.nodes) if spread else list(range(1, args.nodes + 1))
     why = netns.available()
     if why:
         print(f"skipped: {why}")
@@ -312,9 +393,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(
         f"cluster under faults: seed {seed}, {args.nodes} nodes, {what}, "
         f"{duration:.0f} s of traffic, auth {args.auth}"
-        + (f", client routing {args.client_routing}" if args.client_routing else ""),
+        + (f", client routing {args.client_routing}" if args.client_routing else "")
+        + (f", placement {args.placement}" if args.placement else "")
+        + (f", node ids {', '.join(map(str, ids))}" if ids != list(range(1, args.nodes + 1)) else ""),
         flush=True,
     )
+    if spread:
+        preferred = ", ".join(f"{group} node {cluster_module.preferred_leader(group, ids)}" for group in WORKLOAD_GROUPS)
+        print(f"spread: the workload's groups prefer {preferred}; leader faults hit one group's leader, drawn from the seed", flush=True)
+        print("spread: no leadership-transfer or add-node fault is drawn (this runner has none; the mode refuses both)", flush=True)
     directory = Path(tempfile.mkdtemp(prefix="ferrobus-cluster-faults-"))
     history = directory / "history.jsonl"
     failed = False
@@ -326,14 +413,24 @@ def main(argv: Optional[List[str]] = None) -> int:
         log_level=args.log_level,
         compaction_threshold=args.compaction_threshold,
         client_routing=args.client_routing,
+        placement=args.placement,
+        ids=ids,
+        groups=WORKLOAD_GROUPS if spread else (),
     ) as cluster:
         try:
             leader = cluster.wait_whole(RECOVERY_TIMEOUT_SECONDS)
         except RuntimeError as error:
             print(f"the cluster did not form: {error}; logs in {directory}", file=sys.stderr)
             return 2
-        entry = min(node for node in cluster.ids if node != leader)
-        print(f"node {leader} leads; the workload connects to node {entry} ({cluster.address[entry]})", flush=True)
+        if spread:
+            # The node leading the fewest of the workload's groups, the metadata leader last.
+            leaders = cluster.group_leaders()
+            entry = min(cluster.ids, key=lambda node: (sum(1 for led in leaders.values() if led == node), node == leader, node))
+            led = ", ".join(f"{group} node {node}" for group, node in leaders.items())
+            print(f"node {leader} leads the metadata group; {led}; the workload connects to node {entry} ({cluster.address[entry]})", flush=True)
+        else:
+            entry = min(node for node in cluster.ids if node != leader)
+            print(f"node {leader} leads; the workload connects to node {entry} ({cluster.address[entry]})", flush=True)
         workload = cluster.network.start(
             "client",
             [
@@ -370,6 +467,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             hold = rng.uniform(0.5, 3.0)
             pick = rng.randrange(1 << 16)
             percent = rng.choice((10, 20, 30))
+            group = rng.choice(WORKLOAD_GROUPS) if spread else None
             if max(time.time(), started + moment) + hold + ROUND_MARGIN_SECONDS > started + duration:
                 print(f"  the traffic ends: {round_number} of {args.rounds} faults injected", flush=True)
                 break
@@ -377,7 +475,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             if workload.poll() is not None:
                 break
             try:
-                fault = inject(cluster, kind, hold, pick, percent, entry)
+                fault = inject(cluster, kind, hold, pick, percent, entry, group)
             except RuntimeError as error:
                 print(f"  {time.time() - started:6.1f} s  {kind}: the cluster did not recover: {error}", flush=True)
                 failed = True

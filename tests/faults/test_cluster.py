@@ -54,6 +54,31 @@ def test_a_leader_is_agreed_by_a_majority_that_includes_its_own_word() -> None:
     assert agreed({node: answer(node, "follower", 4) for node in (1, 2)} | {4: answer(4, "leader", 4)}, 5) == 4
 
 
+def test_a_group_leader_is_agreed_by_a_majority_that_includes_its_own_word() -> None:
+    def spread(node: int, leaders: dict) -> dict:
+        return {"status": "healthy", "cluster": {"node": node, "leader": 2, "group_leaders": leaders}}
+
+    agreed = cluster_module.agreed_group_leader
+    answers = {2: spread(2, {"hq": 3}), 3: spread(3, {"hq": 3}), 6: None}
+    assert agreed(answers, 3, "hq") == 3
+    assert agreed(answers, 3, "ht") is None
+    # The named node itself names another.
+    assert agreed({2: spread(2, {"hq": 3}), 3: spread(3, {"hq": 6}), 6: spread(6, {"hq": 3})}, 3, "hq") is None
+
+
+def test_the_preferred_leaders_are_the_brokers() -> None:
+    # src/cluster/placement.rs's FIXED_PREFERENCES, and the metadata group's lowest id.
+    preferred = cluster_module.preferred_leader
+    assert [preferred(name, [1, 2, 3]) for name in ("g0", "g1", "g2", "orders", "invoices")] == [3, 2, 3, 1, 2]
+    assert preferred(cluster_module.METADATA_GROUP, [6, 2, 3]) == 2
+    # With ids 1-3 the workload's three groups all prefer node 1; spread_ids spreads them.
+    groups = cluster_faults.WORKLOAD_GROUPS
+    assert {preferred(group, [1, 2, 3]) for group in groups} == {1}
+    ids = cluster_module.spread_ids(groups, 3)
+    assert len({preferred(group, ids) for group in groups}) == 3, ids
+    assert len({preferred(group, cluster_module.spread_ids(groups, 5)) for group in groups}) == 3
+
+
 def test_failover_is_measured_to_the_first_send_started_after_the_fault() -> None:
     sends = [{"t0": 9.0, "t1": 10.5}, {"t0": 10.2, "t1": 12.0}, {"t0": 11.0, "t1": 11.4}]
     # The send in flight at the fault (acknowledged at 10.5) does not count.
