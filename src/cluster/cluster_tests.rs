@@ -16,21 +16,21 @@ use crate::config::ClusterMember;
 use crate::store::storage::StorageOptions;
 use crate::store::storage::test_support::{counters, next, scratch};
 
-const SECRET: &[u8] = b"the cluster's secret";
+pub(super) const SECRET: &[u8] = b"the cluster's secret";
 
 /// How long any wait of these tests may take before it fails.
-const PATIENCE: Duration = Duration::from_secs(20);
+pub(super) const PATIENCE: Duration = Duration::from_secs(20);
 
-struct Node {
-    id: u64,
+pub(super) struct Node {
+    pub(super) id: u64,
     address: String,
     directory: PathBuf,
-    log: Arc<RaftLog>,
+    pub(super) log: Arc<RaftLog>,
 }
 
 /// Starts three members, node `i + 1` with `secrets[i]`, each on its own data directory
 /// and its own listener on 127.0.0.1:0.
-async fn three(name: &str, secrets: [&[u8]; 3]) -> Vec<Node> {
+pub(super) async fn three(name: &str, secrets: [&[u8]; 3]) -> Vec<Node> {
     let mut listeners = Vec::new();
     let mut members = Vec::new();
     for id in 1..=3u64 {
@@ -51,7 +51,7 @@ async fn three(name: &str, secrets: [&[u8]; 3]) -> Vec<Node> {
             members: members.clone(),
             secret: None,
             join: false,
-            client_routing: crate::config::ClientRouting::Forward,
+            ..ClusterConfig::default()
         };
         let log = RaftLog::new_cluster(
             storage,
@@ -104,7 +104,7 @@ async fn reopen(node: &Node, members: &[ClusterMember]) -> Node {
             members: members.to_vec(),
             secret: None,
             join: false,
-            client_routing: crate::config::ClientRouting::Forward,
+            ..ClusterConfig::default()
         },
         SECRET,
         listener,
@@ -118,7 +118,7 @@ async fn reopen(node: &Node, members: &[ClusterMember]) -> Node {
     }
 }
 
-async fn close(node: &Node) {
+pub(super) async fn close(node: &Node) {
     node.log.shutdown().await;
     node.log.storage().close();
 }
@@ -137,7 +137,7 @@ fn recovered(node: &Node, entity: &str) -> Vec<i64> {
 
 /// Writes `value` to `group` through whichever of `nodes` leads it, again while the
 /// leadership moves (a refused write was not proposed); returns the node that took it.
-async fn write_through_leader(nodes: &[&Node], group: &str, value: i64) -> u64 {
+pub(super) async fn write_through_leader(nodes: &[&Node], group: &str, value: i64) -> u64 {
     through_leader(nodes, group, |node| {
         node.log.append(vec![(group.into(), vec![next(value)])])
     })
@@ -278,7 +278,11 @@ async fn a_write_through_the_leader_reaches_all_three_logs() {
 }
 
 /// Waits until `node` publishes a leader of `group` that `wanted` accepts; returns it.
-async fn published(node: &Node, group: &str, wanted: impl Fn(Leadership) -> bool) -> Leadership {
+pub(super) async fn published(
+    node: &Node,
+    group: &str,
+    wanted: impl Fn(Leadership) -> bool,
+) -> Leadership {
     let mut leaders = node.log.leaders();
     let seen = tokio::time::timeout(
         PATIENCE,

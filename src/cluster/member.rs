@@ -5,10 +5,16 @@
 //! recovery: the new leader waits until its term's first entry is committed (so its whole
 //! log is), replays the group's entries from its disk and starts the entities from them.
 //!
+//! With per-entity groups ([`super::GroupLayout::PerEntity`]) each group has a leader of its
+//! own, and the same steps are taken group by group: [`RaftLog::start_group`],
+//! [`RaftLog::confirm_leadership`], [`RaftLog::replay_entities`],
+//! [`RaftLog::hold_group_lease`], [`RaftLog::transfer_group`].
+//!
 //! A leader holds a [`Lease`] while a majority acknowledges it: the lease runs out
 //! ([`LEASE`]) before the other members' election timeout, so a leader cut off from them
 //! stops answering before anyone else can lead.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,7 +22,9 @@ use openraft::ServerState;
 use serde::Serialize;
 use tokio::sync::watch;
 
+use super::types::GroupRaft;
 use super::{METADATA_GROUP, RaftLog};
+use crate::broker::entity::state::Change;
 use crate::broker::leadership::{Leadership, Lease};
 use crate::broker::storage::{Recovered, StorageError};
 
@@ -82,7 +90,13 @@ impl RaftLog {
     /// Starts the cluster's group on this node: it takes part in elections and replication
     /// from now on.
     pub async fn start_member(&self) -> Result<(), StorageError> {
-        self.group(METADATA_GROUP).await.map(|_| ())
+        self.start_group(METADATA_GROUP).await
+    }
+
+    /// Starts `group` on this node (unless it runs already): it takes part in the group's
+    /// elections and replication from now on.
+    pub async fn start_group(&self, group: &str) -> Result<(), StorageError> {
+        self.group(group).await.map(|_| ())
     }
 
     /// Waits until this node leads the cluster's group and every entry in its log is
@@ -97,16 +111,10 @@ impl RaftLog {
                 .copied()
                 .filter(|leadership| leadership.node == node);
             if let Some(leadership) = leading {
-                let running = self.group(METADATA_GROUP).await?;
-                if running.raft.ensure_linearizable().await.is_ok() {
-                    let still = self.leaders().borrow().get(METADATA_GROUP).copied();
-                    if still == Some(leadership) {
-                        return Ok(leadership);
-                    }
+                if self.confirm_leadership(METADATA_GROUP, leadership).await {
+                    return Ok(leadership);
                 }
-                // A leader that cannot reach its majority (it restarted into a leadership
-                // its vote recorded, cut off): try again after a while, or once the
-                // leadership changes, instead of spinning.
+                // The leadership changed meanwhile (this receiver has the change to see).
                 let _ = tokio::time::timeout(HEARTBEAT, leaders.changed()).await;
                 continue;
             }
@@ -114,6 +122,37 @@ impl RaftLog {
                 return Err(StorageError::Failed(
                     "the cluster's group stopped".to_string(),
                 ));
+            }
+        }
+    }
+
+    /// Whether this node leads `group` in `leadership` with every entry of its log
+    /// committed (its term's first entry is): `true` once it does, `false` as soon as the
+    /// group's leadership as this node knows it ([`RaftLog::leaders`]) is another one or
+    /// none (the group does not run here, or `leadership` names another node or a term
+    /// that has passed).
+    pub async fn confirm_leadership(&self, group: &str, leadership: Leadership) -> bool {
+        if leadership.node != self.settings.node_id {
+            return false;
+        }
+        let mut leaders = self.leaders();
+        loop {
+            if leaders.borrow_and_update().get(group) != Some(&leadership) {
+                return false;
+            }
+            let Some(raft) = self.running_raft(group) else {
+                return false;
+            };
+            let confirmed = raft.ensure_linearizable().await.is_ok();
+            drop(raft);
+            if confirmed && self.leaders.borrow().get(group) == Some(&leadership) {
+                return true;
+            }
+            // A leader that cannot reach its majority (it restarted into a leadership its
+            // vote recorded, cut off): try again after a while, or once the leadership
+            // changes, instead of spinning.
+            if let Ok(Err(_)) = tokio::time::timeout(HEARTBEAT, leaders.changed()).await {
+                return false;
             }
         }
     }
@@ -132,10 +171,28 @@ impl RaftLog {
         })
     }
 
+    /// `group`'s entities (a placement group's, or every entity's in the metadata group),
+    /// replayed from this node's disk: its snapshot, then its log after it. What the
+    /// group's leader starts them from once [`RaftLog::confirm_leadership`] says its whole
+    /// log is committed.
+    pub fn replay_entities(&self, group: &str) -> Result<HashMap<String, Vec<Change>>, String> {
+        self.storage
+            .replay_group(group)
+            .map_err(|error| format!("cannot replay the log of the group '{group}': {error}"))
+    }
+
     /// Keeps `lease` extended while this node leads the cluster's group in `leadership`
     /// and a majority acknowledges it; revokes it when the leadership ends.
     pub async fn hold_lease(&self, lease: Arc<Lease>, leadership: Leadership) {
-        let Ok(running) = self.group(METADATA_GROUP).await else {
+        self.hold_group_lease(METADATA_GROUP, lease, leadership)
+            .await
+    }
+
+    /// Keeps `lease` extended while this node leads `group` in `leadership` and a majority
+    /// of the group's members acknowledges it; revokes it when the leadership ends (or the
+    /// group stops).
+    pub async fn hold_group_lease(&self, group: &str, lease: Arc<Lease>, leadership: Leadership) {
+        let Ok(running) = self.group(group).await else {
             lease.revoke();
             return;
         };
@@ -246,12 +303,17 @@ impl RaftLog {
     }
 
     /// The cluster group's Raft on this node, once it runs.
-    fn running_member(&self) -> Option<super::types::GroupRaft> {
+    fn running_member(&self) -> Option<GroupRaft> {
+        self.running_raft(METADATA_GROUP)
+    }
+
+    /// `group`'s Raft on this node, if it runs (never started by asking).
+    fn running_raft(&self, group: &str) -> Option<GroupRaft> {
         let groups = self
             .groups
             .lock()
             .unwrap_or_else(|poison| poison.into_inner());
-        Some(groups.get(METADATA_GROUP)?.get()?.raft.clone())
+        Some(groups.get(group)?.get()?.raft.clone())
     }
 
     /// How long [`RaftLog::add_member`] waits for the new node to receive the log (under
@@ -370,10 +432,7 @@ impl RaftLog {
     }
 
     /// The group's voting members, when this node leads it.
-    fn voters(
-        &self,
-        raft: &super::types::GroupRaft,
-    ) -> Result<std::collections::BTreeSet<u64>, String> {
+    fn voters(&self, raft: &GroupRaft) -> Result<std::collections::BTreeSet<u64>, String> {
         let metrics = raft.metrics();
         let metrics = metrics.borrow();
         if metrics.current_leader != Some(self.settings.node_id) {
@@ -516,17 +575,27 @@ impl RaftLog {
             .ok_or_else(|| "not a member of a cluster".to_string())
     }
 
-    /// Member `node`'s peer address: from the group's membership, else the configuration.
+    /// Member `node`'s peer address: from the cluster group's membership, else the
+    /// configuration.
     fn peer_address(&self, node: u64) -> Result<String, String> {
-        self.running_member()
-            .and_then(|raft| {
-                raft.metrics()
-                    .borrow()
-                    .membership_config
-                    .nodes()
-                    .find(|(id, _)| **id == node)
-                    .map(|(_, basic)| basic.addr.clone())
-            })
+        self.group_peer_address(METADATA_GROUP, node)
+    }
+
+    /// Member `node`'s peer address: from `group`'s membership, else the cluster group's,
+    /// else the configuration.
+    fn group_peer_address(&self, group: &str, node: u64) -> Result<String, String> {
+        let in_group = |group: &str| {
+            let raft = self.running_raft(group)?;
+            let metrics = raft.metrics();
+            let metrics = metrics.borrow();
+            metrics
+                .membership_config
+                .nodes()
+                .find(|(id, _)| **id == node)
+                .map(|(_, basic)| basic.addr.clone())
+        };
+        in_group(group)
+            .or_else(|| in_group(METADATA_GROUP))
             .or_else(|| {
                 self.cluster
                     .as_ref()
@@ -550,12 +619,11 @@ impl RaftLog {
         led_since: tokio::time::Instant,
         within: Duration,
     ) -> Result<u64, String> {
-        let cluster = self.member_part()?;
+        self.member_part()?;
         let raft = self
             .running_member()
             .ok_or_else(|| "the cluster's group stopped".to_string())?;
         let own = self.node_id();
-        let deadline = tokio::time::Instant::now() + within;
         let view = self
             .member_view()
             .ok_or_else(|| "the cluster's group stopped".to_string())?;
@@ -583,25 +651,101 @@ impl RaftLog {
                 .map(|member| member.id)
                 .ok_or_else(|| "the cluster has no other voting member".to_string())?,
         };
-        // The target must hold every entry, or this node would refuse it its vote.
-        loop {
-            let lag = self.member_view().and_then(|view| {
-                view.members
-                    .iter()
-                    .find(|member| member.id == target)
-                    .map(|member| member.lag)
+        // This node stays out of the cluster group's elections (it is stopping or stepping
+        // down): if the first request loses, the leadership does not come back here.
+        self.hand_over(METADATA_GROUP, &raft, target, led_since, within)
+            .await
+    }
+
+    /// Hands this node's leadership of `group` to its voting member `to`, as
+    /// [`RaftLog::transfer_leadership`] does the cluster's group's; returns the new leader
+    /// once this node knows one, at most `within` after the call. The vote lease is waited
+    /// out from when this node began to lead the group (as it saw it). This node stands for
+    /// the group's elections again afterwards, whether the leadership moved or not.
+    pub async fn transfer_group(
+        &self,
+        group: &str,
+        to: u64,
+        within: Duration,
+    ) -> Result<u64, String> {
+        self.member_part()?;
+        let raft = self
+            .running_raft(group)
+            .ok_or_else(|| format!("the group '{group}' does not run on this node"))?;
+        let own = self.node_id();
+        let (leader, voter) = {
+            let metrics = raft.metrics();
+            let metrics = metrics.borrow();
+            let voter = metrics.membership_config.voter_ids().any(|id| id == to);
+            (metrics.current_leader, voter)
+        };
+        if leader != Some(own) {
+            return Err(match leader {
+                Some(leader) => {
+                    format!("this node does not lead the group '{group}': node {leader} does")
+                }
+                None => format!("this node does not lead the group '{group}'"),
             });
-            if lag == Some(0) {
-                break;
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(format!(
-                    "node {target} did not catch up with the log in {within:?} (behind by {lag:?} entries)"
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        let address = self.peer_address(target)?;
+        if to == own {
+            return Err(format!("node {own} already leads the group '{group}'"));
+        }
+        if !voter {
+            return Err(format!(
+                "node {to} is not a voting member of the group '{group}'"
+            ));
+        }
+        let led_since = self
+            .leading_since
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .get(group)
+            .filter(|(leadership, _)| leadership.node == own)
+            .map_or_else(tokio::time::Instant::now, |(_, since)| *since);
+        let handed = self.hand_over(group, &raft, to, led_since, within).await;
+        // Per group: this node stays electable in its other groups regardless.
+        raft.runtime_config().elect(true);
+        handed
+    }
+
+    /// Hands `raft`'s leadership of `group` (this node leads it, since `led_since`) to
+    /// `target`: once the target holds every entry, it is asked to start an election at
+    /// once, which this node grants, and this node no longer stands for the group's
+    /// elections. Returns the new leader once this node knows one, at most `within` after
+    /// the call.
+    ///
+    /// A leader refuses every vote for the longest election timeout after it was elected
+    /// (openraft's vote lease), so the request waits until `led_since` is that long ago.
+    async fn hand_over(
+        &self,
+        group: &str,
+        raft: &GroupRaft,
+        target: u64,
+        led_since: tokio::time::Instant,
+        within: Duration,
+    ) -> Result<u64, String> {
+        let cluster = self.member_part()?;
+        let own = self.node_id();
+        let deadline = tokio::time::Instant::now() + within;
+        let stopped = || match group {
+            METADATA_GROUP => "the cluster's group stopped".to_string(),
+            group => format!("the group '{group}' stopped"),
+        };
+        // The target must hold every entry, or this node would refuse it its vote.
+        let caught_up = raft
+            .wait(Some(within))
+            .metrics(
+                |metrics| lag(metrics, target) == Some(0),
+                "the target holds every entry",
+            )
+            .await;
+        if caught_up.is_err() {
+            let lag = lag(&raft.metrics().borrow(), target);
+            return Err(format!(
+                "node {target} did not catch up with the log in {within:?} (behind by {lag:?} entries)"
+            ));
+        }
+        let address = self.group_peer_address(group, target)?;
         tokio::time::sleep_until(led_since + ELECTION_TIMEOUT.1 + Duration::from_millis(50)).await;
         // This node no longer stands for election: if the first request loses (a vote
         // lease, a split vote), the leadership does not come back here.
@@ -621,7 +765,7 @@ impl RaftLog {
                 .elect(
                     target,
                     &address,
-                    METADATA_GROUP,
+                    group,
                     left.max(Duration::from_millis(100)),
                 )
                 .await
@@ -636,9 +780,17 @@ impl RaftLog {
             .await;
             match elected {
                 Ok(Ok(metrics)) => return Ok(metrics.current_leader.unwrap_or(target)),
-                Ok(Err(_)) => return Err("the cluster's group stopped".to_string()),
+                Ok(Err(_)) => return Err(stopped()),
                 Err(_) => {}
             }
         }
     }
+}
+
+/// How many entries of the leader's log `member` lacks, as the leader's `metrics` show
+/// (`None` on a node that does not lead, or for a node that is not a member).
+fn lag(metrics: &openraft::RaftMetrics<u64, openraft::BasicNode>, member: u64) -> Option<u64> {
+    let last = metrics.last_log_index.unwrap_or(0);
+    let matched = *metrics.replication.as_ref()?.get(&member)?;
+    Some(last.saturating_sub(matched.map_or(0, |matched| matched.index)))
 }

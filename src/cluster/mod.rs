@@ -26,6 +26,7 @@ mod log_store;
 mod member;
 mod network;
 pub(crate) mod peer;
+pub mod placement;
 mod propose;
 pub mod remote;
 mod state_machine;
@@ -53,6 +54,7 @@ use crate::store::codec::LogRecord;
 use crate::store::log::StoreError;
 use crate::store::storage::{GroupLog, LogStorage};
 use log_store::{GroupStore, Pending};
+pub use placement::{GroupLayout, preferred_leader};
 use propose::{MAX_ENTRIES_PER_REQUEST, MAX_ENTRY_BYTES_IN_CLUSTER, Proposed, Write, propose};
 use state_machine::GroupMachine;
 pub use state_machine::SnapshotStats;
@@ -74,14 +76,18 @@ pub struct GroupMetrics {
 /// Each running group's leader as this node knows it.
 pub type Leaders = BTreeMap<String, Leadership>;
 
+/// When this node's leadership of each group it leads began (as this node saw it).
+type LeadingSince = Arc<Mutex<HashMap<String, (Leadership, tokio::time::Instant)>>>;
+
 /// Follows `group`'s leadership until its Raft stops: publishes it in `leaders` (removed
-/// when the Raft stops here or no leader is known), and with `metrics` counts each
-/// leadership that begins and the group among the running and the led ones while it is.
+/// when the Raft stops here or no leader is known), notes in `since` when this node's
+/// leadership began, and with `metrics` counts each leadership that begins and the group
+/// among the running and the led ones while it is.
 async fn follow_leadership(
     group: String,
     raft: GroupRaft,
     node: u64,
-    leaders: Arc<watch::Sender<Leaders>>,
+    (leaders, since): (Arc<watch::Sender<Leaders>>, LeadingSince),
     metrics: Option<GroupMetrics>,
 ) {
     // The server metrics change with the vote and the leader only, not with every entry.
@@ -102,6 +108,7 @@ async fn follow_leadership(
             Some(leadership) => leaders.insert(group.clone(), leadership) != Some(leadership),
             None => leaders.remove(&group).is_some(),
         });
+        note_leading(&since, &group, leadership.filter(|led| led.node == node));
         if let Some(metrics) = &metrics {
             if let Some(leadership) = leadership
                 && seen != Some(leadership)
@@ -123,11 +130,31 @@ async fn follow_leadership(
         }
     }
     leaders.send_if_modified(|leaders| leaders.remove(&group).is_some());
+    note_leading(&since, &group, None);
     if let Some(metrics) = &metrics {
         if leading {
             metrics.led.dec();
         }
         metrics.running.dec();
+    }
+}
+
+/// Notes in `since` that this node leads `group` in `leading` (from now, unless noted
+/// before), or no longer leads it.
+fn note_leading(since: &LeadingSince, group: &str, leading: Option<Leadership>) {
+    let mut since = since.lock().unwrap_or_else(|poison| poison.into_inner());
+    match leading {
+        Some(leadership) => {
+            let noted = since
+                .get(group)
+                .is_some_and(|(noted, _)| *noted == leadership);
+            if !noted {
+                since.insert(group.to_string(), (leadership, tokio::time::Instant::now()));
+            }
+        }
+        None => {
+            since.remove(group);
+        }
     }
 }
 
@@ -202,9 +229,14 @@ pub struct RaftLog {
     metrics: std::sync::OnceLock<GroupMetrics>,
     /// Each running group's leader as this node knows it.
     leaders: Arc<watch::Sender<Leaders>>,
-    /// Every entity's writes go to the metadata group (a cluster of several members: one
-    /// leader runs the whole namespace, `member`).
-    single_group: bool,
+    /// When this node's leadership of each group it leads began: a leadership handed over
+    /// waits out openraft's vote lease from then (`member`).
+    leading_since: LeadingSince,
+    /// How entities map onto groups: with [`GroupLayout::One`] every entity's writes go to
+    /// the metadata group (one leader runs the whole namespace, `member`); with
+    /// [`GroupLayout::PerEntity`] each placement group is its own, and a cluster's new
+    /// group is led first by its [`preferred_leader`].
+    layout: GroupLayout,
     /// What a member's groups did with snapshots.
     snapshots: Arc<state_machine::SnapshotStats>,
     /// The namespace's run-time changes as this member applied them (a member's metadata
@@ -308,22 +340,30 @@ impl RaftLog {
         secret: &[u8],
         listener: TcpListener,
     ) -> Result<Arc<RaftLog>, String> {
-        RaftLog::cluster_with(storage, groups, settings, (secret, ""), listener, false)
+        RaftLog::cluster_with(
+            storage,
+            groups,
+            settings,
+            (secret, ""),
+            listener,
+            GroupLayout::PerEntity,
+        )
     }
 
-    /// [`RaftLog::new_cluster`] with every entity's writes in the metadata group: one
-    /// leader for the whole namespace, how a cluster member runs today (`member`).
-    /// `credentials` are the cluster secret and this node's entities and keys as
-    /// [`crate::config::render::definitions`] renders them: a peer configured with others
-    /// is refused (`peer`).
+    /// A cluster member as the daemon runs it: [`RaftLog::new_cluster`] with its groups laid
+    /// out by `layout` ([`GroupLayout::One`]: every entity's writes in the metadata group,
+    /// one leader for the whole namespace, `member`). `credentials` are the cluster secret
+    /// and this node's entities and keys as [`crate::config::render::definitions`] renders
+    /// them: a peer configured with others is refused (`peer`).
     pub fn new_member(
         storage: LogStorage,
         groups: &HashMap<String, GroupLog>,
         settings: ClusterConfig,
         credentials: (&[u8], &str),
         listener: TcpListener,
+        layout: GroupLayout,
     ) -> Result<Arc<RaftLog>, String> {
-        RaftLog::cluster_with(storage, groups, settings, credentials, listener, true)
+        RaftLog::cluster_with(storage, groups, settings, credentials, listener, layout)
     }
 
     fn cluster_with(
@@ -332,7 +372,7 @@ impl RaftLog {
         settings: ClusterConfig,
         (secret, definitions): (&[u8], &str),
         listener: TcpListener,
-        single_group: bool,
+        layout: GroupLayout,
     ) -> Result<Arc<RaftLog>, String> {
         if !storage.keeps_entry_locations() {
             return Err(
@@ -393,7 +433,7 @@ impl RaftLog {
         };
         let mut log = RaftLog::build(storage, groups, settings, config, Some(cluster))?;
         log.idle = NEVER_IDLE;
-        log.single_group = single_group;
+        log.layout = layout;
         let log = Arc::new(log);
         let weak = Arc::downgrade(&log);
         log.storage.set_compactor(Arc::new(move |targets| {
@@ -482,7 +522,8 @@ impl RaftLog {
             stopped: AtomicBool::new(false),
             metrics: std::sync::OnceLock::new(),
             leaders: Arc::new(watch::channel(Leaders::new()).0),
-            single_group: false,
+            leading_since: LeadingSince::default(),
+            layout: GroupLayout::PerEntity,
             snapshots: Arc::default(),
             namespace: Arc::new(watch::channel(None).0),
         })
@@ -564,7 +605,7 @@ impl RaftLog {
 
     /// The group an entity's writes go to.
     fn group_for<'a>(&self, entity: &'a str) -> &'a str {
-        if self.single_group {
+        if self.layout == GroupLayout::One {
             METADATA_GROUP
         } else {
             group_of(entity)
@@ -579,10 +620,9 @@ impl RaftLog {
         groups.entry(group.to_string()).or_default().clone()
     }
 
-    /// The group's Raft, started (and elected) on first use.
     /// Each running group's leader as this node knows it (its term and node), changing as
-    /// leaderships begin and groups start and stop here: where the core will learn which
-    /// groups' entities this node runs.
+    /// leaderships begin and groups start and stop here: what the core follows, group by
+    /// group, to know which groups' entities this node runs (those it leads).
     pub fn leaders(&self) -> watch::Receiver<Leaders> {
         self.leaders.subscribe()
     }
@@ -593,6 +633,7 @@ impl RaftLog {
         let _ = self.metrics.set(metrics);
     }
 
+    /// The group's Raft, started (and elected) on first use.
     async fn group(&self, group: &str) -> Result<Group, StorageError> {
         let cell = self.cell(group);
         cell.get_or_try_init(|| self.start(group)).await.cloned()
@@ -635,14 +676,19 @@ impl RaftLog {
         .map_err(|error| failed("openraft", &error))?;
         if let Some(cluster) = &self.cluster {
             // A new group is initialized with the same membership (the same entry at index
-            // 0) by the member with the lowest id at once, and by any other member only if
-            // nothing reached it for a while (the lowest is down): members that initialize
-            // together may each stand for the first term, and a term-1 leader would be
-            // deposed at once.
+            // 0) by its preferred leader among the configured members at once (for the
+            // metadata group the member with the lowest id), and by any other member only
+            // if nothing reached it for a while (the preferred one is down): members that
+            // initialize together may each stand for the first term, and a term-1 leader
+            // would be deposed at once. Initializing stands for the first term already
+            // (openraft); with per-entity groups, where the groups' leaders should spread
+            // over the members, the preferred member stands again if that campaign left
+            // the group without a leader (`stand_again`).
             tokio::spawn(admit_members(raft.clone(), cluster.accepted.clone()));
             // A node joining a running cluster waits for its leader to add it.
             if log.membership.is_none() && log.last.is_none() && !self.settings.join {
-                let first = cluster.members.keys().next().copied() == Some(node);
+                let first = preferred_leader(group, cluster.members.keys().copied()) == Some(node);
+                let elect = first && self.layout == GroupLayout::PerEntity;
                 let raft = raft.clone();
                 let members = cluster.members.clone();
                 let group = group.to_string();
@@ -658,6 +704,9 @@ impl RaftLog {
                         Err(error) => {
                             tracing::warn!(%error, "cannot initialize the Raft group '{group}'");
                         }
+                    }
+                    if elect {
+                        tokio::spawn(stand_again(raft, group));
                     }
                 };
                 if first {
@@ -689,7 +738,7 @@ impl RaftLog {
             group.to_string(),
             raft.clone(),
             node,
-            self.leaders.clone(),
+            (self.leaders.clone(), self.leading_since.clone()),
             self.metrics.get().cloned(),
         ));
         let (writes, queue) = mpsc::unbounded_channel();
@@ -835,6 +884,28 @@ impl RaftLog {
     }
 }
 
+/// Makes this member, the preferred leader of `group` that just initialized it, stand for
+/// election again if its first campaign (initializing starts one) left the group without a
+/// leader for the shortest election timeout: without waiting for its own election timer,
+/// so that it rather than another member leads the group first. Triggering it at once
+/// instead would abandon the first campaign, winning or not, for a second term.
+async fn stand_again(raft: GroupRaft, group: String) {
+    let led = raft
+        .wait(Some(member::ELECTION_TIMEOUT.0))
+        .metrics(
+            |metrics| metrics.current_leader.is_some(),
+            "the group has a leader",
+        )
+        .await;
+    if led.is_ok() {
+        return;
+    }
+    // Ignored by a member that leads by now.
+    if let Err(error) = raft.trigger().elect().await {
+        tracing::debug!(%error, "the preferred leader of the Raft group '{group}' could not stand for election");
+    }
+}
+
 /// Lets every node that `raft`'s membership names (a member added at run time among them)
 /// connect to this node's peer listener, for as long as the group runs.
 async fn admit_members(
@@ -896,3 +967,6 @@ mod tests;
 #[cfg(test)]
 #[path = "cluster_tests.rs"]
 mod cluster_tests;
+
+#[cfg(test)]
+mod spread_tests;

@@ -78,6 +78,7 @@ pub async fn run_member(
         settings.clone(),
         (secret.as_bytes(), &definitions),
         peers,
+        crate::cluster::GroupLayout::One,
     )?;
     drop(recovery);
     raft.report_to(metrics.groups.clone());
