@@ -312,7 +312,8 @@ pub(crate) fn access_keys(config: &Config) -> Vec<AccessKey> {
 /// A cluster leader's part in serving: its lease (connections send nothing without it)
 /// and its view of the cluster for `/health`.
 pub(crate) struct MemberRole {
-    pub(crate) lease: Arc<broker::leadership::Lease>,
+    /// `None` where each placement group has its own lease (`placement = "spread"`).
+    pub(crate) lease: Option<Arc<broker::leadership::Lease>>,
     pub(crate) view: admin::http::ClusterView,
     pub(crate) control: admin::http::ClusterControl,
     /// Drains of the connections a stopping member forwards.
@@ -438,7 +439,6 @@ pub(crate) async fn serve(
     reload: Option<daemon::reload::ReloadSource>,
     member: Option<MemberRole>,
 ) -> Result<(), String> {
-    let listener = listeners.amqp;
     // Enqueued times never run backwards, even when the system clock was stepped back
     // while the broker was down (docs/scale-out.md §6.6).
     let latest = storage
@@ -448,6 +448,26 @@ pub(crate) async fn serve(
     let codec = topic_codec(config);
     let namespace = seed_namespace(config, storage.as_ref(), start).await?;
     let registry = Registry::start_seeded(&namespace, config, clock, codec, storage)?;
+    let core = (registry, clock, wal);
+    serve_registry(
+        listeners, config, core, metrics, shutdown, ready, reload, member,
+    )
+    .await
+}
+
+/// Runs the broker on its listeners and a running `registry` (`wal`: as for [`serve`]).
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn serve_registry(
+    listeners: Listeners,
+    config: &Config,
+    (registry, clock, wal): (Arc<Registry>, Clock, Option<LogStorage>),
+    metrics: Arc<crate::metrics::Metrics>,
+    shutdown: watch::Receiver<bool>,
+    ready: impl FnOnce(),
+    reload: Option<daemon::reload::ReloadSource>,
+    member: Option<MemberRole>,
+) -> Result<(), String> {
+    let listener = listeners.amqp;
     if let Some(member) = &member {
         registry.cap_message_size(cluster::MAX_MESSAGE_SIZE);
         if let Some(on_registry) = &member.on_registry {
@@ -477,7 +497,7 @@ pub(crate) async fn serve(
             amqp: std::sync::OnceLock::new(),
             reload: std::sync::OnceLock::new(),
             cluster: member.as_ref().map(|member| member.view.clone()),
-            lease: member.as_ref().map(|member| member.lease.clone()),
+            lease: member.as_ref().and_then(|member| member.lease.clone()),
             cluster_control: member.as_ref().map(|member| member.control.clone()),
         }),
         tls_identity(config),
@@ -495,7 +515,7 @@ pub(crate) async fn serve(
         }),
         connection_permits: Arc::new(tokio::sync::Semaphore::new(config.server.max_connections)),
         metrics,
-        lease: member.as_ref().map(|member| member.lease.clone()),
+        lease: member.as_ref().and_then(|member| member.lease.clone()),
     });
     let drains = member.map(|member| member.drains);
     let registry = context.registry.clone();

@@ -282,7 +282,28 @@ fn main() -> ExitCode {
                 println!("Emulator Service is Successfully Up!");
                 ferrobus::daemon::notify::ready("serving");
             };
+            let exits = ferrobus::daemon::member::Exits {
+                deposed: std::sync::Arc::new(restart_in_place),
+                failed: std::sync::Arc::new(|why: String| {
+                    tracing::error!("{why}");
+                    std::process::exit(1);
+                }),
+                removed: std::sync::Arc::new(|| std::process::exit(0)),
+            };
+            let spread = config.cluster.placement == ferrobus::config::Placement::Spread;
             let served = match storage {
+                Some(storage) if config.cluster.is_multi_node() && spread => {
+                    ferrobus::daemon::spread::run_spread(
+                        listeners,
+                        &config,
+                        storage,
+                        stopped,
+                        ready,
+                        Some(reload),
+                        exits,
+                    )
+                    .await
+                }
                 Some(storage) if config.cluster.is_multi_node() => {
                     ferrobus::daemon::member::run_member(
                         listeners,
@@ -291,14 +312,7 @@ fn main() -> ExitCode {
                         stopped,
                         ready,
                         Some(reload),
-                        ferrobus::daemon::member::Exits {
-                            deposed: std::sync::Arc::new(restart_in_place),
-                            failed: std::sync::Arc::new(|why: String| {
-                                tracing::error!("{why}");
-                                std::process::exit(1);
-                            }),
-                            removed: std::sync::Arc::new(|| std::process::exit(0)),
-                        },
+                        exits,
                     )
                     .await
                 }

@@ -48,6 +48,21 @@ impl Lifecycle {
         }
     }
 
+    /// Ends every task at once, without letting it finish what it holds: a cluster
+    /// member's entities of a group whose leadership ended (whatever they would still
+    /// write, the group's new leader has decided otherwise).
+    pub fn abort(&self) {
+        let _ = self.stop.send(true);
+        let tasks = self
+            .tasks
+            .lock()
+            .map(|mut tasks| std::mem::take(&mut *tasks))
+            .unwrap_or_default();
+        for task in tasks {
+            task.abort();
+        }
+    }
+
     /// Stops every task and waits for each (at most a few seconds apiece).
     pub async fn shut_down(&self) {
         let _ = self.stop.send(true);

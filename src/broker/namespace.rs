@@ -156,6 +156,7 @@ impl Registry {
         self: &Arc<Self>,
         description: Description,
     ) -> Result<Slot, NamespaceError> {
+        self.changes_allowed()?;
         let _guard = self.changes.lock().await;
         let slot = self.apply_create(description, true).await?;
         self.namespace_changed().await?;
@@ -257,6 +258,7 @@ impl Registry {
     /// `requires_session` and a subscription's rules do not change here (Service Bus
     /// refuses the first two; rules have their own operations).
     pub async fn update(&self, description: Description) -> Result<Slot, NamespaceError> {
+        self.changes_allowed()?;
         let _guard = self.changes.lock().await;
         let path = description.path();
         self.apply_update(description, true).await?;
@@ -390,6 +392,7 @@ impl Registry {
     /// Deletes an entity; a topic takes its subscriptions with it. Attached receivers are
     /// detached with `amqp:not-found`, later sends fail with it.
     pub async fn delete(&self, path: &str) -> Result<(), NamespaceError> {
+        self.changes_allowed()?;
         let _guard = self.changes.lock().await;
         self.apply_delete(path).await?;
         self.namespace_changed().await?;
@@ -571,6 +574,21 @@ impl Registry {
         self.rule_operation(topic, subscription, RuleOperation::Remove(name.to_string()))
             .await
             .map(|_| ())
+    }
+
+    /// Refuses a namespace change on a registry whose entities run where their placement
+    /// group is led: its members do not create, change or delete entities at run time yet.
+    fn changes_allowed(&self) -> Result<(), NamespaceError> {
+        if *self
+            .hosted
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+        {
+            return Err(NamespaceError::Invalid(
+                "entities cannot be created, changed or deleted at run time in a cluster with placement = \"spread\" (yet): change the [[queues]] and [[topics]] of every member's configuration file and restart them".to_string(),
+            ));
+        }
+        Ok(())
     }
 
     async fn rule_operation(

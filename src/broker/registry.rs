@@ -33,6 +33,10 @@ pub enum Entity {
 mod remote;
 pub use remote::RemoteEntities;
 
+#[path = "registry_hosted.rs"]
+mod hosted;
+pub use hosted::{GroupPlacement, Hosted};
+
 /// What an entity was defined with: the configuration file's settings, or those given at
 /// run time (admin API), in the same validated types.
 #[derive(Debug, Clone, PartialEq)]
@@ -104,6 +108,9 @@ pub struct Registry {
     /// The largest message any entity takes, whatever it is configured with
     /// ([`Registry::cap_message_size`]; unlimited by default).
     message_size_cap: std::sync::atomic::AtomicU64,
+    /// Its entities run where their placement group is led (`Registry::start_hosted`):
+    /// its namespace is the one it started with.
+    pub(super) hosted: std::sync::Mutex<bool>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -199,6 +206,20 @@ fn spawn_entity(
     registry: &Arc<Registry>,
     recovered: Vec<Change>,
 ) -> (EntityHandle, watch::Sender<Targets>) {
+    // Without a cluster every entity runs in term 1 of its node.
+    let run = (Leadership::SINGLE_NODE, &registry.lifecycle);
+    spawn_entity_in(settings, spawner, registry, recovered, run)
+}
+
+/// [`spawn_entity`] under `leadership` (a cluster passes the Raft term of the group's
+/// leadership), its tasks in `lifecycle`.
+fn spawn_entity_in(
+    settings: EntitySettings,
+    spawner: &Spawner,
+    registry: &Arc<Registry>,
+    recovered: Vec<Change>,
+    (leadership, lifecycle): (Leadership, &crate::broker::lifecycle::Lifecycle),
+) -> (EntityHandle, watch::Sender<Targets>) {
     let durability = spawner.storage.as_ref().map(|storage| Durability {
         storage: storage.clone(),
         key: key(&settings.path),
@@ -212,21 +233,19 @@ fn spawn_entity(
     let handle = actor::spawn(
         settings,
         spawner.clock,
-        // Without a cluster every entity runs in term 1 of its node; the cluster passes the
-        // Raft term of the group's leadership.
-        Leadership::SINGLE_NODE,
+        leadership,
         spawner.on_idle.clone(),
         Some(forward_sender),
         registry.budget.clone(),
         durability,
-        &registry.lifecycle,
+        lifecycle,
     );
     forwarder::spawn(
         handle.clone(),
         targets_watch,
         Arc::downgrade(registry),
         forward_inbox,
-        &registry.lifecycle,
+        lifecycle,
     );
     (handle, targets)
 }
@@ -267,6 +286,7 @@ impl Registry {
             changes: tokio::sync::Mutex::new(()),
             seed: RwLock::new(seed.clone()),
             message_size_cap: std::sync::atomic::AtomicU64::new(u64::MAX),
+            hosted: std::sync::Mutex::new(false),
         })
     }
 

@@ -539,6 +539,7 @@ async fn lone_listener(
             local,
             drain: Arc::default(),
             commands,
+            leaving: Arc::default(),
         },
     );
     (address, task)

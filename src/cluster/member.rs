@@ -93,6 +93,13 @@ impl RaftLog {
         self.start_group(METADATA_GROUP).await
     }
 
+    /// From now on, a peer's request that this node stand for election at once (a
+    /// leadership handed to it) is refused: it is stopping.
+    pub fn refuse_leadership(&self) {
+        self.leaving
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
     /// Starts `group` on this node (unless it runs already): it takes part in the group's
     /// elections and replication from now on.
     pub async fn start_group(&self, group: &str) -> Result<(), StorageError> {

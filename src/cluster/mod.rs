@@ -225,6 +225,9 @@ pub struct RaftLog {
     cluster: Option<Cluster>,
     /// Set by [`RaftLog::shutdown`]: peers' requests no longer start groups.
     stopped: AtomicBool,
+    /// Set by [`RaftLog::refuse_leadership`]: peers' requests to stand for election now are
+    /// refused (this node is stopping).
+    leaving: Arc<AtomicBool>,
     /// Where groups report, once set ([`RaftLog::report_to`]).
     metrics: std::sync::OnceLock<GroupMetrics>,
     /// Each running group's leader as this node knows it.
@@ -471,6 +474,7 @@ impl RaftLog {
                 local,
                 drain,
                 commands,
+                leaving: log.leaving.clone(),
             },
         );
         if let Some(cluster) = &log.cluster {
@@ -520,6 +524,7 @@ impl RaftLog {
             metadata: tokio::sync::Mutex::default(),
             cluster,
             stopped: AtomicBool::new(false),
+            leaving: Arc::default(),
             metrics: std::sync::OnceLock::new(),
             leaders: Arc::new(watch::channel(Leaders::new()).0),
             leading_since: LeadingSince::default(),

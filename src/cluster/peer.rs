@@ -120,8 +120,7 @@ const NONCE: usize = 32;
 const MAC: usize = 32;
 
 /// What a [`DIFFERENT_DEFINITIONS`] refusal compares, for its message.
-const DIFFERENT: &str =
-    "the [[queues]], [[topics]] and [[auth.keys]] of the configuration files differ";
+const DIFFERENT: &str = "the [[queues]], [[topics]], [[auth.keys]] or [cluster] placement of the configuration files differ";
 
 /// A request to a peer's group.
 #[derive(Serialize, Deserialize)]
@@ -297,6 +296,8 @@ pub(super) struct Serving {
     pub(super) drain: DrainHook,
     /// Serves entity-command connections.
     pub(super) commands: CommandsHook,
+    /// Set while this node is stopping: [`Rpc::Elect`] is refused.
+    pub(super) leaving: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Serves peers on `listener` until the returned task is aborted (which closes every
@@ -568,10 +569,14 @@ async fn serve_connection(mut stream: TcpStream, address: SocketAddr, serving: S
         let responses = responses.clone();
         let local = serving.local.clone();
         let drain = serving.drain.clone();
+        let leaving = serving.leaving.load(std::sync::atomic::Ordering::Acquire);
         tasks.spawn(async move {
             let _permit = permit;
             let id = request.id;
             let reply = match request.rpc {
+                Rpc::Elect if leaving => Reply::Elect(Err(
+                    "this node is stopping: it takes no leadership".to_string(),
+                )),
                 Rpc::Drain => {
                     let hook = drain
                         .read()

@@ -181,6 +181,38 @@ async fn transfer_group_moves_one_groups_leadership() {
     close_all(&nodes).await;
 }
 
+/// A member that is stopping (`refuse_leadership`) is not handed a group: the transfer to
+/// it fails, the leadership stays, and another member still takes it.
+#[tokio::test]
+async fn a_stopping_member_takes_no_leadership_handed_to_it() {
+    let (nodes, before) = spread("spread-leaving").await;
+    let from = before["g4"].node;
+    let leaving = from % 3 + 1;
+    let other = leaving % 3 + 1;
+    node(&nodes, leaving).log.refuse_leadership();
+    let refused = node(&nodes, from)
+        .log
+        .transfer_group("g4", leaving, Duration::from_secs(2))
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    assert_ne!(
+        nodes[0]
+            .log
+            .leaders()
+            .borrow()
+            .get("g4")
+            .map(|leadership| leadership.node),
+        Some(leaving)
+    );
+    let moved = node(&nodes, from)
+        .log
+        .transfer_group("g4", other, PATIENCE)
+        .await
+        .expect("handed to a member that is not stopping");
+    assert_eq!(moved, other);
+    close_all(&nodes).await;
+}
+
 /// A member that handed a group over stands for its elections again: after the group
 /// moved 1 → 2 → 3 (or the like) and its last leader stops, the two that handed it over
 /// elect one of them.

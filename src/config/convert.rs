@@ -157,6 +157,16 @@ fn convert_cluster(raw: super::raw::RawCluster) -> Result<super::ClusterConfig, 
             ));
         }
     };
+    let placement = match raw.placement.as_deref() {
+        None | Some("one-leader") => super::Placement::OneLeader,
+        Some("spread") => super::Placement::Spread,
+        Some(other) => {
+            return Err(ConfigError::invalid(
+                "cluster",
+                format!("placement is {other:?}: it must be \"one-leader\" or \"spread\""),
+            ));
+        }
+    };
     Ok(super::ClusterConfig {
         node_id,
         address,
@@ -164,6 +174,7 @@ fn convert_cluster(raw: super::raw::RawCluster) -> Result<super::ClusterConfig, 
         secret,
         join: raw.join.unwrap_or(false),
         client_routing,
+        placement,
     })
 }
 

@@ -146,6 +146,31 @@ pub struct ClusterConfig {
     pub join: bool,
     /// How a member that does not run an entity serves its clients' work on it.
     pub client_routing: ClientRouting,
+    /// Whether one node leads every entity, or each queue's and topic's group has its own
+    /// leader.
+    pub placement: Placement,
+}
+
+/// How a cluster's entities are led (`[cluster] placement`, `docs/cluster.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Placement {
+    /// `"one-leader"`: one Raft group carries every entity; its leader runs them all.
+    #[default]
+    OneLeader,
+    /// `"spread"`: each queue, and each topic with its subscriptions, is a Raft group of
+    /// its own, with its own leader; leaders are spread over the members, and every member
+    /// serves its own clients, carrying their commands to the entities' leaders.
+    Spread,
+}
+
+impl Placement {
+    /// The configuration's name for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Placement::OneLeader => "one-leader",
+            Placement::Spread => "spread",
+        }
+    }
 }
 
 /// How a cluster member serves clients' work on entities another node runs (`[cluster]
@@ -202,6 +227,7 @@ impl Default for ClusterConfig {
             secret: None,
             join: false,
             client_routing: ClientRouting::Forward,
+            placement: Placement::OneLeader,
         }
     }
 }

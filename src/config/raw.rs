@@ -44,6 +44,7 @@ pub(super) struct RawCluster {
     pub secret: Option<String>,
     pub join: Option<bool>,
     pub client_routing: Option<String>,
+    pub placement: Option<String>,
 }
 
 /// `[[cluster.members]]`.

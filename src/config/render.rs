@@ -262,9 +262,14 @@ pub fn rule(header: &str, rule: &RuleConfig) -> String {
 /// A configuration's entities and keys as text that is the same for the same definitions
 /// (tables sorted, so their order in the file does not matter): what every member of a
 /// cluster must share (`cluster::peer` compares a digest of it when two members connect).
-/// The keys' secrets are in it; it is only ever hashed under the cluster secret.
+/// The keys' secrets are in it; it is only ever hashed under the cluster secret. With
+/// `[cluster] placement = "spread"` it starts with that line: members of the two layouts
+/// refuse each other.
 pub fn definitions(config: &super::Config) -> String {
     let mut tables: Vec<String> = config.queues.iter().map(queue).collect();
+    if config.cluster.placement == super::Placement::Spread {
+        tables.push("[cluster]\nplacement = \"spread\"\n".to_string());
+    }
     tables.extend(
         config
             .topics

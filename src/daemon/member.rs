@@ -68,6 +68,19 @@ pub async fn run_member(
                 settings.address
             )
         })?;
+    // A spread cluster's entities each have a group of their own, which this layout never
+    // reads.
+    let spread = recovery
+        .groups
+        .iter()
+        .filter(|(group, log)| group.as_str() != METADATA_GROUP && log.last.is_some())
+        .count();
+    if spread > 0 {
+        return Err(format!(
+            "the data directory {} was written by a single node or with placement = \"spread\" ({spread} entities' groups of their own, which this layout does not read): set placement = \"spread\" if it was, or start on an empty data directory",
+            store.directory().display()
+        ));
+    }
     let metrics = crate::metrics::Metrics::new();
     // Every member must be configured with the same entities and keys: peers compare them
     // at each connection's handshake.
@@ -89,37 +102,7 @@ pub async fn run_member(
     raft.start_member()
         .await
         .map_err(|error| format!("cannot join the cluster: {error}"))?;
-    {
-        // A member whose log fails (a disk that cannot sync) takes no further part: the
-        // process ends with the reason, so that the others elect a leader meanwhile (a node
-        // starting again at once would lead again from the vote on its disk).
-        let raft = raft.clone();
-        let failed = failed.clone();
-        let mut stop = shutdown.clone();
-        tokio::spawn(async move {
-            let why = tokio::select! {
-                why = raft.member_stopped() => why,
-                _ = stop.wait_for(|stop| *stop) => return,
-            };
-            let stopping = *stop.borrow();
-            if !stopping {
-                failed(format!("this node's part in the cluster stopped: {why}"));
-            }
-        });
-    }
-    {
-        let raft = raft.clone();
-        let mut stop = shutdown.clone();
-        tokio::spawn(async move {
-            tokio::select! {
-                () = raft.removed() => {
-                    tracing::warn!("this node was removed from the cluster: stopping");
-                    removed();
-                }
-                _ = stop.wait_for(|stop| *stop) => {}
-            }
-        });
-    }
+    watch_exits(&raft, &shutdown, failed, removed);
     for (id, stored, configured) in raft.member_address_differences() {
         tracing::warn!(
             node = id,
@@ -323,7 +306,7 @@ pub async fn run_member(
         || {},
         reload,
         Some(MemberRole {
-            lease: lease.clone(),
+            lease: Some(lease.clone()),
             view,
             control,
             drains,
@@ -368,6 +351,46 @@ pub async fn run_member(
     raft.shutdown().await;
     store.close();
     served
+}
+
+/// Ends the process as `exits` say when this member's log fails (it takes no further
+/// part) or another member removes it, unless it is stopping anyway.
+pub(super) fn watch_exits(
+    raft: &Arc<RaftLog>,
+    shutdown: &watch::Receiver<bool>,
+    failed: Arc<dyn Fn(String) + Send + Sync>,
+    removed: Arc<dyn Fn() + Send + Sync>,
+) {
+    {
+        // A member whose log fails (a disk that cannot sync) takes no further part: the
+        // process ends with the reason, so that the others elect a leader meanwhile (a node
+        // starting again at once would lead again from the vote on its disk).
+        let raft = raft.clone();
+        let mut stop = shutdown.clone();
+        tokio::spawn(async move {
+            let why = tokio::select! {
+                why = raft.member_stopped() => why,
+                _ = stop.wait_for(|stop| *stop) => return,
+            };
+            let stopping = *stop.borrow();
+            if !stopping {
+                failed(format!("this node's part in the cluster stopped: {why}"));
+            }
+        });
+    }
+    {
+        let raft = raft.clone();
+        let mut stop = shutdown.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = raft.removed() => {
+                    tracing::warn!("this node was removed from the cluster: stopping");
+                    removed();
+                }
+                _ = stop.wait_for(|stop| *stop) => {}
+            }
+        });
+    }
 }
 
 /// How long a leader that stops or steps down tries to hand its leadership over.
@@ -419,7 +442,10 @@ async fn hand_over_forwarded(
 
 /// Sets the cluster's gauges from what this node's Raft reports, once a second, until the
 /// node stops.
-async fn report_cluster(raft: std::sync::Weak<RaftLog>, metrics: crate::metrics::ClusterMetrics) {
+pub(super) async fn report_cluster(
+    raft: std::sync::Weak<RaftLog>,
+    metrics: crate::metrics::ClusterMetrics,
+) {
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
     loop {
         tick.tick().await;

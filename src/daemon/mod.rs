@@ -16,5 +16,6 @@ pub mod member;
 pub mod notify;
 pub(crate) mod proxying;
 pub mod reload;
+pub mod spread;
 
 pub use logging::LogFormat;

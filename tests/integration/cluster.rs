@@ -1460,3 +1460,6 @@ async fn a_message_over_the_clusters_limit_is_refused_and_the_cluster_goes_on() 
 
 #[path = "cluster_proxy.rs"]
 mod proxy;
+
+#[path = "cluster_spread.rs"]
+mod spread;
