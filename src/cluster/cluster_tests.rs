@@ -823,8 +823,15 @@ async fn a_member_behind_a_compaction_is_sent_the_snapshot() {
                 .load(std::sync::atomic::Ordering::Relaxed)
         };
         let before = segments(node);
-        node.log.storage().compact().await.expect("a round starts");
-        compacted(node, 1).await;
+        // A round whose group could not be purged past its start in time (a loaded
+        // machine) keeps its segments for the next one: at most three rounds.
+        for round in 1..=3 {
+            node.log.storage().compact().await.expect("a round starts");
+            compacted(node, round).await;
+            if segments(node) < before + 1 {
+                break;
+            }
+        }
         let log = node.log.storage().group_log(group_of("orders"));
         assert!(
             log.purged.is_some_and(|purged| purged.index >= index),
@@ -838,12 +845,12 @@ async fn a_member_behind_a_compaction_is_sent_the_snapshot() {
             node.id,
             segments(node)
         );
-        assert_eq!(
+        assert!(
             node.log
                 .snapshot_stats()
                 .built
-                .load(std::sync::atomic::Ordering::Relaxed),
-            1
+                .load(std::sync::atomic::Ordering::Relaxed)
+                >= 1
         );
     }
     write_through_leader(&others, "orders", 4).await;

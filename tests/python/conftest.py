@@ -415,6 +415,15 @@ def _toml_text(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+# FERROBUS_TEST_CLUSTER_PLACEMENT=spread: every cluster's groups have leaders of their own
+# (`[cluster] placement`, docs/cluster.md).
+CLUSTER_EXTRA = (
+    {"placement": _toml_text(os.environ["FERROBUS_TEST_CLUSTER_PLACEMENT"])}
+    if os.environ.get("FERROBUS_TEST_CLUSTER_PLACEMENT")
+    else {}
+)
+
+
 class ClusterBroker:
     """Three ferrobus nodes on 127.0.0.1-3 with the test's configuration, durable storage and a
     `[cluster]` table, all listeners on the same ports on each node. Same interface as
@@ -484,6 +493,7 @@ class ClusterBroker:
                     "address": f'"{host}:{peer}"',
                     "secret": f'"{CLUSTER_SECRET}"',
                     "members": f"[{members}]",
+                    **CLUSTER_EXTRA,
                 },
             },
         )
