@@ -321,6 +321,9 @@ pub(crate) struct MemberRole {
     /// Told the registry once it runs (the leader serves the other members' entity
     /// commands from it).
     pub(crate) on_registry: Option<OnRegistry>,
+    /// Where requests that may change the namespace go when another node changes it
+    /// (`placement = "spread"`).
+    pub(crate) namespace_node: Option<admin::http::NamespaceNode>,
 }
 
 /// See [`MemberRole::on_registry`].
@@ -499,6 +502,9 @@ pub(crate) async fn serve_registry(
             cluster: member.as_ref().map(|member| member.view.clone()),
             lease: member.as_ref().and_then(|member| member.lease.clone()),
             cluster_control: member.as_ref().map(|member| member.control.clone()),
+            namespace_node: member
+                .as_ref()
+                .and_then(|member| member.namespace_node.clone()),
         }),
         tls_identity(config),
     ));

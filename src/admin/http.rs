@@ -78,6 +78,88 @@ pub struct Admin {
     pub lease: Option<Arc<crate::broker::leadership::Lease>>,
     /// In a cluster, the membership routes (`/$cluster`, `/$cluster/members`).
     pub cluster_control: Option<ClusterControl>,
+    /// In a cluster whose nodes each serve their own HTTP clients (`placement = "spread"`):
+    /// the HTTP address of the node that changes the namespace, when it is another one;
+    /// requests that may change it are relayed there.
+    pub namespace_node: Option<NamespaceNode>,
+}
+
+/// See [`Admin::namespace_node`].
+pub type NamespaceNode = Arc<dyn Fn() -> Option<std::net::SocketAddr> + Send + Sync>;
+
+/// The largest request body relayed to the node that changes the namespace.
+const MAX_RELAYED_BODY: usize = 4 * 1024 * 1024;
+
+/// Whether a request may change the namespace (or is otherwise the namespace node's to
+/// answer): every request but reads, and but those each node answers itself.
+fn relayed(method: &Method, lower: &[&str]) -> bool {
+    if matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
+        return false;
+    }
+    !matches!(
+        lower.first(),
+        Some(&"$cluster" | &"$config" | &"$servicebus" | &"health" | &"metrics")
+    )
+}
+
+/// Relays a request to `address` (another node's HTTP listener) and answers what it
+/// answers; 503 when it cannot be reached.
+async fn relay(
+    address: std::net::SocketAddr,
+    mut parts: axum::http::request::Parts,
+    body: axum::body::Body,
+) -> Response {
+    let unavailable = |why: String| {
+        failure(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!(
+                "The node that changes the namespace ({address}) cannot be reached: {why}. Try again."
+            ),
+        )
+    };
+    let bytes = match axum::body::to_bytes(body, MAX_RELAYED_BODY).await {
+        Ok(bytes) => bytes,
+        Err(error) => {
+            return failure(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                &format!("The request body cannot be read: {error}"),
+            );
+        }
+    };
+    let stream = match tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        tokio::net::TcpStream::connect(address),
+    )
+    .await
+    {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(error)) => return unavailable(error.to_string()),
+        Err(_) => return unavailable("no connection within 5 s".to_string()),
+    };
+    let io = hyper_util::rt::TokioIo::new(stream);
+    let (mut sender, connection) = match hyper::client::conn::http1::handshake(io).await {
+        Ok(handshake) => handshake,
+        Err(error) => return unavailable(error.to_string()),
+    };
+    tokio::spawn(connection);
+    if let Some(path) = parts.uri.path_and_query().cloned() {
+        parts.uri = path.as_str().parse().unwrap_or_default();
+    }
+    parts.extensions = Default::default();
+    let request = axum::http::Request::from_parts(parts, axum::body::Body::from(bytes));
+    match tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        sender.send_request(request),
+    )
+    .await
+    {
+        Ok(Ok(response)) => {
+            let (parts, body) = response.into_parts();
+            Response::from_parts(parts, axum::body::Body::new(body))
+        }
+        Ok(Err(error)) => unavailable(error.to_string()),
+        Err(_) => unavailable("no answer within 60 s".to_string()),
+    }
 }
 
 /// A request to the cluster's membership routes.
@@ -418,6 +500,11 @@ async fn route(admin: Arc<Admin>, request: Request) -> Response {
             StatusCode::SERVICE_UNAVAILABLE,
             "This node cannot hear from a majority of the cluster: what it would answer may be stale. Try again, or ask another node.",
         );
+    }
+    if relayed(&parts.method, &lower)
+        && let Some(address) = admin.namespace_node.as_ref().and_then(|node| node())
+    {
+        return relay(address, parts, body).await;
     }
     match (&parts.method, lower.as_slice()) {
         (&Method::GET, ["health"]) => return health(&admin),

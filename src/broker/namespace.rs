@@ -104,6 +104,11 @@ impl Registry {
 
     /// Checks a namespace with one definition added or replaced.
     fn check(&self, description: &Description) -> Result<(), NamespaceError> {
+        self.with_definition(description).map(|_| ())
+    }
+
+    /// The namespace with one definition added or replaced, validated.
+    fn with_definition(&self, description: &Description) -> Result<Config, NamespaceError> {
         let mut config = self.definitions();
         // Cloud-parity mode applies to entities made at run time as to the file's.
         config.server.strict = self.seed().server.strict;
@@ -147,7 +152,8 @@ impl Registry {
         }
         config
             .validate()
-            .map_err(|error| NamespaceError::Invalid(error.to_string()))
+            .map_err(|error| NamespaceError::Invalid(error.to_string()))?;
+        Ok(config)
     }
 
     /// Creates a queue, topic or subscription. A topic is created without subscriptions
@@ -156,12 +162,42 @@ impl Registry {
         self: &Arc<Self>,
         description: Description,
     ) -> Result<Slot, NamespaceError> {
-        self.changes_allowed()?;
         let _guard = self.changes.lock().await;
+        if let Some(hosting) = self.hosting.get() {
+            let slot = self.create_hosted(hosting, description).await?;
+            tracing::info!(entity = %slot.description.path(), "entity created");
+            return Ok(slot);
+        }
         let slot = self.apply_create(description, true).await?;
         self.namespace_changed().await?;
         tracing::info!(entity = %slot.description.path(), "entity created");
         Ok(slot)
+    }
+
+    /// [`Registry::create`] on a registry whose entities run where their group is led: the
+    /// namespace with the definition added is stored (through the metadata group), and
+    /// every member, this one included, follows it (`registry::hosted`).
+    async fn create_hosted(
+        &self,
+        hosting: &Arc<super::registry::Hosting>,
+        mut description: Description,
+    ) -> Result<Slot, NamespaceError> {
+        let path = description.path();
+        if self.slot(&path).is_some() {
+            return Err(exists(&path));
+        }
+        if let Description::Topic(topic) = &mut description {
+            topic.subscriptions.clear();
+        }
+        let before = self.definitions();
+        let mut after = self.with_definition(&description)?;
+        after.server.strict = before.server.strict;
+        hosting.follow(self, &after);
+        if let Err(error) = self.namespace_changed().await {
+            hosting.follow(self, &before);
+            return Err(error);
+        }
+        self.slot(&path).ok_or_else(|| not_found(&path))
     }
 
     /// [`Registry::create`] under the caller's hold of the change lock, storing nothing;
@@ -258,11 +294,11 @@ impl Registry {
     /// `requires_session` and a subscription's rules do not change here (Service Bus
     /// refuses the first two; rules have their own operations).
     pub async fn update(&self, description: Description) -> Result<Slot, NamespaceError> {
-        self.changes_allowed()?;
         let _guard = self.changes.lock().await;
         let path = description.path();
         self.apply_update(description, true).await?;
         self.namespace_changed().await?;
+        self.hosting_follows();
         tracing::info!(entity = %path, "entity updated");
         self.slot(&path).ok_or_else(|| not_found(&path))
     }
@@ -392,10 +428,10 @@ impl Registry {
     /// Deletes an entity; a topic takes its subscriptions with it. Attached receivers are
     /// detached with `amqp:not-found`, later sends fail with it.
     pub async fn delete(&self, path: &str) -> Result<(), NamespaceError> {
-        self.changes_allowed()?;
         let _guard = self.changes.lock().await;
         self.apply_delete(path).await?;
         self.namespace_changed().await?;
+        self.hosting_follows();
         tracing::info!(entity = %path, "entity deleted");
         Ok(())
     }
@@ -576,19 +612,12 @@ impl Registry {
             .map(|_| ())
     }
 
-    /// Refuses a namespace change on a registry whose entities run where their placement
-    /// group is led: its members do not create, change or delete entities at run time yet.
-    fn changes_allowed(&self) -> Result<(), NamespaceError> {
-        if *self
-            .hosted
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner())
-        {
-            return Err(NamespaceError::Invalid(
-                "entities cannot be created, changed or deleted at run time in a cluster with placement = \"spread\" (yet): change the [[queues]] and [[topics]] of every member's configuration file and restart them".to_string(),
-            ));
+    /// On a registry whose entities run where their group is led: the groups whose
+    /// entities changed start again from their log with the new definitions.
+    fn hosting_follows(&self) {
+        if let Some(hosting) = self.hosting.get() {
+            hosting.follow(self, &self.definitions());
         }
-        Ok(())
     }
 
     async fn rule_operation(

@@ -35,7 +35,7 @@ pub use remote::RemoteEntities;
 
 #[path = "registry_hosted.rs"]
 mod hosted;
-pub use hosted::{GroupPlacement, Hosted};
+pub use hosted::{GroupPlacement, Hosted, Hosting, Paused};
 
 /// What an entity was defined with: the configuration file's settings, or those given at
 /// run time (admin API), in the same validated types.
@@ -108,9 +108,8 @@ pub struct Registry {
     /// The largest message any entity takes, whatever it is configured with
     /// ([`Registry::cap_message_size`]; unlimited by default).
     message_size_cap: std::sync::atomic::AtomicU64,
-    /// Its entities run where their placement group is led (`Registry::start_hosted`):
-    /// its namespace is the one it started with.
-    pub(super) hosted: std::sync::Mutex<bool>,
+    /// Its entities run where their placement group is led (`Registry::start_hosted`).
+    pub(super) hosting: std::sync::OnceLock<Arc<Hosting>>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -286,7 +285,7 @@ impl Registry {
             changes: tokio::sync::Mutex::new(()),
             seed: RwLock::new(seed.clone()),
             message_size_cap: std::sync::atomic::AtomicU64::new(u64::MAX),
-            hosted: std::sync::Mutex::new(false),
+            hosting: std::sync::OnceLock::new(),
         })
     }
 
@@ -450,6 +449,12 @@ impl Registry {
             }
         });
         Ok(registry)
+    }
+
+    /// How the entities of a registry run where their group is led follow its namespace
+    /// (`None`: they run here).
+    pub fn hosting(&self) -> Option<Arc<Hosting>> {
+        self.hosting.get().cloned()
     }
 
     /// Stops every entity, topic and forwarder task and waits for them (after the front end

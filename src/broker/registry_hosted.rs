@@ -12,9 +12,14 @@
 //! attached through this node is told to attach again ([`Notification::Moved`]; a session
 //! receiver loses its session), as happens when a leader dies.
 //!
-//! A local group answers only while its leader's lease holds: a command that arrives
-//! without it is answered with a retryable timeout, and a delivery waits for the lease (up
-//! to [`LEASE_WAIT`]) or is dropped, so a deposed leader that does not know it yet never
+//! The namespace follows the one the cluster committed ([`Hosting::follow`]); a change made
+//! here (on the metadata group's leader, where requests that change it are relayed) is
+//! stored through the metadata group. A group whose entities' definitions change starts
+//! again from its log where it is led.
+//!
+//! A local group answers only while its leader's lease holds: a command or a delivery waits
+//! for it (up to [`LEASE_WAIT`]), then the command is answered with a retryable timeout and
+//! the delivery dropped, so a deposed leader that does not know it yet never
 //! answers from state a newer leader has changed.
 
 use std::collections::HashMap;
@@ -39,7 +44,8 @@ type GroupChanges = HashMap<String, Vec<crate::broker::entity::state::Change>>;
 /// retryable timeout.
 const LEADER_WAIT: Duration = Duration::from_secs(10);
 
-/// How long a delivery of a local group waits for its leader's lease to hold again.
+/// How long a command or a delivery of a local group waits for its leader's lease to hold
+/// again.
 const LEASE_WAIT: Duration = Duration::from_secs(2);
 
 /// How long a group that starts here waits for its first lease before it serves anyway
@@ -122,6 +128,96 @@ fn group_key(path: &str) -> String {
     crate::cluster::group_of(&key(path)).to_string()
 }
 
+/// What a hosted registry keeps to follow its namespace: its routers' factories, and each
+/// placement group's route and definitions.
+pub struct Hosting {
+    /// Makes the routers of new entities (and starts their group's host).
+    remote: RemoteEntities,
+    groups: Arc<std::sync::Mutex<HashMap<String, GroupHost>>>,
+}
+
+/// A placement group as its host task follows it.
+struct GroupHost {
+    route: watch::Sender<Route>,
+    /// Its tasks while this node leads it; changed together with `route` (under this lock)
+    /// by the host, and by [`Hosting::pause`].
+    running: Running,
+    /// The group's entities' definitions as last followed; a change restarts the group's
+    /// tasks where it is led.
+    definitions: watch::Sender<Vec<Description>>,
+}
+
+/// A group's tasks here, while this node leads it.
+type Running = Arc<std::sync::Mutex<Option<Arc<LocalGroup>>>>;
+
+/// A group led here whose commands wait ([`Hosting::pause`]); dropped, they go on to the
+/// group's tasks here again if this node still leads it.
+pub struct Paused {
+    route: watch::Sender<Route>,
+    running: Running,
+}
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        let running = lock(&self.running);
+        if let Some(local) = running.as_ref() {
+            self.route.send_replace(Route::Local(local.clone()));
+        }
+    }
+}
+
+impl Hosting {
+    /// Holds the commands for `group` (led here) back, and detaches the receivers attached
+    /// to it through this node: what its tasks are doing finishes and is answered before its
+    /// leadership is handed over, so that no client is left without the outcome of a
+    /// settlement that was stored. `None` when this node does not run the group.
+    pub fn pause(&self, group: &str) -> Option<Paused> {
+        let groups = lock(&self.groups);
+        let host = groups.get(group)?;
+        let running = lock(&host.running);
+        running.as_ref()?;
+        host.route.send_replace(Route::Waiting);
+        drop(running);
+        Some(Paused {
+            route: host.route.clone(),
+            running: host.running.clone(),
+        })
+    }
+
+    /// [`Hosting::follow`] for a namespace the cluster committed, between the registry's
+    /// own changes (which write it).
+    pub async fn follow_committed(&self, registry: &Registry, namespace: &Config) {
+        let _guard = registry.changes.lock().await;
+        self.follow(registry, namespace);
+    }
+
+    /// Makes `registry`'s entities `namespace`'s: new entities get routers (and their
+    /// groups a host), those gone leave; a group whose entities' definitions changed starts
+    /// again from its log where it is led (its locks are released).
+    pub fn follow(&self, registry: &Registry, namespace: &Config) {
+        registry.follow(namespace, &self.remote);
+        let mut wanted: HashMap<String, Vec<Description>> = HashMap::new();
+        for description in super::remote::descriptions(namespace) {
+            wanted
+                .entry(group_key(&description.path()))
+                .or_default()
+                .push(description);
+        }
+        let groups = lock(&self.groups);
+        for (group, host) in groups.iter() {
+            let mut now = wanted.remove(group).unwrap_or_default();
+            now.sort_by_key(Description::path);
+            host.definitions.send_if_modified(|definitions| {
+                if *definitions == now {
+                    return false;
+                }
+                *definitions = now;
+                true
+            });
+        }
+    }
+}
+
 impl Registry {
     /// A registry of `namespace`'s entities (the configuration file `seed` with the
     /// cluster's run-time changes laid over it) whose groups run where `placement` says
@@ -136,13 +232,34 @@ impl Registry {
         placement: Arc<dyn GroupPlacement>,
     ) -> (Arc<Registry>, Arc<Hosted>) {
         let hosted = Arc::new(Hosted::default());
-        let routes: Arc<std::sync::Mutex<HashMap<String, watch::Sender<Route>>>> = Arc::default();
+        let groups: Arc<std::sync::Mutex<HashMap<String, GroupHost>>> = Arc::default();
+        // The registry the hosts run the groups' entities in, once it exists.
+        let home: Arc<std::sync::OnceLock<Weak<Registry>>> = Arc::default();
         let route_of = {
-            let routes = routes.clone();
+            let (groups, home, placement) = (groups.clone(), home.clone(), placement.clone());
+            let storage = storage.clone();
             move |path: &str| -> watch::Receiver<Route> {
-                lock(&routes)
-                    .entry(group_key(path))
-                    .or_insert_with(|| watch::channel(Route::Waiting).0)
+                let group = group_key(path);
+                lock(&groups)
+                    .entry(group.clone())
+                    .or_insert_with(|| {
+                        let route = watch::channel(Route::Waiting).0;
+                        let definitions = watch::channel(Vec::new()).0;
+                        let running = Running::default();
+                        tokio::spawn(host_group(
+                            group,
+                            home.clone(),
+                            storage.clone(),
+                            placement.clone(),
+                            (route.clone(), running.clone(), definitions.subscribe()),
+                        ));
+                        GroupHost {
+                            route,
+                            running,
+                            definitions,
+                        }
+                    })
+                    .route
                     .subscribe()
             }
         };
@@ -165,24 +282,27 @@ impl Registry {
                 })
             },
         };
-        let registry = Registry::start_remote(namespace, seed, clock, codec, &remote);
-        *lock(&registry.hosted) = true;
-        let groups: Vec<(String, watch::Sender<Route>)> = lock(&routes)
-            .iter()
-            .map(|(group, route)| (group.clone(), route.clone()))
-            .collect();
-        for (group, route) in groups {
-            tokio::spawn(host_group(
-                group,
-                Arc::downgrade(&registry),
-                storage.clone(),
-                placement.clone(),
-                route,
-            ));
-        }
+        // Its storage stores the namespace's changes (through the metadata group); the
+        // entities' own writes go through their groups' tasks.
+        let registry = Registry::empty(
+            (namespace, seed),
+            super::Spawner {
+                clock,
+                codec,
+                on_idle: mpsc::unbounded_channel().0,
+                storage: Some(storage.clone()),
+            },
+        );
+        let hosting = Arc::new(Hosting { remote, groups });
+        hosting.follow(&registry, namespace);
+        registry.ready.send_replace(true);
+        let _ = registry.hosting.set(hosting);
+        let _ = home.set(Arc::downgrade(&registry));
         (registry, hosted)
     }
+}
 
+impl Registry {
     /// Starts the tasks of `group`'s entities as its leader, from `records`.
     fn start_local(
         self: &Arc<Self>,
@@ -268,10 +388,14 @@ impl Registry {
 /// the node that leads it, and runs its entities while this node does.
 async fn host_group(
     group: String,
-    registry: Weak<Registry>,
+    home: Arc<std::sync::OnceLock<Weak<Registry>>>,
     storage: Storage,
     placement: Arc<dyn GroupPlacement>,
-    route: watch::Sender<Route>,
+    (route, running, mut definitions): (
+        watch::Sender<Route>,
+        Running,
+        watch::Receiver<Vec<Description>>,
+    ),
 ) {
     let own = placement.node();
     let mut leaders = placement.leaders();
@@ -288,6 +412,13 @@ async fn host_group(
             }
         }
     }
+    // The registry is set once it holds every entity of the start.
+    let registry = loop {
+        if let Some(registry) = home.get() {
+            break registry.clone();
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    };
     loop {
         if registry.strong_count() == 0 {
             return;
@@ -302,7 +433,14 @@ async fn host_group(
             }
             Some(leadership) => {
                 route.send_replace(Route::Waiting);
-                lead_group(&group, leadership, &registry, &storage, &placement, &route).await;
+                let run = GroupRun {
+                    registry: &registry,
+                    storage: &storage,
+                    placement: &placement,
+                    route: &route,
+                    running: &running,
+                };
+                lead_group(&group, leadership, run, &mut definitions).await;
                 route.send_replace(Route::Waiting);
                 continue;
             }
@@ -313,15 +451,29 @@ async fn host_group(
     }
 }
 
+/// What a group's host lends [`lead_group`].
+struct GroupRun<'a> {
+    registry: &'a Weak<Registry>,
+    storage: &'a Storage,
+    placement: &'a Arc<dyn GroupPlacement>,
+    route: &'a watch::Sender<Route>,
+    running: &'a Running,
+}
+
 /// Runs `group`'s entities here while this node leads it in `leadership`.
 async fn lead_group(
     group: &str,
     leadership: Leadership,
-    registry: &Weak<Registry>,
-    storage: &Storage,
-    placement: &Arc<dyn GroupPlacement>,
-    route: &watch::Sender<Route>,
+    GroupRun {
+        registry,
+        storage,
+        placement,
+        route,
+        running,
+    }: GroupRun<'_>,
+    definitions: &mut watch::Receiver<Vec<Description>>,
 ) {
+    definitions.borrow_and_update();
     let mut leaders = placement.leaders();
     let ended = move |leaders: &crate::cluster::Leaders| leaders.get(group) != Some(&leadership);
     if !placement.confirm(group, leadership).await {
@@ -362,18 +514,38 @@ async fn lead_group(
         paths.len() + usize::from(topic.is_some()),
         started.elapsed().as_secs_f64() * 1000.0
     );
-    route.send_replace(Route::Local(Arc::new(LocalGroup {
-        entities,
-        topic,
-        lease: lease.clone(),
-    })));
-    let _ = leaders.wait_for(ended).await;
-    tracing::info!(
-        group,
-        term = leadership.term,
-        "this node no longer leads the placement group: its entities stop"
-    );
-    route.send_replace(Route::Waiting);
+    {
+        let local = Arc::new(LocalGroup {
+            entities,
+            topic,
+            lease: lease.clone(),
+        });
+        let mut running = lock(running);
+        *running = Some(local.clone());
+        route.send_replace(Route::Local(local));
+    }
+    let changed = tokio::select! {
+        _ = leaders.wait_for(ended) => false,
+        changed = definitions.changed() => changed.is_ok(),
+    };
+    if changed {
+        tracing::info!(
+            group,
+            term = leadership.term,
+            "the placement group's entities changed: they start again here"
+        );
+    } else {
+        tracing::info!(
+            group,
+            term = leadership.term,
+            "this node no longer leads the placement group: its entities stop"
+        );
+    }
+    {
+        let mut running = lock(running);
+        *running = None;
+        route.send_replace(Route::Waiting);
+    }
     lifecycle.abort();
     holding.abort();
     lease.revoke();
@@ -538,7 +710,7 @@ impl EntityRouter {
                 }
             }
             Route::Local(local) => {
-                if !local.lease.held() {
+                if !lease_comes_back(&local.lease).await {
                     command.refuse_with(EntityError::Timeout(format!(
                         "this node's lease on '{}' does not hold: it may no longer lead it; try again.",
                         self.path
@@ -559,6 +731,22 @@ impl EntityRouter {
             }
         }
     }
+}
+
+/// Whether `lease` holds now or comes back within [`LEASE_WAIT`] (a leader slow to hear
+/// from its majority on a loaded machine; a deposed one never gets it back).
+async fn lease_comes_back(lease: &Lease) -> bool {
+    if lease.held() {
+        return true;
+    }
+    let deadline = tokio::time::Instant::now() + LEASE_WAIT;
+    while tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        if lease.held() {
+            return true;
+        }
+    }
+    false
 }
 
 /// A receiver's attach with its deliveries passed on only while `lease` holds.
@@ -598,14 +786,8 @@ fn gated(sink: NotificationSender, lease: Arc<Lease>) -> NotificationSender {
     let (gate, mut passing) = mpsc::unbounded_channel();
     tokio::spawn(async move {
         while let Some(notification) = passing.recv().await {
-            if !lease.held() {
-                let deadline = tokio::time::Instant::now() + LEASE_WAIT;
-                while !lease.held() && tokio::time::Instant::now() < deadline {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-                if !lease.held() {
-                    return;
-                }
+            if !lease_comes_back(&lease).await {
+                return;
             }
             if sink.send(notification).is_err() {
                 return;
@@ -702,7 +884,8 @@ async fn run_topic_router(
                 }
             }
             Route::Local(local) => {
-                let Some(handle) = local.topic.as_ref().filter(|_| local.lease.held()) else {
+                let held = lease_comes_back(&local.lease).await;
+                let Some(handle) = local.topic.as_ref().filter(|_| held) else {
                     command.refuse_with(EntityError::Timeout(format!(
                         "this node's lease on '{path}' does not hold: it may no longer lead it; try again."
                     )));

@@ -34,7 +34,7 @@ impl std::fmt::Debug for RemoteEntities {
 
 /// Every entity `namespace` defines: queues, topics (without their subscriptions) and
 /// subscriptions.
-fn descriptions(namespace: &Config) -> Vec<Description> {
+pub(super) fn descriptions(namespace: &Config) -> Vec<Description> {
     let mut all: Vec<Description> = namespace
         .queues
         .iter()

@@ -315,6 +315,17 @@ impl RaftLog {
     }
 
     /// `group`'s Raft on this node, if it runs (never started by asking).
+    /// How many entries of `group`'s log `node` lacks, as this node (the group's leader)
+    /// last heard; `None` when this node does not lead the group or has not heard from it.
+    pub fn group_lag(&self, group: &str, node: u64) -> Option<u64> {
+        let raft = self.running_raft(group)?;
+        let metrics = raft.metrics();
+        let metrics = metrics.borrow();
+        let matched = metrics.replication.as_ref()?.get(&node).copied()?;
+        let last = metrics.last_log_index.unwrap_or(0);
+        Some(last.saturating_sub(matched.map_or(0, |matched| matched.index)))
+    }
+
     fn running_raft(&self, group: &str) -> Option<GroupRaft> {
         let groups = self
             .groups

@@ -310,6 +310,7 @@ pub async fn run_member(
             view,
             control,
             drains,
+            namespace_node: None,
             on_registry: Some({
                 // The other members' entity commands are answered from this registry.
                 let raft = raft.clone();

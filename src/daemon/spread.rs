@@ -19,7 +19,7 @@ use tokio::sync::watch;
 
 use super::member::{Exits, report_cluster, watch_exits};
 use crate::broker::leadership::{Leadership, Lease};
-use crate::broker::registry::{GroupPlacement, Hosted, Registry, RemoteEntities};
+use crate::broker::registry::{GroupPlacement, Hosted, Hosting, Registry, RemoteEntities};
 use crate::clock::Clock;
 use crate::cluster::remote::{self, Proxy};
 use crate::cluster::{GroupLayout, RaftLog, preferred_leader};
@@ -169,11 +169,63 @@ pub async fn run_spread(
         });
     }
     let members: Vec<u64> = settings.members.iter().map(|member| member.id).collect();
+    let hosting = registry
+        .hosting()
+        .ok_or_else(|| "the registry does not follow the cluster's placement".to_string())?;
     tokio::spawn(rebalance(
         Arc::downgrade(&raft),
+        hosting.clone(),
         members.clone(),
         shutdown.clone(),
     ));
+    // Requests that may change the namespace go to the metadata group's leader, which
+    // stores every change (on its AMQP port, which serves HTTP too: the same on every node).
+    let namespace_node: crate::admin::http::NamespaceNode = {
+        let raft = Arc::downgrade(&raft);
+        let port = listeners
+            .amqp
+            .local_addr()
+            .map_err(|error| format!("the AMQP listener has no address: {error}"))?
+            .port();
+        Arc::new(move || {
+            let raft = raft.upgrade()?;
+            let leader = raft
+                .leaders()
+                .borrow()
+                .get(crate::cluster::METADATA_GROUP)?
+                .node;
+            if leader == raft.node_id() {
+                return None;
+            }
+            let host: std::net::IpAddr = raft.member_host(leader)?.parse().ok()?;
+            Some(std::net::SocketAddr::new(host, port))
+        })
+    };
+    // The namespace the cluster committed, as it changes: every member follows it.
+    {
+        let registry = Arc::downgrade(&registry);
+        let hosting = hosting.clone();
+        let config = config.clone();
+        let mut applied = raft.applied_namespace();
+        tokio::spawn(async move {
+            while applied.changed().await.is_ok() {
+                let Some(registry) = registry.upgrade() else {
+                    return;
+                };
+                let text = applied.borrow_and_update().clone();
+                let namespace = match text.as_deref() {
+                    Some(text) => crate::lay_changes(&config, text, "the cluster's log"),
+                    None => Ok(config.clone()),
+                };
+                match namespace {
+                    Ok(namespace) => hosting.follow_committed(&registry, &namespace).await,
+                    Err(error) => tracing::error!(
+                        "the cluster's namespace changes cannot be served here: {error}"
+                    ),
+                }
+            }
+        });
+    }
     let served = crate::serve_registry(
         listeners,
         config,
@@ -183,6 +235,7 @@ pub async fn run_spread(
         ready,
         reload,
         Some(MemberRole {
+            namespace_node: Some(namespace_node),
             lease: None,
             view,
             control,
@@ -193,7 +246,7 @@ pub async fn run_spread(
     .await;
     // Every client connection here is drained; the other members' commands still reach
     // this node's groups until each is handed over.
-    hand_over_groups(&raft, &members).await;
+    hand_over_groups(&raft, &hosting, &members).await;
     for proxy in placement.proxies() {
         proxy.close();
     }
@@ -222,12 +275,39 @@ fn groups_led(raft: &RaftLog) -> Vec<String> {
         .collect()
 }
 
+/// How long a group's commands are held back before its leadership is handed over: what
+/// its tasks are doing (a settlement being stored) finishes and is answered first.
+const QUIESCE: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// How many looks in a row a group's preferred member must be up to date with the group's
+/// log before the group goes back to it (a member that just came back settles first).
+const CURRENT_LOOKS: u32 = 2;
+
+/// Hands `group`, led here, to `to`: its commands wait while what its tasks do finishes,
+/// then the leadership moves, and they go on to the new leader (or here again, when the
+/// leadership did not move).
+async fn hand_over(raft: &RaftLog, hosting: &Hosting, group: &str, to: u64) -> Result<u64, String> {
+    let paused = hosting.pause(group);
+    if paused.is_some() {
+        tokio::time::sleep(QUIESCE).await;
+    }
+    let moved = raft.transfer_group(group, to, HAND_OVER_WITHIN).await;
+    drop(paused);
+    moved
+}
+
 /// Gives each group this node leads, but another member is preferred for, back to that
-/// member once it is running and has the cluster's whole log (after its restart, say), so
-/// that leaders stay spread; until `stop`.
-async fn rebalance(raft: Weak<RaftLog>, members: Vec<u64>, mut stop: watch::Receiver<bool>) {
+/// member once it has been up to date with the group's log for [`CURRENT_LOOKS`] looks
+/// (after its restart, say), so that leaders stay spread; until `stop`.
+async fn rebalance(
+    raft: Weak<RaftLog>,
+    hosting: Arc<Hosting>,
+    members: Vec<u64>,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut tick = tokio::time::interval(REBALANCE_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut current: HashMap<String, u32> = HashMap::new();
     loop {
         tokio::select! {
             _ = tick.tick() => {}
@@ -235,34 +315,29 @@ async fn rebalance(raft: Weak<RaftLog>, members: Vec<u64>, mut stop: watch::Rece
         }
         let Some(raft) = raft.upgrade() else { return };
         let own = raft.node_id();
-        // The members that are up to date with the cluster's group: those a group can go to.
-        let current: Vec<u64> = raft
-            .member_view()
-            .map(|view| {
-                view.members
-                    .iter()
-                    .filter(|member| member.lag == 0)
-                    .map(|member| member.id)
-                    .collect()
-            })
-            .unwrap_or_default();
-        for group in groups_led(&raft) {
+        let led = groups_led(&raft);
+        current.retain(|group, _| led.contains(group));
+        for group in led {
             if *stop.borrow() {
                 return;
             }
             let Some(preferred) = preferred_leader(&group, members.iter().copied()) else {
                 continue;
             };
-            if preferred == own || !current.contains(&preferred) {
+            if preferred == own || raft.group_lag(&group, preferred) != Some(0) {
+                current.remove(&group);
                 continue;
             }
-            match raft
-                .transfer_group(&group, preferred, HAND_OVER_WITHIN)
-                .await
-            {
+            let looks = current.entry(group.clone()).or_default();
+            *looks += 1;
+            if *looks < CURRENT_LOOKS {
+                continue;
+            }
+            current.remove(&group);
+            match hand_over(&raft, &hosting, &group, preferred).await {
                 Ok(leader) => tracing::info!(
                     group,
-                    "the placement group's leadership went back to its preferred member, node {leader}"
+                    "the placement group's leadership moved back toward its preferred member, node {preferred}: node {leader} leads it"
                 ),
                 Err(why) => tracing::debug!(group, %why, "the placement group stays here for now"),
             }
@@ -272,7 +347,7 @@ async fn rebalance(raft: Weak<RaftLog>, members: Vec<u64>, mut stop: watch::Rece
 
 /// A planned stop: hands every group this node leads to another member (the one preferred
 /// among the others), all at once, so that their clients wait for no election timeout.
-async fn hand_over_groups(raft: &RaftLog, members: &[u64]) {
+async fn hand_over_groups(raft: &RaftLog, hosting: &Hosting, members: &[u64]) {
     let own = raft.node_id();
     let others: Vec<u64> = members.iter().copied().filter(|id| *id != own).collect();
     let groups = groups_led(raft);
@@ -283,7 +358,7 @@ async fn hand_over_groups(raft: &RaftLog, members: &[u64]) {
     let others = &others;
     let handed = futures_util::future::join_all(groups.iter().map(|group| async move {
         let to = preferred_leader(group, others.iter().copied())?;
-        match raft.transfer_group(group, to, HAND_OVER_WITHIN).await {
+        match hand_over(raft, hosting, group, to).await {
             Ok(leader) => Some(leader),
             Err(why) => {
                 tracing::warn!(group, %why, "could not hand the placement group over");
@@ -313,13 +388,35 @@ fn serve_commands(hosted: Weak<Hosted>) -> crate::cluster::peer::ServeCommands {
                 if let Some(topic) = hosted.peer_topic(path) {
                     return Some(remote::Target::Topic(topic));
                 }
-                hosted.peer_entity(path).map(remote::Target::Entity)
+                // The member that sent it knows the entity: this one has not applied its
+                // creation yet (or has applied its deletion, which that member will too).
+                Some(remote::Target::Entity(
+                    hosted
+                        .peer_entity(path)
+                        .unwrap_or_else(|| not_known_yet(path)),
+                ))
             };
             if let Err(error) = remote::serve(stream, lookup).await {
                 tracing::info!(node, "a member's entity-command stream ended: {error}");
             }
         });
     })
+}
+
+/// A handle that answers every command for `path` with a retryable timeout: an entity
+/// another member knows and this one does not (yet).
+fn not_known_yet(path: &str) -> crate::broker::entity::EntityHandle {
+    let (commands, mut inbox) = tokio::sync::mpsc::channel::<crate::broker::entity::Command>(16);
+    let path = path.to_string();
+    let handle = crate::broker::entity::EntityHandle::from_channel(&path, commands);
+    tokio::spawn(async move {
+        while let Some(command) = inbox.recv().await {
+            command.refuse_with(crate::broker::types::EntityError::Timeout(format!(
+                "'{path}' is not known on the node that leads its group yet; try again."
+            )));
+        }
+    });
+    handle
 }
 
 /// The cluster as a hosted registry sees it.

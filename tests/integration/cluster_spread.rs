@@ -98,6 +98,35 @@ async fn leaders_spread_over_the_nodes_and_a_killed_nodes_groups_move() {
         );
     }
 
+    // A queue created at run time through a node that does not lead the metadata group (the
+    // request is relayed to the node that does): every node serves it.
+    let metadata = cluster
+        .node(1)
+        .health()
+        .and_then(|(_, view)| view["cluster"]["leader"].as_u64())
+        .expect("a metadata leader");
+    let through = (1..=3).find(|id| *id != metadata).expect("another node");
+    let connection = format!("Endpoint=sb://{}", cluster.node(through).address());
+    let created = Command::new(BINARY)
+        .args([
+            "queue",
+            "create",
+            "made",
+            "--connection-string",
+            &connection,
+        ])
+        .output()
+        .expect("the CLI runs");
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    let others: Vec<u64> = (1..=3).filter(|id| *id != through).collect();
+    send_until_known(cluster.node(others[0]).address(), "made", "kept").await;
+    let kept = receive_some(cluster.node(others[1]).address(), "made", 1, true).await;
+    assert_eq!(kept, ["kept"]);
+
     // The node that leads q0 is killed: its groups are elected elsewhere, the others keep
     // their leaders, and every queue's second message is there, through any node.
     let victim = leaders["q0"];
@@ -120,4 +149,28 @@ async fn leaders_spread_over_the_nodes_and_a_killed_nodes_groups_move() {
     send_until_acknowledged(&cluster, "q0", "after").await;
     let after_kill = receive_some(cluster.node(alive[1]).address(), "q0", 1, true).await;
     assert_eq!(after_kill, ["after"]);
+}
+
+/// Sends `body` to `queue` through `address` once the node knows the queue (a node applies
+/// an entity's creation a few milliseconds after the node that made it).
+async fn send_until_known(address: SocketAddr, queue: &str, body: &str) {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let sent = tokio::time::timeout(Duration::from_secs(5), async {
+            let (mut connection, mut session) = connect(address).await;
+            let mut sender = Sender::attach(&mut session, "sender", queue).await.ok()?;
+            let outcome = sender.send(body.to_string()).await.ok()?;
+            outcome.accepted_or_else(|_| ()).ok()?;
+            sender.close().await.ok();
+            session.end().await.ok();
+            connection.close().await.ok();
+            Some(())
+        })
+        .await;
+        if let Ok(Some(())) = sent {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{body} was never acknowledged");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
