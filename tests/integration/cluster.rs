@@ -666,6 +666,16 @@ async fn a_leader_whose_disk_fails_loses_no_acknowledged_message() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert!(!status.success());
+    // The thread that reads its standard error may not have taken the last line yet.
+    let deadline = Instant::now() + PATIENCE;
+    while cluster
+        .node(1)
+        .logged("this node's part in the cluster stopped")
+        == 0
+        && Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert_eq!(
         cluster
             .node(1)
