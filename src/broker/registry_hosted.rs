@@ -92,6 +92,31 @@ enum Route {
     Remote(u64),
 }
 
+impl Route {
+    /// Whether two routes send commands to the same place.
+    fn same(&self, other: &Route) -> bool {
+        match (self, other) {
+            (Route::Waiting, Route::Waiting) => true,
+            (Route::Local(one), Route::Local(other)) => Arc::ptr_eq(one, other),
+            (Route::Remote(one), Route::Remote(other)) => one == other,
+            _ => false,
+        }
+    }
+}
+
+/// Sets a group's route, telling its routers only when it changes (each change detaches
+/// the receivers attached through them): other groups' leaderships changing, or this
+/// group's leader staying where it was, moves nothing.
+fn set_route(route: &watch::Sender<Route>, next: Route) {
+    route.send_if_modified(|current| {
+        if current.same(&next) {
+            return false;
+        }
+        *current = next;
+        true
+    });
+}
+
 /// A group's tasks on the node that leads it.
 struct LocalGroup {
     entities: HashMap<String, EntityHandle>,
@@ -161,7 +186,7 @@ impl Drop for Paused {
     fn drop(&mut self) {
         let running = lock(&self.running);
         if let Some(local) = running.as_ref() {
-            self.route.send_replace(Route::Local(local.clone()));
+            set_route(&self.route, Route::Local(local.clone()));
         }
     }
 }
@@ -176,7 +201,7 @@ impl Hosting {
         let host = groups.get(group)?;
         let running = lock(&host.running);
         running.as_ref()?;
-        host.route.send_replace(Route::Waiting);
+        set_route(&host.route, Route::Waiting);
         drop(running);
         Some(Paused {
             route: host.route.clone(),
@@ -426,13 +451,13 @@ async fn host_group(
         let leadership = leaders.borrow_and_update().get(&group).copied();
         match leadership {
             None => {
-                route.send_replace(Route::Waiting);
+                set_route(&route, Route::Waiting);
             }
             Some(leadership) if leadership.node != own => {
-                route.send_replace(Route::Remote(leadership.node));
+                set_route(&route, Route::Remote(leadership.node));
             }
             Some(leadership) => {
-                route.send_replace(Route::Waiting);
+                set_route(&route, Route::Waiting);
                 let run = GroupRun {
                     registry: &registry,
                     storage: &storage,
@@ -441,7 +466,7 @@ async fn host_group(
                     running: &running,
                 };
                 lead_group(&group, leadership, run, &mut definitions).await;
-                route.send_replace(Route::Waiting);
+                set_route(&route, Route::Waiting);
                 continue;
             }
         }
@@ -522,7 +547,7 @@ async fn lead_group(
         });
         let mut running = lock(running);
         *running = Some(local.clone());
-        route.send_replace(Route::Local(local));
+        set_route(route, Route::Local(local));
     }
     let changed = tokio::select! {
         _ = leaders.wait_for(ended) => false,
@@ -544,7 +569,7 @@ async fn lead_group(
     {
         let mut running = lock(running);
         *running = None;
-        route.send_replace(Route::Waiting);
+        set_route(route, Route::Waiting);
     }
     lifecycle.abort();
     holding.abort();

@@ -322,3 +322,54 @@ async fn without_its_lease_a_group_led_here_answers_a_retryable_timeout() {
     );
     registry.shut_down().await;
 }
+
+#[tokio::test]
+async fn only_a_change_of_its_own_groups_leader_detaches_a_receiver() {
+    let (registry, _hosted, placement) = hosted().await;
+    led_here(&placement, "a").await;
+    let b = queue(&registry, "b");
+    let (sink, mut notifications) = mpsc::unbounded_channel();
+    b.send(Command::AttachReceiver {
+        receiver: ReceiverId(4),
+        sub_queue: SubQueue::Main,
+        mode: crate::broker::types::ReceiveMode::PeekLock,
+        sink,
+    })
+    .await
+    .expect("attached");
+    until("the attach reaches node 2", || {
+        lock(&placement.carried)
+            .iter_mut()
+            .any(|(node, path, channel)| {
+                *node == 2
+                    && path == "b"
+                    && matches!(channel.try_recv(), Ok(Command::AttachReceiver { .. }))
+            })
+    })
+    .await;
+    // Another group's leadership changes, and `b`'s leader is elected again in a new
+    // term on the same node: the receiver stays.
+    placement.leaders.send_modify(|leaders| {
+        leaders.insert("a".to_string(), leadership(3, 2));
+        leaders.insert("b".to_string(), leadership(2, 2));
+    });
+    let quiet = tokio::time::timeout(Duration::from_millis(300), notifications.recv()).await;
+    assert!(quiet.is_err(), "nothing told to the receiver: {quiet:?}");
+    // `b` moves to node 3: the receiver attaches again.
+    placement.leaders.send_modify(|leaders| {
+        leaders.insert("b".to_string(), leadership(3, 3));
+    });
+    let moved = tokio::time::timeout(Duration::from_secs(5), notifications.recv())
+        .await
+        .expect("told");
+    assert!(
+        matches!(
+            moved,
+            Some(Notification::Moved {
+                receiver: ReceiverId(4)
+            })
+        ),
+        "{moved:?}"
+    );
+    registry.shut_down().await;
+}

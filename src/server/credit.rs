@@ -6,7 +6,6 @@ use fe2o3_amqp_types::performatives::{Flow, Performative};
 
 use super::connection::{Connection, ConnectionError};
 use super::links::{LinkKind, SENDER_CREDIT};
-use super::session::unattached_handle;
 use crate::amqp::errors;
 use crate::broker::entity::Command;
 
@@ -42,7 +41,11 @@ impl Connection {
         let draining = self.draining;
         let session = self.session(channel)?;
         let Some(link) = session.links.get_mut(&handle) else {
-            return Err(unattached_handle(handle));
+            // A flow crossing the detach of its link (a client that gives credit while the
+            // broker detaches it, the link moved to another node): nothing to do. Closing
+            // the connection for it would cut off the client's other links.
+            tracing::debug!(handle, "a flow for a link no longer attached is ignored");
+            return Ok(());
         };
         let credit = flow.link_credit.unwrap_or(0);
         let limit = flow.delivery_count.unwrap_or(0).wrapping_add(credit);
