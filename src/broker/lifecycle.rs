@@ -52,26 +52,23 @@ impl Lifecycle {
     /// member's entities of a group whose leadership ended (whatever they would still
     /// write, the group's new leader has decided otherwise).
     pub fn abort(&self) {
-        let _ = self.stop.send(true);
-        let tasks = self
-            .tasks
-            .lock()
-            .map(|mut tasks| std::mem::take(&mut *tasks))
-            .unwrap_or_default();
-        for task in tasks {
+        for task in self.stop_all() {
             task.abort();
         }
     }
 
-    /// Stops every task and waits for each (at most a few seconds apiece).
-    pub async fn shut_down(&self) {
+    /// Signals every task to stop and hands their handles over.
+    fn stop_all(&self) -> Vec<JoinHandle<()>> {
         let _ = self.stop.send(true);
-        let tasks = self
-            .tasks
+        self.tasks
             .lock()
             .map(|mut tasks| std::mem::take(&mut *tasks))
-            .unwrap_or_default();
-        for task in tasks {
+            .unwrap_or_default()
+    }
+
+    /// Stops every task and waits for each (at most a few seconds apiece).
+    pub async fn shut_down(&self) {
+        for task in self.stop_all() {
             let _ = tokio::time::timeout(TASK_STOP_TIMEOUT, task).await;
         }
     }

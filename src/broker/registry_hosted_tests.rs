@@ -177,6 +177,24 @@ async fn until(what: &str, condition: impl Fn() -> bool) {
     }
 }
 
+/// Waits until a command that `wanted` accepts reaches node `node`'s handle for `path`.
+async fn carried(
+    placement: &TestPlacement,
+    (node, path): (u64, &str),
+    wanted: impl Fn(&Command) -> bool,
+) {
+    until(&format!("a command reaches node {node}'s {path}"), || {
+        lock(&placement.carried)
+            .iter_mut()
+            .any(|(to, at, channel)| {
+                *to == node
+                    && at == path
+                    && channel.try_recv().is_ok_and(|command| wanted(&command))
+            })
+    })
+    .await;
+}
+
 /// Waits until `placement` holds the lease of `group` (the group started here).
 async fn led_here(placement: &TestPlacement, group: &str) -> Arc<Lease> {
     until(&format!("{group} starts here"), || {
@@ -205,12 +223,8 @@ async fn a_group_led_here_runs_from_its_log_and_one_led_elsewhere_is_carried_the
     })
     .await
     .expect("taken");
-    until("the command reaches node 2's handle", || {
-        lock(&placement.carried)
-            .iter_mut()
-            .any(|(node, path, channel)| {
-                *node == 2 && path == "b" && matches!(channel.try_recv(), Ok(Command::Send { .. }))
-            })
+    carried(&placement, (2, "b"), |command| {
+        matches!(command, Command::Send { .. })
     })
     .await;
     assert!(!placement.log.recovered().entities.contains_key("b"));
@@ -268,12 +282,8 @@ async fn a_group_that_moves_away_detaches_its_receivers_and_comes_back_from_its_
     })
     .await
     .expect("taken");
-    until("the peek reaches node 2", || {
-        lock(&placement.carried)
-            .iter_mut()
-            .any(|(node, path, channel)| {
-                *node == 2 && path == "a" && matches!(channel.try_recv(), Ok(Command::Peek { .. }))
-            })
+    carried(&placement, (2, "a"), |command| {
+        matches!(command, Command::Peek { .. })
     })
     .await;
 
@@ -337,14 +347,8 @@ async fn only_a_change_of_its_own_groups_leader_detaches_a_receiver() {
     })
     .await
     .expect("attached");
-    until("the attach reaches node 2", || {
-        lock(&placement.carried)
-            .iter_mut()
-            .any(|(node, path, channel)| {
-                *node == 2
-                    && path == "b"
-                    && matches!(channel.try_recv(), Ok(Command::AttachReceiver { .. }))
-            })
+    carried(&placement, (2, "b"), |command| {
+        matches!(command, Command::AttachReceiver { .. })
     })
     .await;
     // Another group's leadership changes, and `b`'s leader is elected again in a new
