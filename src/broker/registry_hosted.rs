@@ -52,6 +52,10 @@ const LEASE_WAIT: Duration = Duration::from_secs(2);
 /// (commands then wait for the lease one by one).
 const FIRST_LEASE_WAIT: Duration = Duration::from_secs(1);
 
+/// How long a group whose definitions changed holds its commands back before its tasks
+/// stop and start again.
+const RESTART_QUIESCE: Duration = Duration::from_millis(200);
+
 /// A router's inbox capacity (the local actor's inbox bounds the rest).
 const ROUTER_CAPACITY: usize = 256;
 
@@ -559,6 +563,10 @@ async fn lead_group(
             term = leadership.term,
             "the placement group's entities changed: they start again here"
         );
+        // The tasks finish what they are storing (answered) before they stop: the next
+        // ones start from the log as it then is, in the same term.
+        set_route(route, Route::Waiting);
+        tokio::time::sleep(RESTART_QUIESCE).await;
     } else {
         tracing::info!(
             group,
