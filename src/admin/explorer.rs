@@ -236,6 +236,7 @@ impl From<NamespaceError> for Failure {
             NamespaceError::Exists(_) => StatusCode::CONFLICT,
             NamespaceError::Invalid(_) => StatusCode::BAD_REQUEST,
             NamespaceError::Failed(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            NamespaceError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
         };
         Failure {
             status,

@@ -35,6 +35,10 @@ pub enum NamespaceError {
     /// The change could not be carried out (storage, a stopped task).
     #[error("{0}")]
     Failed(String),
+    /// Not now: the entity's node is busy or taking over; the same request may succeed
+    /// when tried again.
+    #[error("{0}")]
+    Busy(String),
 }
 
 impl From<EntityError> for NamespaceError {
@@ -49,6 +53,7 @@ impl From<EntityError> for NamespaceError {
             EntityError::Argument(text) | EntityError::LimitExceeded(text) => {
                 NamespaceError::Invalid(text)
             }
+            EntityError::Timeout(text) => NamespaceError::Busy(text),
             other => NamespaceError::Failed(other.to_string()),
         }
     }
@@ -498,6 +503,22 @@ impl Registry {
     /// Message counts of an entity (for a topic: its scheduled messages and subscription
     /// count).
     pub async fn runtime(&self, path: &str) -> Result<Runtime, NamespaceError> {
+        // Where entities run on the node that leads their group, that node may not have
+        // applied a creation made a moment ago: its retryable answer is tried again here.
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(3);
+        loop {
+            match self.runtime_once(path).await {
+                Err(NamespaceError::Busy(_))
+                    if self.hosting.get().is_some() && tokio::time::Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn runtime_once(&self, path: &str) -> Result<Runtime, NamespaceError> {
         let Some(entity) = self.lookup(path) else {
             return Err(not_found(path));
         };

@@ -213,11 +213,21 @@ impl Hosting {
         })
     }
 
-    /// [`Hosting::follow`] for a namespace the cluster committed, between the registry's
-    /// own changes (which write it).
-    pub async fn follow_committed(&self, registry: &Registry, namespace: &Config) {
+    /// [`Hosting::follow`] for the namespace the cluster committed last, read once the
+    /// registry's own changes (which write it) are not under way: a namespace read before
+    /// one of them would undo it.
+    pub async fn follow_committed(
+        &self,
+        registry: &Registry,
+        latest: impl FnOnce() -> Result<Config, String>,
+    ) {
         let _guard = registry.changes.lock().await;
-        self.follow(registry, namespace);
+        match latest() {
+            Ok(namespace) => self.follow(registry, &namespace),
+            Err(error) => {
+                tracing::error!("the cluster's namespace changes cannot be served here: {error}")
+            }
+        }
     }
 
     /// Makes `registry`'s entities `namespace`'s: new entities get routers (and their

@@ -212,17 +212,14 @@ pub async fn run_spread(
                 let Some(registry) = registry.upgrade() else {
                     return;
                 };
-                let text = applied.borrow_and_update().clone();
-                let namespace = match text.as_deref() {
-                    Some(text) => crate::lay_changes(&config, text, "the cluster's log"),
-                    None => Ok(config.clone()),
+                let latest = || {
+                    let text = applied.borrow_and_update().clone();
+                    match text.as_deref() {
+                        Some(text) => crate::lay_changes(&config, text, "the cluster's log"),
+                        None => Ok(config.clone()),
+                    }
                 };
-                match namespace {
-                    Ok(namespace) => hosting.follow_committed(&registry, &namespace).await,
-                    Err(error) => tracing::error!(
-                        "the cluster's namespace changes cannot be served here: {error}"
-                    ),
-                }
+                hosting.follow_committed(&registry, latest).await;
             }
         });
     }
@@ -390,11 +387,11 @@ fn serve_commands(hosted: Weak<Hosted>) -> crate::cluster::peer::ServeCommands {
                 }
                 // The member that sent it knows the entity: this one has not applied its
                 // creation yet (or has applied its deletion, which that member will too).
-                Some(remote::Target::Entity(
-                    hosted
-                        .peer_entity(path)
-                        .unwrap_or_else(|| not_known_yet(path)),
-                ))
+                let entity = match hosted.peer_entity(path) {
+                    Some(router) => router,
+                    None => not_known_yet(path, Arc::downgrade(&hosted)),
+                };
+                Some(remote::Target::Entity(entity))
             };
             if let Err(error) = remote::serve(stream, lookup).await {
                 tracing::info!(node, "a member's entity-command stream ended: {error}");
@@ -403,17 +400,32 @@ fn serve_commands(hosted: Weak<Hosted>) -> crate::cluster::peer::ServeCommands {
     })
 }
 
-/// A handle that answers every command for `path` with a retryable timeout: an entity
-/// another member knows and this one does not (yet).
-fn not_known_yet(path: &str) -> crate::broker::entity::EntityHandle {
+/// A handle for `path`, an entity another member knows and this one did not when the
+/// stream looked it up (the stream keeps what it looked up): each command goes to the
+/// entity's router once this node knows it, and is answered with a retryable timeout
+/// until then.
+fn not_known_yet(path: &str, hosted: Weak<Hosted>) -> crate::broker::entity::EntityHandle {
     let (commands, mut inbox) = tokio::sync::mpsc::channel::<crate::broker::entity::Command>(16);
     let path = path.to_string();
     let handle = crate::broker::entity::EntityHandle::from_channel(&path, commands);
     tokio::spawn(async move {
         while let Some(command) = inbox.recv().await {
-            command.refuse_with(crate::broker::types::EntityError::Timeout(format!(
-                "'{path}' is not known on the node that leads its group yet; try again."
-            )));
+            let known = hosted
+                .upgrade()
+                .and_then(|hosted| hosted.peer_entity(&path));
+            let refused = match known {
+                Some(router) => router
+                    .send_or_give_back(command)
+                    .await
+                    .err()
+                    .map(|(_, c)| c),
+                None => Some(command),
+            };
+            if let Some(command) = refused {
+                command.refuse_with(crate::broker::types::EntityError::Timeout(format!(
+                    "'{path}' is not known on the node that leads its group yet; try again."
+                )));
+            }
         }
     });
     handle

@@ -606,7 +606,10 @@ class ClusterBroker:
             agreed = set(views.values())
             if len(agreed) == 1:
                 leader, term = agreed.pop()
-                if leader is not None and leader != other_than and leader in self.nodes and self.leads(leader, term):
+                # With spread placement every node serves from the start: no node logs that
+                # it leads the cluster.
+                serves = CLUSTER_EXTRA.get("placement") == '"spread"' or self.leads(leader, term)
+                if leader is not None and leader != other_than and leader in self.nodes and serves:
                     return int(leader)
             time.sleep(0.1)
         raise BrokerStartError(f"the nodes agreed on no leader within {timeout} s (views {views}):\n{self.log_tail()}")

@@ -25,6 +25,7 @@ fn namespace_failure(error: NamespaceError) -> Response {
         NamespaceError::Exists(_) => StatusCode::CONFLICT,
         NamespaceError::Invalid(_) => StatusCode::BAD_REQUEST,
         NamespaceError::Failed(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        NamespaceError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
     };
     failure(status, &error.to_string())
 }
