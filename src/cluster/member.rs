@@ -93,6 +93,26 @@ impl RaftLog {
         self.start_group(METADATA_GROUP).await
     }
 
+    /// Waits (at most `within`) until the cluster's group has a leader and this node has
+    /// applied every entry its log holds: what it then knows of the namespace is what the
+    /// cluster committed before it started, not only its configuration file. Whether it got
+    /// there.
+    pub async fn metadata_applied(&self, within: Duration) -> bool {
+        let Some(raft) = self.running_raft(METADATA_GROUP) else {
+            return false;
+        };
+        raft.wait(Some(within))
+            .metrics(
+                |metrics| {
+                    metrics.current_leader.is_some()
+                        && metrics.last_applied.map(|id| id.index) >= metrics.last_log_index
+                },
+                "the cluster's group applied its log",
+            )
+            .await
+            .is_ok()
+    }
+
     /// From now on, a peer's request that this node stand for election at once (a
     /// leadership handed to it) is refused: it is stopping.
     pub fn refuse_leadership(&self) {

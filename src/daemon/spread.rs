@@ -89,6 +89,13 @@ pub async fn run_spread(
         .await
         .map_err(|error| format!("cannot join the cluster: {error}"))?;
     watch_exits(&raft, &shutdown, exits.failed, exits.removed);
+    // The namespace this node serves from the start is the one the cluster committed: its
+    // metadata group's log applied (an election and a commit after a restart of every node).
+    if !raft.metadata_applied(METADATA_WAIT).await {
+        tracing::warn!(
+            "the cluster's namespace is not applied here after {METADATA_WAIT:?}: serving the configuration file's entities until it is"
+        );
+    }
     tracing::info!(
         node = settings.node_id,
         "member of a cluster of {} nodes with its groups' leaders spread; peers on {}",
@@ -251,6 +258,9 @@ pub async fn run_spread(
     store.close();
     served
 }
+
+/// How long a starting member waits to apply the cluster's namespace before it serves.
+const METADATA_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// How often a member looks for groups it leads that their preferred member could lead.
 const REBALANCE_EVERY: std::time::Duration = std::time::Duration::from_secs(3);
