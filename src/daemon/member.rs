@@ -49,25 +49,8 @@ pub async fn run_member(
         removed,
     } = exits;
     let (store, recovery) = storage;
-    if recovery.namespace_reset {
-        return Err(
-            "--reset-runtime-changes is not supported on a cluster member: the run-time changes are the cluster's, in its replicated log (delete or recreate entities through the admin API)"
-                .to_string(),
-        );
-    }
     let settings = &config.cluster;
-    let secret = settings
-        .secret
-        .clone()
-        .ok_or_else(|| "[cluster] secret is not set".to_string())?;
-    let peers = TcpListener::bind(&settings.address)
-        .await
-        .map_err(|error| {
-            format!(
-                "cannot listen for the cluster's members on {} (cluster.address): {error}",
-                settings.address
-            )
-        })?;
+    let (secret, peers) = member_start(config, &recovery).await?;
     // A spread cluster's entities each have a group of their own, which this layout never
     // reads.
     let spread = recovery
@@ -352,6 +335,34 @@ pub async fn run_member(
     raft.shutdown().await;
     store.close();
     served
+}
+
+/// What every member checks and opens first: no `--reset-runtime-changes` (the run-time
+/// changes are the cluster's), the cluster secret, and the peer listener.
+pub(super) async fn member_start(
+    config: &Config,
+    recovery: &Recovery,
+) -> Result<(String, TcpListener), String> {
+    if recovery.namespace_reset {
+        return Err(
+            "--reset-runtime-changes is not supported on a cluster member: the run-time changes are the cluster's, in its replicated log (delete or recreate entities through the admin API)"
+                .to_string(),
+        );
+    }
+    let settings = &config.cluster;
+    let secret = settings
+        .secret
+        .clone()
+        .ok_or_else(|| "[cluster] secret is not set".to_string())?;
+    let peers = TcpListener::bind(&settings.address)
+        .await
+        .map_err(|error| {
+            format!(
+                "cannot listen for the cluster's members on {} (cluster.address): {error}",
+                settings.address
+            )
+        })?;
+    Ok((secret, peers))
 }
 
 /// Ends the process as `exits` say when this member's log fails (it takes no further

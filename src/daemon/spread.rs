@@ -14,10 +14,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
 use futures_util::future::BoxFuture;
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use super::member::{Exits, report_cluster, watch_exits};
+use super::member::{Exits, member_start, report_cluster, watch_exits};
 use crate::broker::leadership::{Leadership, Lease};
 use crate::broker::registry::{GroupPlacement, Hosted, Hosting, Registry, RemoteEntities};
 use crate::clock::Clock;
@@ -38,25 +37,8 @@ pub async fn run_spread(
     exits: Exits,
 ) -> Result<(), String> {
     let (store, recovery) = storage;
-    if recovery.namespace_reset {
-        return Err(
-            "--reset-runtime-changes is not supported on a cluster member: the run-time changes are the cluster's, in its replicated log"
-                .to_string(),
-        );
-    }
     let settings = &config.cluster;
-    let secret = settings
-        .secret
-        .clone()
-        .ok_or_else(|| "[cluster] secret is not set".to_string())?;
-    let peers = TcpListener::bind(&settings.address)
-        .await
-        .map_err(|error| {
-            format!(
-                "cannot listen for the cluster's members on {} (cluster.address): {error}",
-                settings.address
-            )
-        })?;
+    let (secret, peers) = member_start(config, &recovery).await?;
     // Entries of the one-leader layout are all in the metadata group's log, where this
     // layout never looks for an entity's.
     let one_leader = store
